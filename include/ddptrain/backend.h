@@ -1,0 +1,169 @@
+/* The compute backend: one table of function pointers per device kind.
+ *
+ * Model code calls only this table, so a forward/backward pass is written once
+ * and runs on the CPU (OpenBLAS) or on CUDA. The table is shaped for an
+ * asynchronous device from the start:
+ *   - buffers from alloc() are device pointers the host never dereferences;
+ *     data moves only through copy();
+ *   - every operation takes a stream and is merely *enqueued* on it; results
+ *     are visible to the host only after synchronize() (or an event);
+ *   - a NULL stream means the backend's compute stream.
+ * On the CPU backend streams and events are trivial (work runs in order, at
+ * once), which is a valid implementation of the same contract.
+ *
+ * Registry order is CUDA first, CPU last: "auto" takes the first backend whose
+ * available() says yes. */
+#ifndef DDPTRAIN_BACKEND_H
+#define DDPTRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/dtype.h"
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ddp_device_kind { DDP_DEVICE_KIND_CPU = 0, DDP_DEVICE_KIND_CUDA = 1 } ddp_device_kind_t;
+
+typedef struct ddp_stream *ddp_stream_t; /* opaque; NULL = compute stream */
+typedef struct ddp_event *ddp_event_t;   /* opaque */
+
+typedef enum ddp_copy_kind {
+  DDP_COPY_KIND_HOST_TO_DEVICE = 0,
+  DDP_COPY_KIND_DEVICE_TO_HOST = 1,
+  DDP_COPY_KIND_DEVICE_TO_DEVICE = 2
+} ddp_copy_kind_t;
+
+typedef enum ddp_transpose { DDP_TRANSPOSE_NO = 0, DDP_TRANSPOSE_YES = 1 } ddp_transpose_t;
+
+/* Row-major, strided-batched GEMM, for b in [0, batch):
+ *   C_b = alpha * op(A_b) * op(B_b) + beta * C_b
+ * with op(A_b) m x k, op(B_b) k x n, C_b m x n, and X_b = x + b * stride_x.
+ * lda/ldb/ldc are the row pitches (in elements) of the matrices *as stored*:
+ * A stored m x k (lda >= k) when not transposed, k x m (lda >= m) when
+ * transposed; likewise B. beta == 0 means C is write-only: whatever C holds
+ * (even NaN) is ignored, which is what lets a first backward pass write
+ * gradients without zeroing them. */
+typedef struct ddp_gemm {
+  ddp_transpose_t trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha, beta;
+  const void *a;
+  int64_t lda, stride_a;
+  const void *b;
+  int64_t ldb, stride_b;
+  void *c;
+  int64_t ldc, stride_c;
+  int64_t batch;         /* >= 1 */
+  ddp_dtype_t ab_dtype;  /* type of A and B */
+  ddp_dtype_t c_dtype;   /* type of C; accumulation is always fp32 */
+} ddp_gemm_t;
+
+/* Checks shapes, pitches and pointers of a GEMM descriptor (shared by every
+ * backend so they reject the same things with the same message). */
+ddp_status_t ddp_gemm_validate(const ddp_gemm_t *g);
+
+typedef struct ddp_backend ddp_backend_t;
+
+typedef struct ddp_backend_config {
+  const char *device; /* "auto", "cpu", "cuda" or "cuda:N"; NULL = "auto" */
+  int local_rank;     /* picks the GPU when device is "auto" or "cuda" */
+  int threads;        /* CPU math threads; 0 = cores / ranks on this node */
+  int local_size;     /* ranks on this node, for the default thread count */
+} ddp_backend_config_t;
+
+typedef struct ddp_backend_ops {
+  const char *name;
+  ddp_device_kind_t kind;
+  /* Nonzero when this backend can run here (for "auto"). */
+  int (*available)(void);
+  ddp_status_t (*init)(ddp_backend_t *be, const ddp_backend_config_t *cfg, int device_index);
+  void (*shutdown)(ddp_backend_t *be);
+
+  ddp_status_t (*alloc)(ddp_backend_t *be, size_t bytes, void **ptr);
+  void (*free)(ddp_backend_t *be, void *ptr);
+  /* Host memory suitable for asynchronous copies (pinned on CUDA). */
+  ddp_status_t (*alloc_host)(ddp_backend_t *be, size_t bytes, void **ptr);
+  void (*free_host)(ddp_backend_t *be, void *ptr);
+  ddp_status_t (*copy)(ddp_backend_t *be, void *dst, const void *src, size_t bytes,
+                       ddp_copy_kind_t kind, ddp_stream_t stream);
+  /* Sets n elements of dst (of dtype) to value, rounded to dtype. */
+  ddp_status_t (*fill)(ddp_backend_t *be, void *dst, ddp_dtype_t dtype, float value, size_t n,
+                       ddp_stream_t stream);
+  /* Element-wise type conversion of n elements in device memory. */
+  ddp_status_t (*convert)(ddp_backend_t *be, void *dst, ddp_dtype_t dst_dtype, const void *src,
+                          ddp_dtype_t src_dtype, size_t n, ddp_stream_t stream);
+
+  ddp_status_t (*stream_create)(ddp_backend_t *be, ddp_stream_t *stream);
+  void (*stream_destroy)(ddp_backend_t *be, ddp_stream_t stream);
+  ddp_status_t (*event_create)(ddp_backend_t *be, ddp_event_t *event);
+  void (*event_destroy)(ddp_backend_t *be, ddp_event_t event);
+  ddp_status_t (*event_record)(ddp_backend_t *be, ddp_event_t event, ddp_stream_t stream);
+  ddp_status_t (*stream_wait_event)(ddp_backend_t *be, ddp_stream_t stream, ddp_event_t event);
+  /* Blocks the host until everything enqueued on stream has finished. */
+  ddp_status_t (*synchronize)(ddp_backend_t *be, ddp_stream_t stream);
+
+  ddp_status_t (*gemm)(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream);
+
+  /* Device memory free and total, in bytes. */
+  ddp_status_t (*mem_info)(ddp_backend_t *be, size_t *free_bytes, size_t *total_bytes);
+} ddp_backend_ops_t;
+
+struct ddp_backend {
+  const ddp_backend_ops_t *ops;
+  int device;            /* CUDA ordinal; -1 on the CPU */
+  int threads;           /* CPU math threads in use */
+  char description[160]; /* one line for logs and --build-info */
+  void *impl;            /* backend-private state */
+  /* Allocation counters: tests use them to prove the step loop allocates
+   * nothing; peak_bytes feeds the peak_mem_mb metric. */
+  uint64_t alloc_calls, free_calls;
+  size_t bytes_in_use, peak_bytes;
+};
+
+/* Creates the backend named by cfg->device. "auto" picks the first available
+ * entry of the registry; an explicit device that cannot be used is an error
+ * (never a silent fallback). */
+ddp_status_t ddp_backend_create(const ddp_backend_config_t *cfg, ddp_backend_t **out);
+void ddp_backend_destroy(ddp_backend_t *be);
+
+/* The registry: entries in preference order, NULL-terminated. */
+const ddp_backend_ops_t *const *ddp_backend_registry(void);
+
+/* Parses "auto" | "cpu" | "cuda" | "cuda:N" into a backend name and device
+ * index (-1 when not given). Silent: callers report bad input in context. */
+ddp_status_t ddp_device_parse(const char *text, const char **backend_name, int *index);
+
+/* Measures the backend's fp32 GEMM rate on n x n x n products for at least
+ * `seconds` (after one warm-up product), in GFLOP/s. This is the "peak" that
+ * MFU is reported against on the CPU, where no datasheet number applies. It
+ * allocates its three matrices and frees them again: call it at start-up,
+ * never inside the step loop. */
+ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,
+                                             double *gflops);
+
+/* Thin wrappers, so call sites read as verbs. */
+static inline ddp_status_t ddp_backend_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {
+  return be->ops->alloc(be, bytes, ptr);
+}
+static inline void ddp_backend_free(ddp_backend_t *be, void *ptr) { be->ops->free(be, ptr); }
+static inline ddp_status_t ddp_backend_copy(ddp_backend_t *be, void *dst, const void *src,
+                                            size_t bytes, ddp_copy_kind_t kind,
+                                            ddp_stream_t stream) {
+  return be->ops->copy(be, dst, src, bytes, kind, stream);
+}
+static inline ddp_status_t ddp_backend_gemm(ddp_backend_t *be, const ddp_gemm_t *g,
+                                            ddp_stream_t stream) {
+  return be->ops->gemm(be, g, stream);
+}
+static inline ddp_status_t ddp_backend_sync(ddp_backend_t *be, ddp_stream_t stream) {
+  return be->ops->synchronize(be, stream);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

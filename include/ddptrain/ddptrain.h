@@ -1,0 +1,18 @@
+/* ddptrain: the whole public API in one include. */
+#ifndef DDPTRAIN_DDPTRAIN_H
+#define DDPTRAIN_DDPTRAIN_H
+
+#include "ddptrain/arena.h"
+#include "ddptrain/backend.h"
+#include "ddptrain/check.h"
+#include "ddptrain/dist.h"
+#include "ddptrain/dtype.h"
+#include "ddptrain/env.h"
+#include "ddptrain/log.h"
+#include "ddptrain/options.h"
+#include "ddptrain/rng.h"
+#include "ddptrain/status.h"
+#include "ddptrain/tensor.h"
+#include "ddptrain/version.h"
+
+#endif

@@ -1,0 +1,62 @@
+/* Environment settings (DDPTRAIN_*), declared one per line.
+ *
+ * Flags configure a run; environment variables configure the *installation*
+ * or a debugging session (log verbosity, debug checks) without touching job
+ * scripts. Every variable is declared once in DDP_ENV_LIST with its default
+ * and help, so --help can list them, ddp_env_log_overrides() can say which
+ * ones a run changed, and a misspelt DDPTRAIN_ variable is reported instead
+ * of silently ignored. */
+#ifndef DDPTRAIN_ENV_H
+#define DDPTRAIN_ENV_H
+
+#include <stdio.h>
+
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(ID, "DEFAULT", "help") -> variable DDPTRAIN_<ID> */
+#define DDP_ENV_LIST(X)                                                                     \
+  X(LOG_LEVEL, "info", "log verbosity: error, warn, info or debug")                         \
+  X(LOG_ALL_RANKS, "0", "1: every rank prints info and debug lines, not only rank 0")       \
+  X(DEBUG_CHECKS, "0", "1: poison fresh arena memory and check arena bounds (slower)")      \
+  X(CPU_PEAK_GFLOPS, "0", "CPU peak GFLOP/s per rank for MFU; 0 measures it at start-up")
+
+typedef enum ddp_env_id {
+#define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,
+  DDP_ENV_LIST(DDP_ENV_ENUM_)
+#undef DDP_ENV_ENUM_
+  DDP_ENV_COUNT_
+} ddp_env_id_t;
+
+/* "DDPTRAIN_LOG_LEVEL" etc. */
+const char *ddp_env_name(ddp_env_id_t id);
+
+/* The value in the environment, or the declared default. Never NULL. */
+const char *ddp_env_get(ddp_env_id_t id);
+
+/* Nonzero when the variable is set in the environment. */
+int ddp_env_is_set(ddp_env_id_t id);
+
+/* Parses the value as a 0/1 switch or a finite number; a malformed value is
+ * an error that names the variable (never silently the default). */
+ddp_status_t ddp_env_get_bool(ddp_env_id_t id, int *value);
+ddp_status_t ddp_env_get_double(ddp_env_id_t id, double *value);
+
+/* Logs one info line per overridden variable ("DDPTRAIN_X=v (default d)")
+ * and a warning for each DDPTRAIN_* variable that is not declared. Returns
+ * the number of unknown variables. */
+int ddp_env_log_overrides(void);
+
+/* Applies the logging settings (level, all-ranks) to the logger. */
+ddp_status_t ddp_env_apply_logging(void);
+
+/* Writes the table of variables for --help. */
+void ddp_env_print_help(FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+/* Command-line options of the ddptrain program.
+ *
+ * Every flag is one row of a table (src/options.c): name, type, default,
+ * range and help. Parsing, validation, defaults and --help are all driven by
+ * that table, so a flag cannot be documented without being parsed or parsed
+ * without being range-checked. Defaults go through the same parser as user
+ * values, which proves they are valid (a test walks the table).
+ * Bad input (unknown flag, missing value, malformed number, value out of
+ * range) is reported in one line naming the flag, and parse returns
+ * DDP_ERR_INVALID_ARG; the program exits with status 2. */
+#ifndef DDPTRAIN_OPTIONS_H
+#define DDPTRAIN_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddp_options {
+  /* run control */
+  char device[32];
+  int64_t threads;
+  int64_t seed;
+  double peak_gflops;
+  /* actions */
+  int help, version, build_info;
+} ddp_options_t;
+
+/* Fills every field with its declared default. */
+ddp_status_t ddp_options_defaults(ddp_options_t *opts);
+
+/* Parses argv[1..argc-1] on top of the defaults. Accepts `--flag value` and
+ * `--flag=value`. */
+ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv);
+
+void ddp_options_print_help(FILE *out);
+
+/* Number of table rows, and a row's long name (for tests). */
+int ddp_options_count(void);
+const char *ddp_options_name(int index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

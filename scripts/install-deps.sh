@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs what ddptrain needs to build and test on Debian 12 (or Ubuntu):
+# the autotools, Open MPI, hwloc, Check, OpenBLAS and pkg-config. Idempotent:
+# packages already present are not touched, and apt-get runs only when
+# something is missing. Uses sudo when not run as root.
+#
+# The CUDA toolkit is not installed here: it comes from NVIDIA, and without it
+# ddptrain builds its CPU backend only.
+set -eu
+pkgs="build-essential autoconf automake libtool pkg-config
+      openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev"
+missing=
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+if [ "$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi
+echo "install-deps: installing$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing

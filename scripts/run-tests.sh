@@ -1,0 +1,57 @@
+#!/bin/sh
+# The whole test suite, as CI runs it (the README's second command):
+#   1. build with warnings as errors and run `make check` (unit suites, the
+#      program tests, the multi-rank tests; the GPU suites SKIP without a GPU);
+#   2. build again with AddressSanitizer + UBSan (CPU backend) and run the
+#      unit suites under them;
+#   3. `make distcheck`: the tarball builds, tests, installs and uninstalls
+#      cleanly from a read-only source tree.
+# Everything runs on a pristine copy of the sources in build-tests/src (the
+# files git tracks plus untracked, non-ignored ones), so an in-tree build from
+# the README's first command neither breaks these out-of-tree builds nor is
+# touched by them, and the script can be re-run.
+set -eu
+cd "$(dirname "$0")/.."
+src=$(pwd)
+top=$src/build-tests/src
+jobs=$(nproc 2>/dev/null || echo 2)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+stage() { printf '\n==== %s ====\n' "$*"; }
+elapsed() { echo "($(( $(date +%s) - $1 )) s)"; }
+
+stage "staging sources and running autoreconf"
+rm -rf build-tests && mkdir -p "$top"
+if git -C "$src" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  (cd "$src" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -P -t "$top")
+else
+  tar -C "$src" --exclude=./build-tests --exclude=./.git -cf - . | tar -C "$top" -xf -
+  (cd "$top" && { make distclean > /dev/null 2>&1 || true; })
+fi
+(cd "$top" && autoreconf -fi > /dev/null)
+cd "$src"
+
+t=$(date +%s)
+stage "1/3 build (warnings are errors) and make check"
+mkdir -p build-tests/main && cd build-tests/main
+"$top/configure" --enable-werror > configure.log || { tail -40 configure.log; exit 1; }
+sed -n '/^ddptrain .* configuration/,$p' configure.log
+make -j"$jobs" > make.log 2>&1 || { tail -60 make.log; exit 1; }
+make -j"$jobs" check || { cat test-suite.log; exit 1; }
+cd "$src"; elapsed "$t"
+
+t=$(date +%s)
+stage "2/3 sanitizer build (ASan + UBSan), unit suites"
+mkdir -p build-tests/asan && cd build-tests/asan
+"$top/configure" --enable-werror --enable-sanitizers --without-cuda > configure.log \
+  || { tail -40 configure.log; exit 1; }
+make -j"$jobs" > make.log 2>&1 || { tail -60 make.log; exit 1; }
+make -j"$jobs" check-unit || { cat test-suite.log; exit 1; }
+cd "$src"; elapsed "$t"
+
+t=$(date +%s)
+stage "3/3 make distcheck"
+cd build-tests/main
+make -j"$jobs" distcheck > distcheck.log 2>&1 || { tail -80 distcheck.log; exit 1; }
+grep -A3 "archives ready for distribution" distcheck.log || true
+cd "$src"; elapsed "$t"
+echo "all test stages passed"

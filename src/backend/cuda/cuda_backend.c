@@ -1,0 +1,297 @@
+/* The CUDA backend: device memory, one compute stream, cuBLAS GEMM, and the
+ * conversion/fill kernels from kernels/.
+ *
+ * Everything is enqueued on a stream (NULL = the backend's compute stream,
+ * created non-blocking so it never serialises with the legacy default
+ * stream); only synchronize() blocks the host. GEMMs go through
+ * cublasGemmStridedBatchedEx with fp32 accumulation. cuBLAS is column-major
+ * and our descriptors are row-major: a row-major C = op(A) op(B) is the
+ * column-major C^T = op(B)^T op(A)^T, so the operands are swapped rather than
+ * transposed in memory. This issue keeps fp32 GEMMs in exact fp32 (no TF32)
+ * so the GPU can be checked against the CPU; the precision policy comes later. */
+#include <config.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend_impl.h"
+#include "foreign_check.h"
+#include "kernels.h"
+
+/* Live device allocations, ptr -> size, so free() can keep the byte counters
+ * exact (device memory has no room for a host-readable header). The backend
+ * allocates a few large buffers up front, so a small open-addressing table
+ * that grows by doubling is plenty. */
+typedef struct alloc_slot {
+  void *ptr;
+  size_t bytes;
+} alloc_slot_t;
+
+typedef struct cuda_state {
+  cudaStream_t compute;
+  cublasHandle_t blas;
+  alloc_slot_t *slots;
+  size_t n_slots, n_live;
+} cuda_state_t;
+
+static cuda_state_t *state(ddp_backend_t *be) { return (cuda_state_t *)be->impl; }
+
+static cudaStream_t stream_of(ddp_backend_t *be, ddp_stream_t s) {
+  return s ? (cudaStream_t)(void *)s : state(be)->compute;
+}
+
+static size_t slot_index(const cuda_state_t *st, const void *ptr) {
+  size_t h = ((uintptr_t)ptr >> 8) * 0x9E3779B97F4A7C15ull;
+  size_t i = h & (st->n_slots - 1);
+  while (st->slots[i].ptr && st->slots[i].ptr != ptr) i = (i + 1) & (st->n_slots - 1);
+  return i;
+}
+
+static ddp_status_t slots_insert(cuda_state_t *st, void *ptr, size_t bytes) {
+  if (2 * (st->n_live + 1) > st->n_slots) {
+    size_t old_n = st->n_slots;
+    alloc_slot_t *old = st->slots;
+    st->n_slots = old_n ? 2 * old_n : 64;
+    st->slots = calloc(st->n_slots, sizeof *st->slots);
+    if (!st->slots) {
+      st->slots = old;
+      st->n_slots = old_n;
+      DDP_FAIL(DDP_ERR_OOM, "cuda backend: out of host memory");
+    }
+    for (size_t i = 0; i < old_n; ++i)
+      if (old[i].ptr) st->slots[slot_index(st, old[i].ptr)] = old[i];
+    free(old);
+  }
+  st->slots[slot_index(st, ptr)] = (alloc_slot_t){ptr, bytes};
+  st->n_live++;
+  return DDP_OK;
+}
+
+/* Removes ptr and returns its size (0 if unknown). Backward-shift deletion
+ * keeps every probe chain intact without tombstones. */
+static size_t slots_remove(cuda_state_t *st, void *ptr) {
+  if (!st->n_slots) return 0;
+  size_t i = slot_index(st, ptr), mask = st->n_slots - 1;
+  if (!st->slots[i].ptr) return 0;
+  size_t bytes = st->slots[i].bytes;
+  st->slots[i].ptr = NULL;
+  st->n_live--;
+  for (size_t j = (i + 1) & mask; st->slots[j].ptr; j = (j + 1) & mask) {
+    alloc_slot_t moved = st->slots[j];
+    st->slots[j].ptr = NULL;
+    st->slots[slot_index(st, moved.ptr)] = moved;
+  }
+  return bytes;
+}
+
+static int cuda_available(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg, int index) {
+  int count = 0;
+  DDP_CUDA_CHECK(cudaGetDeviceCount(&count));
+  int dev = index >= 0 ? index : (cfg->local_rank > 0 ? cfg->local_rank : 0) % count;
+  if (dev >= count)
+    DDP_FAIL(DDP_ERR_NO_DEVICE, "device cuda:%d requested, but this host has %d GPU%s", dev, count,
+             count == 1 ? "" : "s");
+  DDP_CUDA_CHECK(cudaSetDevice(dev));
+  cuda_state_t *st = calloc(1, sizeof *st);
+  if (!st) DDP_FAIL(DDP_ERR_OOM, "cuda backend: out of host memory");
+  ddp_status_t rc = DDP_OK;
+  DDP_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking), rc,
+                      free_state);
+  DDP_CUBLAS_CHECK_GOTO(cublasCreate(&st->blas), rc, destroy_stream);
+  DDP_CUBLAS_CHECK_GOTO(cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH), rc, destroy_blas);
+  struct cudaDeviceProp prop;
+  DDP_CUDA_CHECK_GOTO(cudaGetDeviceProperties(&prop, dev), rc, destroy_blas);
+  be->impl = st;
+  be->device = dev;
+  be->threads = 1;
+  snprintf(be->description, sizeof be->description, "cuda:%d %.80s (sm_%d%d, %.1f GiB)", dev,
+           prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0);
+  return DDP_OK;
+destroy_blas:
+  cublasDestroy(st->blas);
+destroy_stream:
+  cudaStreamDestroy(st->compute);
+free_state:
+  free(st);
+  return rc;
+}
+
+static void cuda_shutdown(ddp_backend_t *be) {
+  cuda_state_t *st = state(be);
+  if (!st) return;
+  cudaStreamSynchronize(st->compute);
+  cublasDestroy(st->blas);
+  cudaStreamDestroy(st->compute);
+  free(st->slots);
+  free(st);
+  be->impl = NULL;
+}
+
+/* Out of memory is the error users hit most; say what was asked for, what
+ * was free, and what to change. */
+static ddp_status_t cuda_oom(ddp_backend_t *be, const char *what, size_t bytes) {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  DDP_FAIL(DDP_ERR_OOM,
+           "cuda:%d: %s of %.1f MiB failed with %.1f of %.1f MiB free; "
+           "lower --tokens-per-batch",
+           be->device, what, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+}
+
+static ddp_status_t cuda_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {
+  *ptr = NULL;
+  if (bytes == 0) return DDP_OK;
+  cudaError_t err = cudaMalloc(ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError(); /* clear the sticky-free error so later calls work */
+    return cuda_oom(be, "cudaMalloc", bytes);
+  }
+  DDP_CUDA_CHECK(err);
+  ddp_status_t st = slots_insert(state(be), *ptr, bytes);
+  if (st != DDP_OK) {
+    cudaFree(*ptr);
+    *ptr = NULL;
+    return st;
+  }
+  ddp_backend_count_alloc(be, bytes);
+  return DDP_OK;
+}
+
+static void cuda_free(ddp_backend_t *be, void *ptr) {
+  if (!ptr) return;
+  ddp_backend_count_free(be, slots_remove(state(be), ptr));
+  cudaFree(ptr);
+}
+
+static ddp_status_t cuda_alloc_host(ddp_backend_t *be, size_t bytes, void **ptr) {
+  *ptr = NULL;
+  if (bytes == 0) return DDP_OK;
+  cudaError_t err = cudaMallocHost(ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return cuda_oom(be, "cudaMallocHost (pinned)", bytes);
+  }
+  DDP_CUDA_CHECK(err);
+  return DDP_OK;
+}
+
+static void cuda_free_host(ddp_backend_t *be, void *ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+static ddp_status_t cuda_copy(ddp_backend_t *be, void *dst, const void *src, size_t bytes,
+                              ddp_copy_kind_t kind, ddp_stream_t stream) {
+  if (bytes == 0) return DDP_OK;
+  static const enum cudaMemcpyKind k_kind[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                               cudaMemcpyDeviceToDevice};
+  if ((unsigned)kind > DDP_COPY_KIND_DEVICE_TO_DEVICE)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "copy: invalid kind %d", (int)kind);
+  DDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k_kind[kind], stream_of(be, stream)));
+  return DDP_OK;
+}
+
+static ddp_status_t cuda_fill(ddp_backend_t *be, void *dst, ddp_dtype_t dtype, float value,
+                              size_t n, ddp_stream_t stream) {
+  return ddp_cuda_fill(dst, dtype, value, n, stream_of(be, stream));
+}
+
+static ddp_status_t cuda_convert(ddp_backend_t *be, void *dst, ddp_dtype_t dst_dtype,
+                                 const void *src, ddp_dtype_t src_dtype, size_t n,
+                                 ddp_stream_t stream) {
+  return ddp_cuda_convert(dst, dst_dtype, src, src_dtype, n, stream_of(be, stream));
+}
+
+static ddp_status_t cuda_stream_create(ddp_backend_t *be, ddp_stream_t *stream) {
+  cudaStream_t s;
+  DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = (ddp_stream_t)(void *)s;
+  return DDP_OK;
+}
+
+static void cuda_stream_destroy(ddp_backend_t *be, ddp_stream_t stream) {
+  if (stream) cudaStreamDestroy((cudaStream_t)(void *)stream);
+}
+
+static ddp_status_t cuda_event_create(ddp_backend_t *be, ddp_event_t *event) {
+  cudaEvent_t e;
+  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  *event = (ddp_event_t)(void *)e;
+  return DDP_OK;
+}
+
+static void cuda_event_destroy(ddp_backend_t *be, ddp_event_t event) {
+  if (event) cudaEventDestroy((cudaEvent_t)(void *)event);
+}
+
+static ddp_status_t cuda_event_record(ddp_backend_t *be, ddp_event_t event, ddp_stream_t stream) {
+  DDP_CUDA_CHECK(cudaEventRecord((cudaEvent_t)(void *)event, stream_of(be, stream)));
+  return DDP_OK;
+}
+
+static ddp_status_t cuda_stream_wait_event(ddp_backend_t *be, ddp_stream_t stream,
+                                           ddp_event_t event) {
+  DDP_CUDA_CHECK(cudaStreamWaitEvent(stream_of(be, stream), (cudaEvent_t)(void *)event, 0));
+  return DDP_OK;
+}
+
+static ddp_status_t cuda_synchronize(ddp_backend_t *be, ddp_stream_t stream) {
+  DDP_CUDA_CHECK(cudaStreamSynchronize(stream_of(be, stream)));
+  return DDP_OK;
+}
+
+static cudaDataType_t cuda_type(ddp_dtype_t t) {
+  return t == DDP_DTYPE_BF16 ? CUDA_R_16BF : t == DDP_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static ddp_status_t cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
+  DDP_CHECK(ddp_gemm_validate(g));
+  if (g->m == 0 || g->n == 0) return DDP_OK;
+  cuda_state_t *st = state(be);
+  DDP_CUBLAS_CHECK(cublasSetStream(st->blas, stream_of(be, stream)));
+  /* Row-major C (m x n) is column-major C^T (n x m) = op(B)^T op(A)^T. */
+  cublasOperation_t opb = g->trans_b == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = g->trans_a == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
+  DDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      st->blas, opb, opa, (int)g->n, (int)g->m, (int)g->k, &g->alpha, g->b, cuda_type(g->ab_dtype),
+      (int)g->ldb, g->stride_b, g->a, cuda_type(g->ab_dtype), (int)g->lda, g->stride_a, &g->beta,
+      g->c, cuda_type(g->c_dtype), (int)g->ldc, g->stride_c, (int)g->batch, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+  return DDP_OK;
+}
+
+static ddp_status_t cuda_mem_info(ddp_backend_t *be, size_t *free_bytes, size_t *total_bytes) {
+  DDP_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+  return DDP_OK;
+}
+
+const ddp_backend_ops_t ddp_backend_cuda_ops = {
+    .name = "cuda",
+    .kind = DDP_DEVICE_KIND_CUDA,
+    .available = cuda_available,
+    .init = cuda_init,
+    .shutdown = cuda_shutdown,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
+    .copy = cuda_copy,
+    .fill = cuda_fill,
+    .convert = cuda_convert,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
+    .synchronize = cuda_synchronize,
+    .gemm = cuda_gemm,
+    .mem_info = cuda_mem_info,
+};

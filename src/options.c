@@ -1,0 +1,244 @@
+/* The option table and its parser (see ddptrain/options.h). */
+#include "ddptrain/options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddptrain/backend.h"
+#include "ddptrain/env.h"
+#include "ddptrain/log.h"
+
+typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
+
+typedef struct opt_row {
+  const char *name;  /* long name without "--" */
+  char short_name;   /* 0 when none */
+  opt_kind_t kind;
+  size_t offset;     /* field in ddp_options_t */
+  size_t size;       /* field size, for strings */
+  const char *def;   /* default, parsed like user input; NULL for actions */
+  double min, max;   /* inclusive range for numbers */
+  const char *metavar;
+  const char *section;
+  const char *help;
+  /* Extra validation for strings: silent, the parser reports with the flag. */
+  ddp_status_t (*validate)(const char *value);
+} opt_row_t;
+
+static ddp_status_t validate_device(const char *value) {
+  const char *name;
+  int index;
+  return ddp_device_parse(value, &name, &index);
+}
+
+#define OFF(f) offsetof(ddp_options_t, f), sizeof(((ddp_options_t *)0)->f)
+
+static const opt_row_t k_rows[] = {
+    {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
+     "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
+     validate_device},
+    {"threads", 0, OPT_INT, OFF(threads), "0", 0, 4096, "N", "Run control",
+     "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL},
+    {"seed", 0, OPT_INT, OFF(seed), "1337", 0, 9007199254740991.0, "N", "Run control",
+     "random seed; every rank and every resume draws the same numbers from it", NULL},
+    {"peak-gflops", 0, OPT_FLOAT, OFF(peak_gflops), "0", 0, 1e9, "X", "Run control",
+     "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL},
+    {"help", 'h', OPT_ACTION, OFF(help), NULL, 0, 0, NULL, "Information",
+     "print this help and exit", NULL},
+    {"version", 'V', OPT_ACTION, OFF(version), NULL, 0, 0, NULL, "Information",
+     "print the version and exit", NULL},
+    {"build-info", 0, OPT_ACTION, OFF(build_info), NULL, 0, 0, NULL, "Information",
+     "print the backends and dependencies of this build and exit", NULL},
+};
+
+#define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+
+int ddp_options_count(void) { return N_ROWS; }
+
+const char *ddp_options_name(int index) {
+  return index >= 0 && index < N_ROWS ? k_rows[index].name : NULL;
+}
+
+/* User errors: one line, no source location (the user's input is at fault,
+ * not a line of ours). */
+#define USAGE_ERROR(...) ddp_log_at(DDP_LOG_LEVEL_ERROR, NULL, 0, __VA_ARGS__)
+
+static ddp_status_t set_value(ddp_options_t *opts, const opt_row_t *row, const char *text) {
+  char *field = (char *)opts + row->offset;
+  char *end = NULL;
+  switch (row->kind) {
+    case OPT_INT: {
+      errno = 0;
+      long long v = strtoll(text, &end, 10);
+      if (end == text || *end != '\0') {
+        USAGE_ERROR("option --%s: '%s' is not an integer", row->name, text);
+        return DDP_ERR_INVALID_ARG;
+      }
+      if (errno == ERANGE || (double)v < row->min || (double)v > row->max) {
+        USAGE_ERROR("option --%s: %s is out of range [%.0f, %.0f]", row->name, text, row->min,
+                    row->max);
+        return DDP_ERR_INVALID_ARG;
+      }
+      *(int64_t *)field = v;
+      return DDP_OK;
+    }
+    case OPT_FLOAT: {
+      errno = 0;
+      double v = strtod(text, &end);
+      if (end == text || *end != '\0' || !isfinite(v)) {
+        USAGE_ERROR("option --%s: '%s' is not a finite number", row->name, text);
+        return DDP_ERR_INVALID_ARG;
+      }
+      if (errno == ERANGE || v < row->min || v > row->max) {
+        USAGE_ERROR("option --%s: %s is out of range [%g, %g]", row->name, text, row->min,
+                    row->max);
+        return DDP_ERR_INVALID_ARG;
+      }
+      *(double *)field = v;
+      return DDP_OK;
+    }
+    case OPT_STRING:
+      if (strlen(text) >= row->size) {
+        USAGE_ERROR("option --%s: value is longer than %zu characters", row->name, row->size - 1);
+        return DDP_ERR_INVALID_ARG;
+      }
+      if (row->validate && row->validate(text) != DDP_OK) {
+        USAGE_ERROR("option --%s: '%s' is not valid (%s)", row->name, text, row->help);
+        return DDP_ERR_INVALID_ARG;
+      }
+      memcpy(field, text, strlen(text) + 1);
+      return DDP_OK;
+    case OPT_ACTION:
+      *(int *)field = 1;
+      return DDP_OK;
+  }
+  return DDP_ERR_INTERNAL;
+}
+
+ddp_status_t ddp_options_defaults(ddp_options_t *opts) {
+  memset(opts, 0, sizeof *opts);
+  for (int i = 0; i < N_ROWS; ++i) {
+    if (k_rows[i].def && set_value(opts, &k_rows[i], k_rows[i].def) != DDP_OK)
+      return DDP_ERR_INTERNAL;
+  }
+  return DDP_OK;
+}
+
+/* Edit distance, for "did you mean"; names are short, so O(n*m) is nothing. */
+static int edit_distance(const char *a, size_t la, const char *b) {
+  size_t lb = strlen(b);
+  if (la > 40 || lb > 40) return 99;
+  int prev[41], cur[41];
+  for (size_t j = 0; j <= lb; ++j) prev[j] = (int)j;
+  for (size_t i = 1; i <= la; ++i) {
+    cur[0] = (int)i;
+    for (size_t j = 1; j <= lb; ++j) {
+      int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      int del = prev[j] + 1, ins = cur[j - 1] + 1;
+      cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+    memcpy(prev, cur, sizeof(int) * (lb + 1));
+  }
+  return prev[lb];
+}
+
+static const opt_row_t *find_long(const char *name, size_t len) {
+  for (int i = 0; i < N_ROWS; ++i)
+    if (strlen(k_rows[i].name) == len && strncmp(k_rows[i].name, name, len) == 0) return &k_rows[i];
+  return NULL;
+}
+
+static void report_unknown(const char *arg, const char *name, size_t len) {
+  const opt_row_t *best = NULL;
+  int best_d = 3;
+  for (int i = 0; i < N_ROWS; ++i) {
+    int d = edit_distance(name, len, k_rows[i].name);
+    if (d < best_d) {
+      best_d = d;
+      best = &k_rows[i];
+    }
+  }
+  if (best)
+    USAGE_ERROR("unknown option '%s'; did you mean '--%s'? (see --help)", arg, best->name);
+  else
+    USAGE_ERROR("unknown option '%s' (see --help)", arg);
+}
+
+ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    const char *arg = argv[i];
+    const opt_row_t *row = NULL;
+    const char *value = NULL;
+    if (arg[0] == '-' && arg[1] == '-' && arg[2] != '\0') {
+      const char *name = arg + 2;
+      const char *eq = strchr(name, '=');
+      size_t len = eq ? (size_t)(eq - name) : strlen(name);
+      row = find_long(name, len);
+      if (!row) {
+        report_unknown(arg, name, len);
+        return DDP_ERR_INVALID_ARG;
+      }
+      if (eq) {
+        if (row->kind == OPT_ACTION) {
+          USAGE_ERROR("option --%s takes no value", row->name);
+          return DDP_ERR_INVALID_ARG;
+        }
+        value = eq + 1;
+      }
+    } else if (arg[0] == '-' && arg[1] != '\0' && arg[2] == '\0') {
+      for (int r = 0; r < N_ROWS && !row; ++r)
+        if (k_rows[r].short_name == arg[1]) row = &k_rows[r];
+      if (!row) {
+        USAGE_ERROR("unknown option '%s' (see --help)", arg);
+        return DDP_ERR_INVALID_ARG;
+      }
+    } else {
+      USAGE_ERROR("unexpected argument '%s': ddptrain takes only options (see --help)", arg);
+      return DDP_ERR_INVALID_ARG;
+    }
+    if (row->kind != OPT_ACTION && !value) {
+      if (i + 1 >= argc) {
+        USAGE_ERROR("option --%s needs a value (%s)", row->name, row->metavar);
+        return DDP_ERR_INVALID_ARG;
+      }
+      value = argv[++i];
+    }
+    ddp_status_t st = set_value(opts, row, value ? value : "");
+    if (st != DDP_OK) return st;
+  }
+  return DDP_OK;
+}
+
+void ddp_options_print_help(FILE *out) {
+  fprintf(out,
+          "Usage: mpirun -np N ddptrain [OPTIONS]\n"
+          "       ddptrain [OPTIONS]            (a single process)\n\n"
+          "ddptrain trains models data-parallel: one process per GPU (or CPU socket),\n"
+          "started by mpirun or srun. Without a GPU it runs on the CPU backend.\n");
+  const char *section = NULL;
+  for (int i = 0; i < N_ROWS; ++i) {
+    const opt_row_t *r = &k_rows[i];
+    if (!section || strcmp(section, r->section) != 0) {
+      section = r->section;
+      fprintf(out, "\n%s:\n", section);
+    }
+    char left[48];
+    if (r->short_name)
+      snprintf(left, sizeof left, "-%c, --%s%s%s", r->short_name, r->name, r->metavar ? " " : "",
+               r->metavar ? r->metavar : "");
+    else
+      snprintf(left, sizeof left, "    --%s%s%s", r->name, r->metavar ? " " : "",
+               r->metavar ? r->metavar : "");
+    fprintf(out, "  %-26s %s", left, r->help);
+    if (r->def) fprintf(out, " [%s]", r->def);
+    fputc('\n', out);
+  }
+  fputc('\n', out);
+  ddp_env_print_help(out);
+  fprintf(out,
+          "\nExit status: 0 success, 1 runtime failure, 2 bad command line.\n"
+          "Errors name the rank that saw them; a fatal error on one rank ends every rank.\n");
+}

@@ -1,0 +1,59 @@
+/* The ddptrain program: parses the command line, starts the ranks, creates
+ * the backend and runs the job. Library code returns statuses; this is the
+ * one place that turns a failure into an exit code, and with several ranks it
+ * aborts the whole job (MPI_Abort) so no rank is left waiting for another.
+ * Exit codes: 0 success, 1 runtime failure, 2 bad command line. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ddptrain/backend.h"
+#include "ddptrain/dist.h"
+#include "ddptrain/env.h"
+#include "ddptrain/log.h"
+#include "ddptrain/options.h"
+#include "ddptrain/version.h"
+#include "tools/smoke.h"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+int main(int argc, char **argv) {
+  ddp_options_t opts;
+  if (ddp_options_defaults(&opts) != DDP_OK) return EXIT_RUNTIME;
+  /* Logging settings first, so even option errors respect them. */
+  if (ddp_env_apply_logging() != DDP_OK) return EXIT_USAGE;
+  /* The command line is checked before MPI starts: --help and bad flags
+   * need no launcher, and every rank rejects a bad flag identically. */
+  if (ddp_options_parse(&opts, argc, argv) != DDP_OK) return EXIT_USAGE;
+  if (opts.help) {
+    ddp_options_print_help(stdout);
+    return 0;
+  }
+  if (opts.version) {
+    printf("ddptrain %s (backends: %s)\n", ddp_version(), ddp_build_backends());
+    return 0;
+  }
+  if (opts.build_info) {
+    ddp_build_info_print(stdout);
+    return 0;
+  }
+
+  ddp_dist_t dist;
+  if (ddp_dist_init(&argc, &argv, &dist) != DDP_OK) return EXIT_RUNTIME;
+  ddp_env_log_overrides();
+  ddp_backend_config_t cfg = {.device = opts.device, .local_rank = dist.local_rank,
+                              .threads = (int)opts.threads, .local_size = dist.local_size};
+  ddp_backend_t *be = NULL;
+  ddp_status_t st = ddp_backend_create(&cfg, &be);
+  if (st == DDP_OK) {
+    DDP_LOG_INFO("ddptrain %s: %d rank%s, rank 0 on %s: %s", ddp_version(), dist.world,
+                 dist.world == 1 ? "" : "s", dist.host, be->description);
+    st = ddp_smoke_run(&opts, &dist, be);
+  }
+  ddp_backend_destroy(be);
+  if (st != DDP_OK) {
+    DDP_LOG_ERROR("rank %d on %s stops: %s", dist.rank, dist.host, ddp_status_string(st));
+    ddp_dist_abort(&dist, EXIT_RUNTIME);
+  }
+  ddp_dist_finalize(&dist);
+  return 0;
+}

@@ -1,0 +1,204 @@
+/* The backend table through the CPU backend: registry and device selection,
+ * copies, fills and conversions in every dtype, allocation accounting,
+ * streams/events, and the start-up GEMM rate measurement. */
+#include <config.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "check_util.h"
+#include "ddptrain/backend.h"
+
+static ddp_backend_t *make_cpu(void) {
+  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
+  ddp_backend_t *be = NULL;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  return be;
+}
+
+START_TEST(test_backend_registry_order_cuda_first_cpu_last) {
+  const ddp_backend_ops_t *const *r = ddp_backend_registry();
+  int n = 0;
+  while (r[n]) ++n;
+  ck_assert_str_eq(r[n - 1]->name, "cpu");
+#if DDP_HAVE_CUDA
+  ck_assert_int_eq(n, 2);
+  ck_assert_str_eq(r[0]->name, "cuda");
+#else
+  ck_assert_int_eq(n, 1);
+#endif
+}
+END_TEST
+
+START_TEST(test_backend_device_parse) {
+  const char *name;
+  int idx;
+  ck_assert_int_eq(ddp_device_parse("cuda:3", &name, &idx), DDP_OK);
+  ck_assert_str_eq(name, "cuda");
+  ck_assert_int_eq(idx, 3);
+  ck_assert_int_eq(ddp_device_parse(NULL, &name, &idx), DDP_OK);
+  ck_assert_str_eq(name, "auto");
+  ck_assert_int_eq(idx, -1);
+  ck_assert_int_eq(ddp_device_parse("tpu", &name, &idx), DDP_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(test_backend_auto_picks_an_available_backend) {
+  ddp_backend_config_t cfg = {.device = "auto", .threads = 1};
+  ddp_backend_t *be = NULL;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  ck_assert_int_eq(be->ops->available(), 1);
+  ck_assert_int_gt((int)strlen(be->description), 0);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_backend_explicit_cuda_without_gpu_is_an_error) {
+  const ddp_backend_ops_t *const *r = ddp_backend_registry();
+  if (r[0]->kind == DDP_DEVICE_KIND_CUDA && r[0]->available()) return; /* GPU host: n/a */
+  ddp_backend_config_t cfg = {.device = "cuda:0"};
+  ddp_backend_t *be = (ddp_backend_t *)1;
+  ddp_test_log_start();
+  ddp_status_t st = ddp_backend_create(&cfg, &be);
+  char *out = ddp_test_log_stop();
+  ck_assert(st == DDP_ERR_NO_DEVICE || st == DDP_ERR_UNSUPPORTED);
+  ck_assert_ptr_null(be);
+  ddp_assert_contains(out, "device 'cuda:0'");
+  free(out);
+  cfg.device = "cpu:1";
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_ERR_INVALID_ARG);
+  free(ddp_test_log_stop());
+}
+END_TEST
+
+START_TEST(test_backend_cpu_threads_default_and_explicit) {
+  ddp_backend_config_t cfg = {.device = "cpu", .threads = 0, .local_size = 1};
+  ddp_backend_t *be = NULL;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  ck_assert_int_ge(be->threads, 1);
+  ddp_backend_destroy(be);
+  cfg.threads = 3;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  ck_assert_int_eq(be->threads, 3);
+  ddp_assert_contains(be->description, "3 threads");
+  ddp_backend_destroy(be);
+  cfg.threads = 0;
+  cfg.local_size = 1 << 20; /* more ranks than cores: still one thread */
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  ck_assert_int_eq(be->threads, 1);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_backend_alloc_accounting) {
+  ddp_backend_t *be = make_cpu();
+  void *a, *b;
+  ck_assert_int_eq(ddp_backend_alloc(be, 1000, &a), DDP_OK);
+  ck_assert_int_eq(ddp_backend_alloc(be, 24, &b), DDP_OK);
+  ck_assert_uint_eq((uintptr_t)a % 256, 0);
+  ck_assert_uint_eq(be->bytes_in_use, 1024);
+  ddp_backend_free(be, a);
+  ck_assert_uint_eq(be->bytes_in_use, 24);
+  ck_assert_uint_eq(be->peak_bytes, 1024);
+  ddp_backend_free(be, b);
+  ddp_backend_free(be, NULL);
+  ck_assert_uint_eq(be->alloc_calls, 2);
+  ck_assert_uint_eq(be->free_calls, 2);
+  ck_assert_uint_eq(be->bytes_in_use, 0);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_backend_alloc(be, SIZE_MAX - 8, &a), DDP_ERR_OOM);
+  char *out = ddp_test_log_stop();
+  ddp_assert_contains(out, "cannot allocate");
+  free(out);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_backend_fill_copy_convert_every_dtype) {
+  ddp_backend_t *be = make_cpu();
+  enum { N = 37 };
+  void *d16, *d32;
+  ck_assert_int_eq(ddp_backend_alloc(be, N * 4, &d32), DDP_OK);
+  ck_assert_int_eq(ddp_backend_alloc(be, N * 2, &d16), DDP_OK);
+  const ddp_dtype_t halves[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  for (int h = 0; h < 2; ++h) {
+    ck_assert_int_eq(be->ops->fill(be, d16, halves[h], 1.0f / 3.0f, N, NULL), DDP_OK);
+    ck_assert_int_eq(be->ops->convert(be, d32, DDP_DTYPE_F32, d16, halves[h], N, NULL), DDP_OK);
+    float host[N];
+    ck_assert_int_eq(ddp_backend_copy(be, host, d32, sizeof host, DDP_COPY_KIND_DEVICE_TO_HOST,
+                                      NULL),
+                     DDP_OK);
+    ck_assert_int_eq(ddp_backend_sync(be, NULL), DDP_OK);
+    float expect = halves[h] == DDP_DTYPE_BF16 ? ddp_bf16_to_f32(ddp_f32_to_bf16(1.0f / 3.0f))
+                                               : ddp_f16_to_f32(ddp_f32_to_f16(1.0f / 3.0f));
+    for (int i = 0; i < N; ++i) ck_assert(host[i] == expect);
+  }
+  int32_t ints[N];
+  ck_assert_int_eq(be->ops->fill(be, d32, DDP_DTYPE_I32, -7.0f, N, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_backend_copy(be, ints, d32, sizeof ints, DDP_COPY_KIND_DEVICE_TO_HOST, NULL),
+                   DDP_OK);
+  for (int i = 0; i < N; ++i) ck_assert_int_eq(ints[i], -7);
+  ddp_test_log_start();
+  ck_assert_int_eq(be->ops->fill(be, d32, (ddp_dtype_t)99, 0.0f, N, NULL), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_backend_copy(be, NULL, d32, 4, DDP_COPY_KIND_DEVICE_TO_HOST, NULL),
+                   DDP_ERR_INVALID_ARG);
+  free(ddp_test_log_stop());
+  ddp_backend_free(be, d16);
+  ddp_backend_free(be, d32);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_backend_streams_and_events) {
+  ddp_backend_t *be = make_cpu();
+  ddp_stream_t s = NULL;
+  ddp_event_t e = NULL;
+  ck_assert_int_eq(be->ops->stream_create(be, &s), DDP_OK);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_int_eq(be->ops->event_create(be, &e), DDP_OK);
+  ck_assert_ptr_nonnull(e);
+  ck_assert_int_eq(be->ops->event_record(be, e, s), DDP_OK);
+  ck_assert_int_eq(be->ops->stream_wait_event(be, NULL, e), DDP_OK);
+  ck_assert_int_eq(be->ops->synchronize(be, s), DDP_OK);
+  be->ops->event_destroy(be, e);
+  be->ops->stream_destroy(be, s);
+  size_t free_b = 0, total_b = 0;
+  ck_assert_int_eq(be->ops->mem_info(be, &free_b, &total_b), DDP_OK);
+  ck_assert_uint_gt(total_b, 0);
+  ck_assert_uint_le(free_b, total_b);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_backend_measure_gemm_gflops) {
+  ddp_backend_t *be = make_cpu();
+  double gf = 0.0;
+  ck_assert_int_eq(ddp_backend_measure_gemm_gflops(be, 64, 0.01, &gf), DDP_OK);
+  ck_assert(gf > 0.01 && gf < 1e6);
+  ck_assert_uint_eq(be->bytes_in_use, 0); /* it frees what it took */
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_backend_measure_gemm_gflops(be, 0, 0.01, &gf), DDP_ERR_INVALID_ARG);
+  free(ddp_test_log_stop());
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+static Suite *backend_suite(void) {
+  Suite *s = suite_create("backend");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_backend_registry_order_cuda_first_cpu_last);
+  tcase_add_test(tc, test_backend_device_parse);
+  tcase_add_test(tc, test_backend_auto_picks_an_available_backend);
+  tcase_add_test(tc, test_backend_explicit_cuda_without_gpu_is_an_error);
+  tcase_add_test(tc, test_backend_cpu_threads_default_and_explicit);
+  tcase_add_test(tc, test_backend_alloc_accounting);
+  tcase_add_test(tc, test_backend_fill_copy_convert_every_dtype);
+  tcase_add_test(tc, test_backend_streams_and_events);
+  tcase_add_test(tc, test_backend_measure_gemm_gflops);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return ddp_test_run_suite(backend_suite()); }

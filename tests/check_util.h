@@ -1,0 +1,46 @@
+/* Shared helpers for the Check suites: a main() runner and log capture. */
+#ifndef DDPTRAIN_TESTS_CHECK_UTIL_H
+#define DDPTRAIN_TESTS_CHECK_UTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddptrain/log.h"
+
+/* Runs one suite; the exit code follows Automake (0 pass, 1 fail). */
+static inline int ddp_test_run_suite(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* Log capture: start() points the logger at a temporary file; stop() returns
+ * everything logged since (caller frees) and restores stderr. */
+static FILE *ddp_test_log_file;
+
+static inline void ddp_test_log_start(void) {
+  ddp_test_log_file = tmpfile();
+  ck_assert_ptr_nonnull(ddp_test_log_file);
+  ddp_log_set_stream(ddp_test_log_file);
+}
+
+static inline char *ddp_test_log_stop(void) {
+  ddp_log_set_stream(NULL);
+  long n = ftell(ddp_test_log_file);
+  char *text = calloc(1, (size_t)n + 1);
+  rewind(ddp_test_log_file);
+  if (n > 0 && fread(text, 1, (size_t)n, ddp_test_log_file) != (size_t)n) text[0] = '\0';
+  fclose(ddp_test_log_file);
+  ddp_test_log_file = NULL;
+  return text;
+}
+
+/* Asserts that `text` contains `needle`, showing both on failure. */
+#define ddp_assert_contains(text, needle) \
+  ck_assert_msg(strstr((text), (needle)) != NULL, "expected '%s' in: %s", (needle), (text))
+
+#endif

@@ -1,0 +1,45 @@
+#!/bin/sh
+# The ddptrain program as a user meets it: --help, --version, --build-info,
+# the default job as a single process, and bad command lines (exit 2 with one
+# clear line, nothing else run).
+. "${top_builddir:-.}/tests/env.sh"
+set -u
+fail=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+check() { # description, expected-exit, expected-text, command...
+  desc=$1 want=$2 text=$3
+  shift 3
+  "$@" > "$out" 2>&1
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL: $desc: exit $rc, expected $want"; sed 's/^/  | /' "$out"; fail=1; return
+  fi
+  if [ -n "$text" ] && ! grep -qF -- "$text" "$out"; then
+    echo "FAIL: $desc: output lacks '$text'"; sed 's/^/  | /' "$out"; fail=1; return
+  fi
+  echo "ok: $desc"
+}
+
+check "--help" 0 "Usage: mpirun -np N ddptrain" "$DDPTRAIN" --help
+check "-h lists environment" 0 "DDPTRAIN_LOG_LEVEL" "$DDPTRAIN" -h
+check "--version" 0 "ddptrain 0.1.0" "$DDPTRAIN" --version
+check "--build-info" 0 "OpenBLAS" "$DDPTRAIN" --build-info
+check "default job, singleton" 0 "smoke job passed on 1 rank" "$DDPTRAIN" --threads 1
+check "given peak is used" 0 "GEMM peak given: 123.0 GFLOP/s" "$DDPTRAIN" --peak-gflops 123
+check "unknown flag" 2 "unknown option '--sed'; did you mean '--seed'?" "$DDPTRAIN" --sed 3
+check "invalid number" 2 "option --threads: 'two' is not an integer" "$DDPTRAIN" --threads two
+check "out of range" 2 "option --threads: 5000 is out of range [0, 4096]" "$DDPTRAIN" --threads 5000
+check "missing value" 2 "option --seed needs a value" "$DDPTRAIN" --seed
+check "bad device" 2 "option --device: 'tpu' is not valid" "$DDPTRAIN" --device tpu
+check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
+check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
+check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \
+  env DDPTRAIN_LOG_LEVL=debug "$DDPTRAIN" --threads 1 --peak-gflops 1
+if "$DDPTRAIN" --build-info | grep -q "GPUs\? visible" && ! "$DDPTRAIN" --build-info | grep -q " 0 GPUs visible"; then
+  echo "skip: explicit cuda without a GPU (this host has one)"
+else
+  check "explicit cuda without a GPU" 1 "rank 0 on" "$DDPTRAIN" --device cuda
+fi
+exit $fail

@@ -1,0 +1,29 @@
+#!/bin/sh
+# ddptrain under mpirun: 2 and 4 ranks (oversubscribed on small machines),
+# and ranks that disagree must all stop with a message, not hang.
+. "${top_builddir:-.}/tests/env.sh"
+set -u
+if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
+fail=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+run() { timeout 120 "$MPIRUN" "$@" > "$out" 2>&1; }
+
+for np in 2 4; do
+  if run -np $np "$DDPTRAIN" --threads 1 && grep -q "smoke job passed on $np ranks" "$out"; then
+    echo "ok: mpirun -np $np"
+  else
+    echo "FAIL: mpirun -np $np"; sed 's/^/  | /' "$out"; fail=1
+  fi
+done
+
+# Different seeds on the two ranks (MPMD): both must exit non-zero quickly,
+# naming what differs and which ranks.
+run -np 1 "$DDPTRAIN" --threads 1 --seed 1 : -np 1 "$DDPTRAIN" --threads 1 --seed 2
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on the seeded RNG stream: rank [01] has" "$out"; then
+  echo "ok: seed mismatch stops every rank (exit $rc)"
+else
+  echo "FAIL: seed mismatch (exit $rc)"; sed 's/^/  | /' "$out"; fail=1
+fi
+exit $fail
