@@ -1,0 +1,51 @@
+#!/bin/sh
+# configure's promises: an explicit --with-X that cannot be honoured stops
+# with a message naming it; guess mode degrades to a CPU build and says so;
+# the summary reflects what will be built, with and without CUDA.
+# Each case runs configure out of tree in a scratch directory.
+. "${top_builddir:-.}/tests/env.sh"
+set -u
+if [ -f "$top_srcdir/config.status" ]; then
+  echo "SKIP: the source tree is configured in place, so out-of-tree configure runs are refused"
+  exit 77
+fi
+fail=0
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+have_nvcc=0
+grep -q '^#define DDP_HAVE_CUDA 1' "$top_builddir/config.h" && have_nvcc=1
+
+expect() { # description, expected-exit (0 or "fail"), expected-text, configure-args...
+  desc=$1 want=$2 text=$3
+  shift 3
+  rm -rf "$scratch/b" && mkdir "$scratch/b"
+  (cd "$scratch/b" && "$top_srcdir/configure" "$@" > out 2>&1)
+  rc=$?
+  if { [ "$want" = 0 ] && [ $rc -ne 0 ]; } || { [ "$want" = fail ] && [ $rc -eq 0 ]; }; then
+    echo "FAIL: $desc: configure exit $rc"; tail -15 "$scratch/b/out" | sed 's/^/  | /'; fail=1; return
+  fi
+  if ! grep -qE -- "$text" "$scratch/b/out"; then
+    echo "FAIL: $desc: no /$text/ in configure output"; tail -15 "$scratch/b/out" | sed 's/^/  | /'
+    fail=1; return
+  fi
+  echo "ok: $desc"
+}
+
+expect "explicit CUDA dir that does not exist" fail \
+  "error: --with-cuda=/nonexistent: /nonexistent/bin/nvcc does not exist" --with-cuda=/nonexistent
+expect "malformed CUDA architecture" fail "'sm80' is not a compute capability" --with-cuda-arch=sm80
+expect "cuDNN without the CUDA backend" fail \
+  "error: --with-cudnn=/opt/cudnn needs the CUDA backend" --without-cuda --with-cudnn=/opt/cudnn
+expect "CPU-only summary" 0 "CUDA \.+ no" --without-cuda
+grep -q "backends: cpu$" "$scratch/b/out" || { echo "FAIL: CPU-only summary lists other backends"; fail=1; }
+expect "guess mode with a broken nvcc degrades" 0 "building without cuda" NVCC=/bin/false
+grep -qE "CUDA \.+ no" "$scratch/b/out" || { echo "FAIL: broken nvcc still reports CUDA"; fail=1; }
+if [ $have_nvcc = 1 ]; then
+  expect "explicit NCCL dir without nccl.h" fail "NCCL \(nccl.h and a linkable libnccl\) was not found under /nonexistent" \
+    --with-nccl=/nonexistent
+  expect "CUDA summary" 0 "CUDA \.+ yes .*arch: 80 90" --with-cuda=guess
+  grep -q "backends: cuda, cpu$" "$scratch/b/out" || { echo "FAIL: CUDA summary lacks the cuda backend"; fail=1; }
+else
+  echo "skip: CUDA cases (this build found no CUDA toolkit)"
+fi
+exit $fail

@@ -1,0 +1,30 @@
+#!/bin/sh
+# `make install` gives a usable library: install into a scratch DESTDIR, then
+# build and run examples/backend_gemm.c against it using only ddptrain.pc, as
+# a user's program would.
+. "${top_builddir:-.}/tests/env.sh"
+set -u
+dest=$(mktemp -d)
+trap 'rm -rf "$dest"' EXIT
+if ! make -s -C "$top_builddir" install DESTDIR="$dest" > "$dest/install.log" 2>&1; then
+  echo "FAIL: make install"; tail -20 "$dest/install.log"; exit 1
+fi
+pc=$(find "$dest" -name ddptrain.pc | head -n 1)
+[ -n "$pc" ] || { echo "FAIL: ddptrain.pc was not installed"; exit 1; }
+for h in ddptrain.h backend.h status.h; do
+  find "$dest" -path "*/include/ddptrain/$h" | grep -q . || { echo "FAIL: $h not installed"; exit 1; }
+done
+find "$dest" -name 'ddptrain' -type f -perm -u+x | grep -q . || { echo "FAIL: program not installed"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest
+flags=$(pkg-config --cflags --libs ddptrain) || { echo "FAIL: pkg-config ddptrain"; exit 1; }
+libdir=$(dirname "$(dirname "$pc")")
+cc=$(sed -n 's/^CC = //p' "$top_builddir/Makefile")
+# shellcheck disable=SC2086
+if ! $cc -std=gnu11 -o "$dest/backend_gemm" "$top_srcdir/examples/backend_gemm.c" $flags -lm \
+     > "$dest/cc.log" 2>&1; then
+  echo "FAIL: compiling the example against the installed library"; cat "$dest/cc.log"; exit 1
+fi
+if ! LD_LIBRARY_PATH="$libdir" "$dest/backend_gemm"; then
+  echo "FAIL: the example did not run correctly"; exit 1
+fi
+echo "ok: installed library, headers, program and ddptrain.pc work (flags: $flags)"
