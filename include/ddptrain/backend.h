@@ -138,7 +138,8 @@ const ddp_backend_ops_t *const *ddp_backend_registry(void);
 ddp_status_t ddp_device_parse(const char *text, const char **backend_name, int *index);
 
 /* Measures the backend's fp32 GEMM rate on n x n x n products for at least
- * `seconds` (after one warm-up product), in GFLOP/s. This is the "peak" that
+ * `seconds` (after one warm-up product), in GFLOP/s: the fastest window of 4
+ * products. This is the "peak" that
  * MFU is reported against on the CPU, where no datasheet number applies. It
  * allocates its three matrices and frees them again: call it at start-up,
  * never inside the step loop. */
