@@ -25,9 +25,20 @@ int main(void) {
       (st = ddp_backend_alloc(be, sizeof(float) * K * N, &db)) ||
       (st = ddp_backend_alloc(be, sizeof(float) * M * N, &dc)))
     return 1;
-  ddp_gemm_t g = {.m = M, .n = N, .k = K, .alpha = 1.0f, .beta = 0.0f, .a = da, .lda = K,
-                  .b = db, .ldb = N, .c = dc, .ldc = N, .batch = 1,
-                  .ab_dtype = DDP_DTYPE_F32, .c_dtype = DDP_DTYPE_F32};
+  ddp_gemm_t g = {.m = M,
+                  .n = N,
+                  .k = K,
+                  .alpha = 1.0f,
+                  .beta = 0.0f,
+                  .a = da,
+                  .lda = K,
+                  .b = db,
+                  .ldb = N,
+                  .c = dc,
+                  .ldc = N,
+                  .batch = 1,
+                  .ab_dtype = DDP_DTYPE_F32,
+                  .c_dtype = DDP_DTYPE_F32};
   if ((st = ddp_backend_copy(be, da, a, sizeof(float) * M * K, DDP_COPY_KIND_HOST_TO_DEVICE,
                              NULL)) ||
       (st = ddp_backend_copy(be, db, b, sizeof(float) * K * N, DDP_COPY_KIND_HOST_TO_DEVICE,
@@ -42,8 +53,8 @@ int main(void) {
   double ref = 0.0;
   for (int k = 0; k < K; ++k) ref += (double)a[(M - 1) * K + k] * b[k * N + (N - 1)];
   double err = fabs(c[M * N - 1] - ref);
-  printf("ddptrain %s on %s: C[%d][%d] = %.6f (host %.6f)\n", ddp_version(), be->description,
-         M - 1, N - 1, c[M * N - 1], ref);
+  printf("ddptrain %s on %s: C[%d][%d] = %.6f (host %.6f)\n", ddp_version(), be->description, M - 1,
+         N - 1, c[M * N - 1], ref);
   ddp_backend_free(be, dc);
   ddp_backend_free(be, db);
   ddp_backend_free(be, da);

@@ -67,10 +67,14 @@ ddp_status_t ddp_arena_alloc(ddp_arena_t *arena, size_t bytes, void **ptr) {
   return DDP_OK;
 }
 
-size_t ddp_arena_mark(const ddp_arena_t *arena) { return arena->offset; }
+size_t ddp_arena_mark(const ddp_arena_t *arena) {
+  return arena->offset;
+}
 
 void ddp_arena_release(ddp_arena_t *arena, size_t mark) {
   if (mark <= arena->offset) arena->offset = mark;
 }
 
-void ddp_arena_reset(ddp_arena_t *arena) { arena->offset = 0; }
+void ddp_arena_reset(ddp_arena_t *arena) {
+  arena->offset = 0;
+}

@@ -26,7 +26,9 @@
 char *openblas_get_config(void);
 #endif
 
-const char *ddp_version(void) { return PACKAGE_VERSION; }
+const char *ddp_version(void) {
+  return PACKAGE_VERSION;
+}
 
 const char *ddp_build_backends(void) {
   static char buf[64];

@@ -49,8 +49,8 @@ ddp_status_t ddp_dist_init(int *argc, char ***argv, ddp_dist_t *dist) {
   DDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &dist->rank));
   DDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &dist->world));
   MPI_Comm node;
-  DDP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist->rank,
-                                    MPI_INFO_NULL, &node));
+  DDP_MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist->rank, MPI_INFO_NULL, &node));
   DDP_MPI_CHECK(MPI_Comm_rank(node, &dist->local_rank));
   DDP_MPI_CHECK(MPI_Comm_size(node, &dist->local_size));
   DDP_MPI_CHECK(MPI_Comm_free(&node));

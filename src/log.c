@@ -18,15 +18,25 @@ void ddp_log_set_rank(int rank, int world) {
   g_world = world > 0 ? world : 1;
 }
 
-int ddp_log_rank(void) { return g_rank; }
+int ddp_log_rank(void) {
+  return g_rank;
+}
 
-void ddp_log_set_level(ddp_log_level_t level) { g_level = level; }
+void ddp_log_set_level(ddp_log_level_t level) {
+  g_level = level;
+}
 
-ddp_log_level_t ddp_log_level(void) { return g_level; }
+ddp_log_level_t ddp_log_level(void) {
+  return g_level;
+}
 
-void ddp_log_set_all_ranks(int all_ranks) { g_all_ranks = all_ranks != 0; }
+void ddp_log_set_all_ranks(int all_ranks) {
+  g_all_ranks = all_ranks != 0;
+}
 
-void ddp_log_set_stream(FILE *stream) { g_stream = stream; }
+void ddp_log_set_stream(FILE *stream) {
+  g_stream = stream;
+}
 
 ddp_status_t ddp_log_level_parse(const char *text, ddp_log_level_t *level) {
   if (!text || !level) return DDP_ERR_INVALID_ARG;

@@ -14,13 +14,13 @@
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 
 typedef struct opt_row {
-  const char *name;  /* long name without "--" */
-  char short_name;   /* 0 when none */
+  const char *name; /* long name without "--" */
+  char short_name;  /* 0 when none */
   opt_kind_t kind;
-  size_t offset;     /* field in ddp_options_t */
-  size_t size;       /* field size, for strings */
-  const char *def;   /* default, parsed like user input; NULL for actions */
-  double min, max;   /* inclusive range for numbers */
+  size_t offset;   /* field in ddp_options_t */
+  size_t size;     /* field size, for strings */
+  const char *def; /* default, parsed like user input; NULL for actions */
+  double min, max; /* inclusive range for numbers */
   const char *metavar;
   const char *section;
   const char *help;
@@ -56,7 +56,9 @@ static const opt_row_t k_rows[] = {
 
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
 
-int ddp_options_count(void) { return N_ROWS; }
+int ddp_options_count(void) {
+  return N_ROWS;
+}
 
 const char *ddp_options_name(int index) {
   return index >= 0 && index < N_ROWS ? k_rows[index].name : NULL;

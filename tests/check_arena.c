@@ -157,4 +157,6 @@ static Suite *arena_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(arena_suite()); }
+int main(void) {
+  return ddp_test_run_suite(arena_suite());
+}

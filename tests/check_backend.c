@@ -126,9 +126,8 @@ START_TEST(test_backend_fill_copy_convert_every_dtype) {
     ck_assert_int_eq(be->ops->fill(be, d16, halves[h], 1.0f / 3.0f, N, NULL), DDP_OK);
     ck_assert_int_eq(be->ops->convert(be, d32, DDP_DTYPE_F32, d16, halves[h], N, NULL), DDP_OK);
     float host[N];
-    ck_assert_int_eq(ddp_backend_copy(be, host, d32, sizeof host, DDP_COPY_KIND_DEVICE_TO_HOST,
-                                      NULL),
-                     DDP_OK);
+    ck_assert_int_eq(
+        ddp_backend_copy(be, host, d32, sizeof host, DDP_COPY_KIND_DEVICE_TO_HOST, NULL), DDP_OK);
     ck_assert_int_eq(ddp_backend_sync(be, NULL), DDP_OK);
     float expect = halves[h] == DDP_DTYPE_BF16 ? ddp_bf16_to_f32(ddp_f32_to_bf16(1.0f / 3.0f))
                                                : ddp_f16_to_f32(ddp_f32_to_f16(1.0f / 3.0f));
@@ -201,4 +200,6 @@ static Suite *backend_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(backend_suite()); }
+int main(void) {
+  return ddp_test_run_suite(backend_suite());
+}

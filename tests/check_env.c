@@ -93,4 +93,6 @@ static Suite *env_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(env_suite()); }
+int main(void) {
+  return ddp_test_run_suite(env_suite());
+}

@@ -53,20 +53,23 @@ typedef struct layout {
   size_t extent; /* elements from the first to one past the last element */
 } layout_t;
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 static layout_t make_layout(int64_t rows, int64_t cols, int64_t ld, int64_t pad, int64_t batch,
                             int stride_zero) {
   layout_t l = {.rows = rows, .cols = cols};
   l.ld = ld ? ld : max64(1, cols);
   l.stride = stride_zero ? 0 : rows * l.ld + pad;
-  l.extent = (rows == 0 || cols == 0)
-                 ? 0
-                 : (size_t)((batch - 1) * l.stride + (rows - 1) * l.ld + cols);
+  l.extent =
+      (rows == 0 || cols == 0) ? 0 : (size_t)((batch - 1) * l.stride + (rows - 1) * l.ld + cols);
   return l;
 }
 
-static size_t alloc_elems(const layout_t *l) { return l->extent ? l->extent : 1; }
+static size_t alloc_elems(const layout_t *l) {
+  return l->extent ? l->extent : 1;
+}
 
 /* op(X)(r, c) of batch b for X stored (rows x cols) when not transposed. */
 static float at_op(const float *x, const layout_t *l, ddp_transpose_t t, int64_t b, int64_t r,
@@ -127,8 +130,8 @@ static void run_case(const gemm_case_t *gc) {
   const int reps = gc->reps > 0 ? gc->reps : 1;
   const int ta = gc->ta == DDP_TRANSPOSE_YES, tb = gc->tb == DDP_TRANSPOSE_YES;
   const layout_t la = make_layout(ta ? k : m, ta ? m : k, gc->lda, gc->pad_a, batch, 0);
-  const layout_t lb = make_layout(tb ? n : k, tb ? k : n, gc->ldb, gc->pad_b, batch,
-                                  gc->broadcast_b);
+  const layout_t lb =
+      make_layout(tb ? n : k, tb ? k : n, gc->ldb, gc->pad_b, batch, gc->broadcast_b);
   const layout_t lc = make_layout(m, n, gc->ldc, gc->pad_c, batch, 0);
 
   ddp_rng_t base, rng_a, rng_b, rng_c;
@@ -157,12 +160,25 @@ static void run_case(const gemm_case_t *gc) {
   void *da = to_device(a, alloc_elems(&la) * sizeof(float));
   void *db = to_device(b, alloc_elems(&lb) * sizeof(float));
   void *dc = to_device(c0, nc * sizeof(float));
-  const ddp_gemm_t g = {.trans_a = gc->ta, .trans_b = gc->tb, .m = m, .n = n, .k = k,
-                        .alpha = gc->alpha, .beta = gc->beta,
-                        .a = da, .lda = la.ld, .stride_a = la.stride,
-                        .b = db, .ldb = lb.ld, .stride_b = lb.stride,
-                        .c = dc, .ldc = lc.ld, .stride_c = lc.stride,
-                        .batch = batch, .ab_dtype = DDP_DTYPE_F32, .c_dtype = DDP_DTYPE_F32};
+  const ddp_gemm_t g = {.trans_a = gc->ta,
+                        .trans_b = gc->tb,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .alpha = gc->alpha,
+                        .beta = gc->beta,
+                        .a = da,
+                        .lda = la.ld,
+                        .stride_a = la.stride,
+                        .b = db,
+                        .ldb = lb.ld,
+                        .stride_b = lb.stride,
+                        .c = dc,
+                        .ldc = lc.ld,
+                        .stride_c = lc.stride,
+                        .batch = batch,
+                        .ab_dtype = DDP_DTYPE_F32,
+                        .c_dtype = DDP_DTYPE_F32};
   char what[200];
   snprintf(what, sizeof what,
            "m=%lld n=%lld k=%lld %c%c batch=%lld alpha=%g beta=%g lda=%lld ldb=%lld ldc=%lld "
@@ -232,8 +248,14 @@ static const ddp_transpose_t k_trans[4][2] = {{DDP_TRANSPOSE_NO, DDP_TRANSPOSE_N
                                               {DDP_TRANSPOSE_YES, DDP_TRANSPOSE_YES}};
 
 static gemm_case_t simple_case(int t, int64_t m, int64_t n, int64_t k) {
-  gemm_case_t gc = {.ta = k_trans[t][0], .tb = k_trans[t][1], .m = m, .n = n, .k = k,
-                    .batch = 1, .alpha = 1.0f, .beta = 0.0f};
+  gemm_case_t gc = {.ta = k_trans[t][0],
+                    .tb = k_trans[t][1],
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .batch = 1,
+                    .alpha = 1.0f,
+                    .beta = 0.0f};
   return gc;
 }
 
@@ -412,12 +434,25 @@ static void reject_env_init(reject_env_t *e) {
   e->b = to_device(zeros, sizeof zeros);
   for (int i = 0; i < 256; ++i) e->host_c[i] = SENTINEL;
   e->c = to_device(e->host_c, sizeof e->host_c);
-  const ddp_gemm_t g = {.trans_a = DDP_TRANSPOSE_NO, .trans_b = DDP_TRANSPOSE_NO,
-                        .m = 5, .n = 6, .k = 7, .alpha = 1.0f, .beta = 0.0f,
-                        .a = e->a, .lda = 7, .stride_a = 35,
-                        .b = e->b, .ldb = 6, .stride_b = 42,
-                        .c = e->c, .ldc = 6, .stride_c = 30,
-                        .batch = 1, .ab_dtype = DDP_DTYPE_F32, .c_dtype = DDP_DTYPE_F32};
+  const ddp_gemm_t g = {.trans_a = DDP_TRANSPOSE_NO,
+                        .trans_b = DDP_TRANSPOSE_NO,
+                        .m = 5,
+                        .n = 6,
+                        .k = 7,
+                        .alpha = 1.0f,
+                        .beta = 0.0f,
+                        .a = e->a,
+                        .lda = 7,
+                        .stride_a = 35,
+                        .b = e->b,
+                        .ldb = 6,
+                        .stride_b = 42,
+                        .c = e->c,
+                        .ldc = 6,
+                        .stride_c = 30,
+                        .batch = 1,
+                        .ab_dtype = DDP_DTYPE_F32,
+                        .c_dtype = DDP_DTYPE_F32};
   e->g = g;
 }
 

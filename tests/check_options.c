@@ -12,7 +12,8 @@ static ddp_status_t parse(ddp_options_t *o, char **log, const char *first, ...) 
   int argc = 1;
   va_list ap;
   va_start(ap, first);
-  for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *)) argv[argc++] = (char *)a;
+  for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
+    argv[argc++] = (char *)a;
   va_end(ap);
   ck_assert_int_eq(ddp_options_defaults(o), DDP_OK);
   ddp_test_log_start();
@@ -38,8 +39,8 @@ END_TEST
 
 START_TEST(test_options_both_value_syntaxes) {
   ddp_options_t o;
-  ck_assert_int_eq(parse(&o, NULL, "--seed", "7", "--threads=3", "--device=cuda:1",
-                         "--peak-gflops", "12.5", NULL),
+  ck_assert_int_eq(parse(&o, NULL, "--seed", "7", "--threads=3", "--device=cuda:1", "--peak-gflops",
+                         "12.5", NULL),
                    DDP_OK);
   ck_assert_int_eq(o.seed, 7);
   ck_assert_int_eq(o.threads, 3);
@@ -90,8 +91,7 @@ START_TEST(test_options_out_of_range) {
   ck_assert_int_eq(parse(&o, &log, "--threads", "-1", NULL), DDP_ERR_INVALID_ARG);
   ddp_assert_contains(log, "option --threads: -1 is out of range [0, 4096]");
   free(log);
-  ck_assert_int_eq(parse(&o, &log, "--threads", "99999999999999999999", NULL),
-                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(parse(&o, &log, "--threads", "99999999999999999999", NULL), DDP_ERR_INVALID_ARG);
   ddp_assert_contains(log, "out of range");
   free(log);
   ck_assert_int_eq(parse(&o, &log, "--peak-gflops", "-3", NULL), DDP_ERR_INVALID_ARG);
@@ -166,4 +166,6 @@ static Suite *options_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(options_suite()); }
+int main(void) {
+  return ddp_test_run_suite(options_suite());
+}

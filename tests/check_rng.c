@@ -128,8 +128,8 @@ START_TEST(test_rng_philox_known_answers) {
     uint32_t out[4];
     ddp_philox4x32_10(kat[v].ctr, kat[v].key, out);
     for (int i = 0; i < 4; ++i)
-      ck_assert_msg(out[i] == kat[v].out[i], "vector %zu word %d: 0x%08x != 0x%08x", v, i,
-                    out[i], kat[v].out[i]);
+      ck_assert_msg(out[i] == kat[v].out[i], "vector %zu word %d: 0x%08x != 0x%08x", v, i, out[i],
+                    kat[v].out[i]);
   }
 }
 END_TEST
@@ -151,8 +151,8 @@ START_TEST(test_rng_counter_layout) {
   ddp_rng_t rng;
   ddp_rng_init(&rng, seed, stream);
   ck_assert(rng.seed == seed && rng.stream == stream);
-  const uint64_t idx[] = {0, 1, 2, 3, 4, 77, (UINT64_C(1) << 34) + 6, UINT64_C(0x123456789ABCD),
-                          UINT64_MAX};
+  const uint64_t idx[] = {
+      0, 1, 2, 3, 4, 77, (UINT64_C(1) << 34) + 6, UINT64_C(0x123456789ABCD), UINT64_MAX};
   for (size_t i = 0; i < sizeof idx / sizeof idx[0]; ++i) {
     uint32_t w[4];
     ref_block(seed, stream, idx[i] / 4, w);
@@ -194,8 +194,7 @@ START_TEST(test_rng_u32_slices_match_long_fill) {
       ck_assert_msg(memcmp(part, all + off, n * sizeof *part) == 0, "base %zu slice %zu+%zu", bi,
                     off, n);
     }
-    for (size_t i = 0; i < 1000; i += 37)
-      ck_assert(ddp_rng_u32(&rng, k_bases[bi] + i) == all[i]);
+    for (size_t i = 0; i < 1000; i += 37) ck_assert(ddp_rng_u32(&rng, k_bases[bi] + i) == all[i]);
   }
   ddp_rng_fill_u32(&rng, 0, NULL, 0); /* n == 0 touches nothing */
 }
@@ -468,8 +467,14 @@ START_TEST(test_rng_below_index_convention) {
   const uint64_t seed = 4242, stream = 9;
   ddp_rng_t rng;
   ddp_rng_init(&rng, seed, stream);
-  const uint64_t bounds[] = {2, 3, 10, 1000003, (UINT64_C(1) << 32) + 1, UINT64_C(3) << 62,
-                             (UINT64_C(1) << 63) + 1, UINT64_MAX};
+  const uint64_t bounds[] = {2,
+                             3,
+                             10,
+                             1000003,
+                             (UINT64_C(1) << 32) + 1,
+                             UINT64_C(3) << 62,
+                             (UINT64_C(1) << 63) + 1,
+                             UINT64_MAX};
   int max_attempts = 0;
   size_t wrong = 0;
   for (size_t bi = 0; bi < sizeof bounds / sizeof bounds[0]; ++bi)
@@ -501,16 +506,15 @@ START_TEST(test_rng_golden_seed_1234) {
    * change here changes every resumed run, shuffle and initialization. */
   static const uint32_t golden_u32[8] = {0x2090b348, 0xda7cf0ab, 0x4401906f, 0xcbca470e,
                                          0x9eeede35, 0x1cbe137c, 0xfa277093, 0x147edd50};
-  static const float golden_uniform[8] = {0x1.048598p-3f, 0x1.b4f9ep-1f, 0x1.10064p-2f,
+  static const float golden_uniform[8] = {0x1.048598p-3f, 0x1.b4f9ep-1f,  0x1.10064p-2f,
                                           0x1.97948ep-1f, 0x1.3dddbcp-1f, 0x1.cbe13p-4f,
                                           0x1.f44eep-1f,  0x1.47eddp-4f};
-  static const float golden_normal[8] = {0x1.48fa5ap-3f,  -0x1.143cd8p-1f, 0x1.d50e46p+0f,
-                                         0x1.021956p+0f,  -0x1.6130ap-3f,  -0x1.416846p-5f,
-                                         0x1.a9cb7p+0f,   -0x1.153acep+0f};
+  static const float golden_normal[8] = {0x1.48fa5ap-3f, -0x1.143cd8p-1f, 0x1.d50e46p+0f,
+                                         0x1.021956p+0f, -0x1.6130ap-3f,  -0x1.416846p-5f,
+                                         0x1.a9cb7p+0f,  -0x1.153acep+0f};
   static const uint64_t golden_below_1000[6] = {853, 112, 984, 139, 918, 200};
-  static const uint64_t golden_below_3x2_62[3] = {UINT64_C(11013470746193243219),
-                                                  UINT64_C(1553335728450250407),
-                                                  UINT64_C(7410088578858960989)};
+  static const uint64_t golden_below_3x2_62[3] = {
+      UINT64_C(11013470746193243219), UINT64_C(1553335728450250407), UINT64_C(7410088578858960989)};
   ddp_rng_t rng, child;
   ddp_rng_init(&rng, 1234, 0);
   uint32_t u[8];

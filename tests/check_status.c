@@ -8,9 +8,9 @@
 #include "foreign_check.h"
 
 START_TEST(test_status_strings_cover_every_code) {
-#define X(name, value, desc)                                 \
-  ck_assert_str_eq(ddp_status_string(name), desc);           \
-  ck_assert_str_eq(ddp_status_name(name), #name);            \
+#define X(name, value, desc)                       \
+  ck_assert_str_eq(ddp_status_string(name), desc); \
+  ck_assert_str_eq(ddp_status_name(name), #name);  \
   ck_assert_int_eq((int)name, value);
   DDP_STATUS_LIST(X)
 #undef X
@@ -197,4 +197,6 @@ static Suite *status_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(status_suite()); }
+int main(void) {
+  return ddp_test_run_suite(status_suite());
+}

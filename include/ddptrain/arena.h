@@ -29,11 +29,11 @@ extern "C" {
 typedef struct ddp_arena {
   ddp_backend_t *backend; /* NULL for a measuring arena */
   char name[32];
-  char *base;             /* device pointer; never dereferenced here */
-  size_t capacity;        /* bytes */
-  size_t offset;          /* bytes in use */
-  size_t peak;            /* high-water mark of offset */
-  int poison;             /* fill fresh slices with NaN (debug checks) */
+  char *base;      /* device pointer; never dereferenced here */
+  size_t capacity; /* bytes */
+  size_t offset;   /* bytes in use */
+  size_t peak;     /* high-water mark of offset */
+  int poison;      /* fill fresh slices with NaN (debug checks) */
 } ddp_arena_t;
 
 /* Takes `capacity` bytes from the backend (the arena's only allocation). */

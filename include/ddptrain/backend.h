@@ -26,7 +26,10 @@
 extern "C" {
 #endif
 
-typedef enum ddp_device_kind { DDP_DEVICE_KIND_CPU = 0, DDP_DEVICE_KIND_CUDA = 1 } ddp_device_kind_t;
+typedef enum ddp_device_kind {
+  DDP_DEVICE_KIND_CPU = 0,
+  DDP_DEVICE_KIND_CUDA = 1
+} ddp_device_kind_t;
 
 typedef struct ddp_stream *ddp_stream_t; /* opaque; NULL = compute stream */
 typedef struct ddp_event *ddp_event_t;   /* opaque */
@@ -57,9 +60,9 @@ typedef struct ddp_gemm {
   int64_t ldb, stride_b;
   void *c;
   int64_t ldc, stride_c;
-  int64_t batch;         /* >= 1 */
-  ddp_dtype_t ab_dtype;  /* type of A and B */
-  ddp_dtype_t c_dtype;   /* type of C; accumulation is always fp32 */
+  int64_t batch;        /* >= 1 */
+  ddp_dtype_t ab_dtype; /* type of A and B */
+  ddp_dtype_t c_dtype;  /* type of C; accumulation is always fp32 */
 } ddp_gemm_t;
 
 /* Checks shapes, pitches and pointers of a GEMM descriptor (shared by every
@@ -150,7 +153,9 @@ ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, doubl
 static inline ddp_status_t ddp_backend_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {
   return be->ops->alloc(be, bytes, ptr);
 }
-static inline void ddp_backend_free(ddp_backend_t *be, void *ptr) { be->ops->free(be, ptr); }
+static inline void ddp_backend_free(ddp_backend_t *be, void *ptr) {
+  be->ops->free(be, ptr);
+}
 static inline ddp_status_t ddp_backend_copy(ddp_backend_t *be, void *dst, const void *src,
                                             size_t bytes, ddp_copy_kind_t kind,
                                             ddp_stream_t stream) {

@@ -16,9 +16,9 @@
 #include "ddptrain/log.h"
 #include "ddptrain/status.h"
 
-#define DDP_CHECK(expr)                         \
-  do {                                          \
-    ddp_status_t ddp_check_st_ = (expr);        \
+#define DDP_CHECK(expr)                                \
+  do {                                                 \
+    ddp_status_t ddp_check_st_ = (expr);               \
     if (ddp_check_st_ != DDP_OK) return ddp_check_st_; \
   } while (0)
 
@@ -28,17 +28,17 @@
     if ((st) != DDP_OK) goto label;     \
   } while (0)
 
-#define DDP_FAIL(status, ...)                                              \
-  do {                                                                     \
-    ddp_log_at(DDP_LOG_LEVEL_ERROR, __FILE__, __LINE__, __VA_ARGS__);      \
-    return (status);                                                       \
+#define DDP_FAIL(status, ...)                                         \
+  do {                                                                \
+    ddp_log_at(DDP_LOG_LEVEL_ERROR, __FILE__, __LINE__, __VA_ARGS__); \
+    return (status);                                                  \
   } while (0)
 
-#define DDP_FAIL_GOTO(st, status, label, ...)                              \
-  do {                                                                     \
-    ddp_log_at(DDP_LOG_LEVEL_ERROR, __FILE__, __LINE__, __VA_ARGS__);      \
-    (st) = (status);                                                       \
-    goto label;                                                            \
+#define DDP_FAIL_GOTO(st, status, label, ...)                         \
+  do {                                                                \
+    ddp_log_at(DDP_LOG_LEVEL_ERROR, __FILE__, __LINE__, __VA_ARGS__); \
+    (st) = (status);                                                  \
+    goto label;                                                       \
   } while (0)
 
 /* The generator: `conv` has the signature

@@ -18,17 +18,17 @@ extern "C" {
 #endif
 
 /* X(ID, "DEFAULT", "help") -> variable DDPTRAIN_<ID> */
-#define DDP_ENV_LIST(X)                                                                     \
-  X(LOG_LEVEL, "info", "log verbosity: error, warn, info or debug")                         \
-  X(LOG_ALL_RANKS, "0", "1: every rank prints info and debug lines, not only rank 0")       \
-  X(DEBUG_CHECKS, "0", "1: poison fresh arena memory and check arena bounds (slower)")      \
+#define DDP_ENV_LIST(X)                                                                \
+  X(LOG_LEVEL, "info", "log verbosity: error, warn, info or debug")                    \
+  X(LOG_ALL_RANKS, "0", "1: every rank prints info and debug lines, not only rank 0")  \
+  X(DEBUG_CHECKS, "0", "1: poison fresh arena memory and check arena bounds (slower)") \
   X(CPU_PEAK_GFLOPS, "0", "CPU peak GFLOP/s per rank for MFU; 0 measures it at start-up")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,
   DDP_ENV_LIST(DDP_ENV_ENUM_)
 #undef DDP_ENV_ENUM_
-  DDP_ENV_COUNT_
+      DDP_ENV_COUNT_
 } ddp_env_id_t;
 
 /* "DDPTRAIN_LOG_LEVEL" etc. */

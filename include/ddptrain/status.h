@@ -13,23 +13,23 @@ extern "C" {
 #endif
 
 /* X(name, value, description) */
-#define DDP_STATUS_LIST(X)                                                        \
-  X(DDP_OK, 0, "success")                                                         \
-  X(DDP_ERR_INVALID_ARG, -1, "invalid argument")                                  \
-  X(DDP_ERR_OOM, -2, "out of memory")                                             \
-  X(DDP_ERR_IO, -3, "I/O error")                                                  \
-  X(DDP_ERR_FORMAT, -4, "malformed input data")                                   \
-  X(DDP_ERR_UNSUPPORTED, -5, "not supported by this build or backend")            \
-  X(DDP_ERR_MISMATCH, -6, "ranks disagree")                                       \
-  X(DDP_ERR_NUMERIC, -7, "non-finite value")                                      \
-  X(DDP_ERR_TIMEOUT, -8, "timed out")                                             \
-  X(DDP_ERR_INTERRUPTED, -9, "interrupted")                                       \
-  X(DDP_ERR_INTERNAL, -10, "internal error")                                      \
-  X(DDP_ERR_NO_DEVICE, -11, "no usable device")                                   \
-  X(DDP_ERR_CUDA, -12, "CUDA runtime error")                                      \
-  X(DDP_ERR_CUBLAS, -13, "cuBLAS error")                                          \
-  X(DDP_ERR_CUDNN, -14, "cuDNN error")                                            \
-  X(DDP_ERR_NCCL, -15, "NCCL error")                                              \
+#define DDP_STATUS_LIST(X)                                             \
+  X(DDP_OK, 0, "success")                                              \
+  X(DDP_ERR_INVALID_ARG, -1, "invalid argument")                       \
+  X(DDP_ERR_OOM, -2, "out of memory")                                  \
+  X(DDP_ERR_IO, -3, "I/O error")                                       \
+  X(DDP_ERR_FORMAT, -4, "malformed input data")                        \
+  X(DDP_ERR_UNSUPPORTED, -5, "not supported by this build or backend") \
+  X(DDP_ERR_MISMATCH, -6, "ranks disagree")                            \
+  X(DDP_ERR_NUMERIC, -7, "non-finite value")                           \
+  X(DDP_ERR_TIMEOUT, -8, "timed out")                                  \
+  X(DDP_ERR_INTERRUPTED, -9, "interrupted")                            \
+  X(DDP_ERR_INTERNAL, -10, "internal error")                           \
+  X(DDP_ERR_NO_DEVICE, -11, "no usable device")                        \
+  X(DDP_ERR_CUDA, -12, "CUDA runtime error")                           \
+  X(DDP_ERR_CUBLAS, -13, "cuBLAS error")                               \
+  X(DDP_ERR_CUDNN, -14, "cuDNN error")                                 \
+  X(DDP_ERR_NCCL, -15, "NCCL error")                                   \
   X(DDP_ERR_MPI, -16, "MPI error")
 
 typedef enum ddp_status {

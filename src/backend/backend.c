@@ -19,7 +19,9 @@ static const ddp_backend_ops_t *const k_registry[] = {
     NULL,
 };
 
-const ddp_backend_ops_t *const *ddp_backend_registry(void) { return k_registry; }
+const ddp_backend_ops_t *const *ddp_backend_registry(void) {
+  return k_registry;
+}
 
 ddp_status_t ddp_device_parse(const char *text, const char **backend_name, int *index) {
   if (!text || !*text) text = "auto";
@@ -46,8 +48,7 @@ ddp_status_t ddp_backend_create(const ddp_backend_config_t *cfg, ddp_backend_t *
   const char *name = NULL;
   int index = -1;
   if (ddp_device_parse(cfg->device, &name, &index) != DDP_OK)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "device '%s' is not one of auto, cpu, cuda, cuda:N",
-             cfg->device);
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "device '%s' is not one of auto, cpu, cuda, cuda:N", cfg->device);
   const ddp_backend_ops_t *ops = NULL;
   for (const ddp_backend_ops_t *const *r = k_registry; *r && !ops; ++r) {
     if (strcmp(name, "auto") == 0 ? (*r)->available() : strcmp(name, (*r)->name) == 0) ops = *r;

@@ -40,8 +40,10 @@ int main(int argc, char **argv) {
   ddp_dist_t dist;
   if (ddp_dist_init(&argc, &argv, &dist) != DDP_OK) return EXIT_RUNTIME;
   ddp_env_log_overrides();
-  ddp_backend_config_t cfg = {.device = opts.device, .local_rank = dist.local_rank,
-                              .threads = (int)opts.threads, .local_size = dist.local_size};
+  ddp_backend_config_t cfg = {.device = opts.device,
+                              .local_rank = dist.local_rank,
+                              .threads = (int)opts.threads,
+                              .local_size = dist.local_size};
   ddp_backend_t *be = NULL;
   ddp_status_t st = ddp_backend_create(&cfg, &be);
   if (st == DDP_OK) {

@@ -33,7 +33,9 @@ void openblas_set_num_threads(int num_threads);
 /* Stream and event handles only need to be distinct non-NULL tokens. */
 static char g_token;
 
-static int cpu_available(void) { return 1; }
+static int cpu_available(void) {
+  return 1;
+}
 
 int ddp_cpu_default_threads(int local_size) {
   int cores = 0;
@@ -95,8 +97,8 @@ static ddp_status_t cpu_copy(ddp_backend_t *be, void *dst, const void *src, size
   return DDP_OK;
 }
 
-static ddp_status_t cpu_fill(ddp_backend_t *be, void *dst, ddp_dtype_t dtype, float value,
-                             size_t n, ddp_stream_t stream) {
+static ddp_status_t cpu_fill(ddp_backend_t *be, void *dst, ddp_dtype_t dtype, float value, size_t n,
+                             ddp_stream_t stream) {
   if (n == 0) return DDP_OK;
   if (!dst) DDP_FAIL(DDP_ERR_INVALID_ARG, "fill: NULL pointer");
   switch (dtype) {
@@ -146,7 +148,9 @@ static ddp_status_t cpu_stream_wait_event(ddp_backend_t *be, ddp_stream_t stream
   return DDP_OK;
 }
 
-static ddp_status_t cpu_synchronize(ddp_backend_t *be, ddp_stream_t stream) { return DDP_OK; }
+static ddp_status_t cpu_synchronize(ddp_backend_t *be, ddp_stream_t stream) {
+  return DDP_OK;
+}
 
 static ddp_status_t cpu_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
   DDP_CHECK(ddp_gemm_validate(g));

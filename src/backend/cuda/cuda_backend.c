@@ -37,7 +37,9 @@ typedef struct cuda_state {
   size_t n_slots, n_live;
 } cuda_state_t;
 
-static cuda_state_t *state(ddp_backend_t *be) { return (cuda_state_t *)be->impl; }
+static cuda_state_t *state(ddp_backend_t *be) {
+  return (cuda_state_t *)be->impl;
+}
 
 static cudaStream_t stream_of(ddp_backend_t *be, ddp_stream_t s) {
   return s ? (cudaStream_t)(void *)s : state(be)->compute;

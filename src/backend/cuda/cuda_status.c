@@ -41,10 +41,10 @@ ddp_status_t ddp_cuda_status_(long code, const char *expr, const char *file, int
 ddp_status_t ddp_cublas_status_(long code, const char *expr, const char *file, int line) {
   if (code == (long)CUBLAS_STATUS_SUCCESS) return DDP_OK;
   cublasStatus_t s = (cublasStatus_t)code;
-  ddp_status_t st = s == CUBLAS_STATUS_ALLOC_FAILED     ? DDP_ERR_OOM
-                    : s == CUBLAS_STATUS_INVALID_VALUE  ? DDP_ERR_INVALID_ARG
-                    : s == CUBLAS_STATUS_NOT_SUPPORTED  ? DDP_ERR_UNSUPPORTED
-                                                        : DDP_ERR_CUBLAS;
+  ddp_status_t st = s == CUBLAS_STATUS_ALLOC_FAILED    ? DDP_ERR_OOM
+                    : s == CUBLAS_STATUS_INVALID_VALUE ? DDP_ERR_INVALID_ARG
+                    : s == CUBLAS_STATUS_NOT_SUPPORTED ? DDP_ERR_UNSUPPORTED
+                                                       : DDP_ERR_CUBLAS;
   return report(st, "cuBLAS", expr, cublasGetStatusString(s), code, file, line);
 }
 
@@ -61,8 +61,8 @@ ddp_status_t ddp_cudnn_status_(long code, const char *expr, const char *file, in
 ddp_status_t ddp_nccl_status_(long code, const char *expr, const char *file, int line) {
   if (code == (long)ncclSuccess) return DDP_OK;
   ncclResult_t r = (ncclResult_t)code;
-  ddp_status_t st = r == ncclInvalidArgument || r == ncclInvalidUsage ? DDP_ERR_INVALID_ARG
-                                                                       : DDP_ERR_NCCL;
+  ddp_status_t st =
+      r == ncclInvalidArgument || r == ncclInvalidUsage ? DDP_ERR_INVALID_ARG : DDP_ERR_NCCL;
   return report(st, "NCCL", expr, ncclGetErrorString(r), code, file, line);
 }
 #endif
