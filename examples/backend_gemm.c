@@ -25,20 +25,7 @@ int main(void) {
       (st = ddp_backend_alloc(be, sizeof(float) * K * N, &db)) ||
       (st = ddp_backend_alloc(be, sizeof(float) * M * N, &dc)))
     return 1;
-  ddp_gemm_t g = {.m = M,
-                  .n = N,
-                  .k = K,
-                  .alpha = 1.0f,
-                  .beta = 0.0f,
-                  .a = da,
-                  .lda = K,
-                  .b = db,
-                  .ldb = N,
-                  .c = dc,
-                  .ldc = N,
-                  .batch = 1,
-                  .ab_dtype = DDP_DTYPE_F32,
-                  .c_dtype = DDP_DTYPE_F32};
+  ddp_gemm_t g = ddp_gemm_packed_f32(M, N, K, da, db, dc);
   if ((st = ddp_backend_copy(be, da, a, sizeof(float) * M * K, DDP_COPY_KIND_HOST_TO_DEVICE,
                              NULL)) ||
       (st = ddp_backend_copy(be, db, b, sizeof(float) * K * N, DDP_COPY_KIND_HOST_TO_DEVICE,

@@ -65,6 +65,29 @@ typedef struct ddp_gemm {
   ddp_dtype_t c_dtype;  /* type of C; accumulation is always fp32 */
 } ddp_gemm_t;
 
+/* The common case: fp32, no transposes, densely packed row-major operands,
+ * one product, C = A B (alpha 1, beta 0). Adjust fields for anything else. */
+static inline ddp_gemm_t ddp_gemm_packed_f32(int64_t m, int64_t n, int64_t k, const void *a,
+                                             const void *b, void *c) {
+  ddp_gemm_t g = {.trans_a = DDP_TRANSPOSE_NO,
+                  .trans_b = DDP_TRANSPOSE_NO,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .alpha = 1.0f,
+                  .beta = 0.0f,
+                  .a = a,
+                  .lda = k,
+                  .b = b,
+                  .ldb = n,
+                  .c = c,
+                  .ldc = n,
+                  .batch = 1,
+                  .ab_dtype = DDP_DTYPE_F32,
+                  .c_dtype = DDP_DTYPE_F32};
+  return g;
+}
+
 /* Checks shapes, pitches and pointers of a GEMM descriptor (shared by every
  * backend so they reject the same things with the same message). */
 ddp_status_t ddp_gemm_validate(const ddp_gemm_t *g);
@@ -81,8 +104,9 @@ typedef struct ddp_backend_config {
 typedef struct ddp_backend_ops {
   const char *name;
   ddp_device_kind_t kind;
-  /* Nonzero when this backend can run here (for "auto"). */
-  int (*available)(void);
+  /* Nonzero when this backend can run here (for "auto"); otherwise, when
+   * why is not NULL, writes the reason there (e.g. the driver's message). */
+  int (*available)(char *why, size_t why_len);
   ddp_status_t (*init)(ddp_backend_t *be, const ddp_backend_config_t *cfg, int device_index);
   void (*shutdown)(ddp_backend_t *be);
 

@@ -51,16 +51,18 @@ ddp_status_t ddp_backend_create(const ddp_backend_config_t *cfg, ddp_backend_t *
     DDP_FAIL(DDP_ERR_INVALID_ARG, "device '%s' is not one of auto, cpu, cuda, cuda:N", cfg->device);
   const ddp_backend_ops_t *ops = NULL;
   for (const ddp_backend_ops_t *const *r = k_registry; *r && !ops; ++r) {
-    if (strcmp(name, "auto") == 0 ? (*r)->available() : strcmp(name, (*r)->name) == 0) ops = *r;
+    if (strcmp(name, "auto") == 0 ? (*r)->available(NULL, 0) : strcmp(name, (*r)->name) == 0)
+      ops = *r;
   }
   if (!ops) {
     DDP_FAIL(strcmp(name, "cuda") == 0 ? DDP_ERR_UNSUPPORTED : DDP_ERR_NO_DEVICE,
              "device '%s': this build has no %s backend (configure found no CUDA toolkit)",
              cfg->device, name);
   }
-  if (!ops->available())
-    DDP_FAIL(DDP_ERR_NO_DEVICE, "device '%s': no usable %s device on this host", cfg->device,
-             ops->name);
+  char why[160] = "";
+  if (!ops->available(why, sizeof why))
+    DDP_FAIL(DDP_ERR_NO_DEVICE, "device '%s': no usable %s device on this host (%s)", cfg->device,
+             ops->name, why);
   ddp_backend_t *be = calloc(1, sizeof *be);
   if (!be) DDP_FAIL(DDP_ERR_OOM, "backend_create: out of host memory");
   be->ops = ops;

@@ -23,22 +23,7 @@ ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, doubl
   /* Small non-zero values: some BLAS kernels take shortcuts on zeros. */
   DDP_CHECK_GOTO(be->ops->fill(be, a, DDP_DTYPE_F32, 0.5f, (size_t)(n * n), NULL), st, out);
   DDP_CHECK_GOTO(be->ops->fill(be, b, DDP_DTYPE_F32, 0.25f, (size_t)(n * n), NULL), st, out);
-  ddp_gemm_t g = {.trans_a = DDP_TRANSPOSE_NO,
-                  .trans_b = DDP_TRANSPOSE_NO,
-                  .m = n,
-                  .n = n,
-                  .k = n,
-                  .alpha = 1.0f,
-                  .beta = 0.0f,
-                  .a = a,
-                  .lda = n,
-                  .b = b,
-                  .ldb = n,
-                  .c = c,
-                  .ldc = n,
-                  .batch = 1,
-                  .ab_dtype = DDP_DTYPE_F32,
-                  .c_dtype = DDP_DTYPE_F32};
+  ddp_gemm_t g = ddp_gemm_packed_f32(n, n, n, a, b, c);
   DDP_CHECK_GOTO(ddp_backend_gemm(be, &g, NULL), st, out); /* warm-up: threads, caches */
   DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);
   /* Products run in windows of 4 (an asynchronous device stays busy while

@@ -83,20 +83,7 @@ ddp_status_t ddp_smoke_run(const ddp_options_t *opts, const ddp_dist_t *dist, dd
   DDP_CHECK_GOTO(ddp_arena_alloc(&arena, nc * 4, &dc), st, out);
   DDP_CHECK_GOTO(ddp_backend_copy(be, da, a, na * 4, DDP_COPY_KIND_HOST_TO_DEVICE, NULL), st, out);
   DDP_CHECK_GOTO(ddp_backend_copy(be, db, b, nb * 4, DDP_COPY_KIND_HOST_TO_DEVICE, NULL), st, out);
-  ddp_gemm_t g = {.m = SMOKE_M,
-                  .n = SMOKE_N,
-                  .k = SMOKE_K,
-                  .alpha = 1.0f,
-                  .beta = 0.0f,
-                  .a = da,
-                  .lda = SMOKE_K,
-                  .b = db,
-                  .ldb = SMOKE_N,
-                  .c = dc,
-                  .ldc = SMOKE_N,
-                  .batch = 1,
-                  .ab_dtype = DDP_DTYPE_F32,
-                  .c_dtype = DDP_DTYPE_F32};
+  ddp_gemm_t g = ddp_gemm_packed_f32(SMOKE_M, SMOKE_N, SMOKE_K, da, db, dc);
   DDP_CHECK_GOTO(ddp_backend_gemm(be, &g, NULL), st, out);
   DDP_CHECK_GOTO(ddp_backend_copy(be, c, dc, nc * 4, DDP_COPY_KIND_DEVICE_TO_HOST, NULL), st, out);
   DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);

@@ -89,9 +89,13 @@ static size_t slots_remove(cuda_state_t *st, void *ptr) {
   return bytes;
 }
 
-static int cuda_available(void) {
+static int cuda_available(char *why, size_t why_len) {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err == cudaSuccess && n > 0) return 1;
+  if (why && why_len)
+    snprintf(why, why_len, "%s", err != cudaSuccess ? cudaGetErrorString(err) : "0 GPUs visible");
+  return 0;
 }
 
 static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg, int index) {
