@@ -177,6 +177,36 @@ START_TEST(test_check_cuda_codes_convert) {
 END_TEST
 #endif
 
+#if DDP_HAVE_CUDNN
+#include <cudnn.h>
+START_TEST(test_check_cudnn_codes_convert) {
+  ddp_test_log_start();
+  ck_assert_int_eq(DDP_FOREIGN_STATUS(ddp_cudnn_status_, CUDNN_STATUS_SUCCESS), DDP_OK);
+  ck_assert_int_eq(DDP_FOREIGN_STATUS(ddp_cudnn_status_, CUDNN_STATUS_ALLOC_FAILED), DDP_ERR_OOM);
+  ck_assert_int_eq(DDP_FOREIGN_STATUS(ddp_cudnn_status_, CUDNN_STATUS_BAD_PARAM), DDP_ERR_CUDNN);
+  char *out = ddp_test_log_stop();
+  ddp_assert_contains(out, "CUDNN_STATUS_BAD_PARAM failed on cuda:");
+  ddp_assert_contains(out, "(cuDNN error");
+  free(out);
+}
+END_TEST
+#endif
+
+#if DDP_HAVE_NCCL
+#include <nccl.h>
+START_TEST(test_check_nccl_codes_convert) {
+  ddp_test_log_start();
+  ck_assert_int_eq(DDP_FOREIGN_STATUS(ddp_nccl_status_, ncclSuccess), DDP_OK);
+  ck_assert_int_eq(DDP_FOREIGN_STATUS(ddp_nccl_status_, ncclInvalidArgument), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(DDP_FOREIGN_STATUS(ddp_nccl_status_, ncclSystemError), DDP_ERR_NCCL);
+  char *out = ddp_test_log_stop();
+  ddp_assert_contains(out, "ncclSystemError failed on cuda:");
+  ddp_assert_contains(out, "(NCCL error");
+  free(out);
+}
+END_TEST
+#endif
+
 static Suite *status_suite(void) {
   Suite *s = suite_create("status");
   TCase *tc = tcase_create("core");
@@ -192,6 +222,12 @@ static Suite *status_suite(void) {
 #endif
 #if DDP_HAVE_CUDA
   tcase_add_test(tc, test_check_cuda_codes_convert);
+#endif
+#if DDP_HAVE_CUDNN
+  tcase_add_test(tc, test_check_cudnn_codes_convert);
+#endif
+#if DDP_HAVE_NCCL
+  tcase_add_test(tc, test_check_nccl_codes_convert);
 #endif
   suite_add_tcase(s, tc);
   return s;
