@@ -69,24 +69,44 @@ static void cpu_shutdown(ddp_backend_t *be) {
     DDP_LOG_DEBUG("cpu backend: %zu bytes still allocated at shutdown", be->bytes_in_use);
 }
 
-static ddp_status_t cpu_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {
+/* Both kinds of memory share one allocator; only "device" memory counts
+ * (the counters mean device memory, as on CUDA). Zero bytes gives NULL. */
+static ddp_status_t host_block(size_t bytes, void **ptr) {
   void *block = NULL;
-  if (bytes > SIZE_MAX - CPU_ALIGN || posix_memalign(&block, CPU_ALIGN, bytes + CPU_ALIGN) != 0) {
-    *ptr = NULL;
+  *ptr = NULL;
+  if (bytes == 0) return DDP_OK;
+  if (bytes > SIZE_MAX - CPU_ALIGN || posix_memalign(&block, CPU_ALIGN, bytes + CPU_ALIGN) != 0)
     DDP_FAIL(DDP_ERR_OOM, "cpu backend: cannot allocate %.2f MiB of host memory",
              bytes / 1048576.0);
-  }
   *(size_t *)block = bytes;
   *ptr = (char *)block + CPU_ALIGN;
-  ddp_backend_count_alloc(be, bytes);
+  return DDP_OK;
+}
+
+/* Returns the block's size. */
+static size_t host_block_free(void *ptr) {
+  void *block = (char *)ptr - CPU_ALIGN;
+  size_t bytes = *(size_t *)block;
+  free(block);
+  return bytes;
+}
+
+static ddp_status_t cpu_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {
+  DDP_CHECK(host_block(bytes, ptr));
+  if (*ptr) ddp_backend_count_alloc(be, bytes);
   return DDP_OK;
 }
 
 static void cpu_free(ddp_backend_t *be, void *ptr) {
-  if (!ptr) return;
-  void *block = (char *)ptr - CPU_ALIGN;
-  ddp_backend_count_free(be, *(size_t *)block);
-  free(block);
+  if (ptr) ddp_backend_count_free(be, host_block_free(ptr));
+}
+
+static ddp_status_t cpu_alloc_host(ddp_backend_t *be, size_t bytes, void **ptr) {
+  return host_block(bytes, ptr);
+}
+
+static void cpu_free_host(ddp_backend_t *be, void *ptr) {
+  if (ptr) host_block_free(ptr);
 }
 
 static ddp_status_t cpu_copy(ddp_backend_t *be, void *dst, const void *src, size_t bytes,
@@ -198,8 +218,8 @@ const ddp_backend_ops_t ddp_backend_cpu_ops = {
     .shutdown = cpu_shutdown,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .alloc_host = cpu_alloc,
-    .free_host = cpu_free,
+    .alloc_host = cpu_alloc_host,
+    .free_host = cpu_free_host,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .convert = cpu_convert,

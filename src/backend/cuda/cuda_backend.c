@@ -46,8 +46,9 @@ static cudaStream_t stream_of(ddp_backend_t *be, ddp_stream_t s) {
 }
 
 static size_t slot_index(const cuda_state_t *st, const void *ptr) {
-  size_t h = ((uintptr_t)ptr >> 8) * 0x9E3779B97F4A7C15ull;
-  size_t i = h & (st->n_slots - 1);
+  /* Fibonacci hashing: take the product's high bits. cudaMalloc returns
+   * 2 MiB-aligned pointers for large buffers, so low bits carry nothing. */
+  size_t i = (size_t)(((uint64_t)(uintptr_t)ptr * 0x9E3779B97F4A7C15ull) >> 32) & (st->n_slots - 1);
   while (st->slots[i].ptr && st->slots[i].ptr != ptr) i = (i + 1) & (st->n_slots - 1);
   return i;
 }
@@ -180,6 +181,7 @@ static void cuda_free(ddp_backend_t *be, void *ptr) {
 static ddp_status_t cuda_alloc_host(ddp_backend_t *be, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (bytes == 0) return DDP_OK;
+  /* Host staging memory: not device memory, so not in the counters. */
   cudaError_t err = cudaMallocHost(ptr, bytes);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -196,6 +198,7 @@ static void cuda_free_host(ddp_backend_t *be, void *ptr) {
 static ddp_status_t cuda_copy(ddp_backend_t *be, void *dst, const void *src, size_t bytes,
                               ddp_copy_kind_t kind, ddp_stream_t stream) {
   if (bytes == 0) return DDP_OK;
+  if (!dst || !src) DDP_FAIL(DDP_ERR_INVALID_ARG, "copy: NULL pointer");
   static const enum cudaMemcpyKind k_kind[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                                cudaMemcpyDeviceToDevice};
   if ((unsigned)kind > DDP_COPY_KIND_DEVICE_TO_DEVICE)
@@ -257,10 +260,38 @@ static cudaDataType_t cuda_type(ddp_dtype_t t) {
   return t == DDP_DTYPE_BF16 ? CUDA_R_16BF : t == DDP_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+/* k == 0: C = beta * C, and A, B may be NULL (the contract allows it; cuBLAS
+ * would reject their pitches). beta == 0 writes zeros (all-zero bits are +0
+ * in every float type) without reading C, so NaN in C cannot survive. */
+static ddp_status_t gemm_k_zero(ddp_backend_t *be, const ddp_gemm_t *g, cudaStream_t s) {
+  if (g->beta == 1.0f) return DDP_OK;
+  const size_t esz = ddp_dtype_size(g->c_dtype);
+  for (int64_t i = 0; i < g->batch; ++i) {
+    char *c = (char *)g->c + (size_t)(i * g->stride_c) * esz;
+    if (g->beta == 0.0f) {
+      DDP_CUDA_CHECK(
+          cudaMemset2DAsync(c, (size_t)g->ldc * esz, 0, (size_t)g->n * esz, (size_t)g->m, s));
+      continue;
+    }
+    cuda_state_t *st = state(be);
+    DDP_CUBLAS_CHECK(cublasSetStream(st->blas, s));
+    const cudaDataType_t t = cuda_type(g->c_dtype);
+    for (int64_t r = 0; r < g->m; ++r)
+      DDP_CUBLAS_CHECK(cublasScalEx(st->blas, (int)g->n, &g->beta, CUDA_R_32F,
+                                    c + (size_t)(r * g->ldc) * esz, t, 1, CUDA_R_32F));
+  }
+  return DDP_OK;
+}
+
 static ddp_status_t cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
   DDP_CHECK(ddp_gemm_validate(g));
   if (g->m == 0 || g->n == 0) return DDP_OK;
+  if (g->k == 0) return gemm_k_zero(be, g, stream_of(be, stream));
   cuda_state_t *st = state(be);
+  /* One handle serves every stream: GEMMs must not run on two streams at
+   * once (cublasSetStream also resets the handle to its default workspace,
+   * which concurrent GEMMs would share). Overlap in ddptrain puts collectives,
+   * never GEMMs, on the second stream. */
   DDP_CUBLAS_CHECK(cublasSetStream(st->blas, stream_of(be, stream)));
   /* Row-major C (m x n) is column-major C^T (n x m) = op(B)^T op(A)^T. */
   cublasOperation_t opb = g->trans_b == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
