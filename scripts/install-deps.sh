@@ -1,6 +1,8 @@
 #!/bin/sh
-# Installs what ddptrain needs to build and test on Debian 12 (or Ubuntu):
-# the autotools, Open MPI, hwloc, Check, OpenBLAS and pkg-config. Idempotent:
+# Installs what ddptrain needs to build on Debian 12 (or Ubuntu): the
+# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson and pkg-config; with
+# --test also what only the tests need (PyTorch for the reference model, a
+# large download the default job does not need). Idempotent:
 # packages already present are not touched, and apt-get runs only when
 # something is missing. Uses sudo when not run as root.
 #
@@ -8,7 +10,12 @@
 # ddptrain builds its CPU backend only.
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
-      openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev"
+      openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev"
+case "${1:-}" in
+  --test) pkgs="$pkgs python3-torch python3-numpy" ;;
+  "") ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
 missing=
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

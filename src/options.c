@@ -10,6 +10,7 @@
 #include "ddptrain/backend.h"
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
+#include "ddptrain/optim.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 
@@ -36,7 +37,49 @@ static ddp_status_t validate_device(const char *value) {
 
 #define OFF(f) offsetof(ddp_options_t, f), sizeof(((ddp_options_t *)0)->f)
 
+static ddp_status_t validate_optimizer(const char *value) {
+  ddp_optim_kind_t kind;
+  return ddp_optim_kind_parse(value, &kind);
+}
+
 static const opt_row_t k_rows[] = {
+    {"data", 0, OPT_STRING, OFF(data), "", 0, 0, "GLOB", "Data",
+     "training shards (llm.c .bin format); empty = the built-in task data set", NULL},
+    {"val-data", 0, OPT_STRING, OFF(val_data), "", 0, 0, "GLOB", "Data",
+     "held-out shards; empty = the built-in validation split (or none with --data)", NULL},
+    {"seq-len", 0, OPT_INT, OFF(seq_len), "128", 2, 1 << 20, "T", "Model",
+     "maximum sequence length (longer documents are split)", NULL},
+    {"n-layer", 0, OPT_INT, OFF(n_layer), "2", 1, 1000, "L", "Model", "transformer blocks", NULL},
+    {"n-head", 0, OPT_INT, OFF(n_head), "4", 1, 4096, "H", "Model", "attention heads", NULL},
+    {"n-embd", 0, OPT_INT, OFF(n_embd), "128", 1, 65536, "C", "Model",
+     "embedding width (a multiple of --n-head)", NULL},
+    {"tokens-per-batch", 0, OPT_INT, OFF(tokens_per_batch), "4096", 2, 1 << 30, "N", "Batching",
+     "padded tokens per micro-batch (rows x longest row)", NULL},
+    {"accum", 0, OPT_INT, OFF(accum), "1", 1, 1 << 20, "K", "Batching",
+     "micro-batches per optimizer step (gradient accumulation)", NULL},
+    {"steps", 0, OPT_INT, OFF(steps), "150", 0, 1e15, "N", "Batching",
+     "optimizer steps; 0 = derive from --epochs", NULL},
+    {"epochs", 0, OPT_INT, OFF(epochs), "0", 0, 1e9, "E", "Batching",
+     "epochs over the training data, used when --steps is 0", NULL},
+    {"optimizer", 0, OPT_STRING, OFF(optimizer), "adamw", 0, 0, "NAME", "Optimisation",
+     "adamw, sgd (momentum, optionally Nesterov) or lamb", validate_optimizer},
+    {"lr", 0, OPT_FLOAT, OFF(lr), "3e-3", 0, 1e3, "X", "Optimisation", "peak learning rate", NULL},
+    {"min-lr", 0, OPT_FLOAT, OFF(min_lr), "3e-4", 0, 1e3, "X", "Optimisation",
+     "learning rate at the end of the cosine decay", NULL},
+    {"warmup", 0, OPT_INT, OFF(warmup), "15", 0, 1e15, "N", "Optimisation",
+     "linear warmup steps", NULL},
+    {"weight-decay", 0, OPT_FLOAT, OFF(weight_decay), "0.1", 0, 10, "X", "Optimisation",
+     "weight decay (2-D weights only; decoupled for adamw/lamb)", NULL},
+    {"grad-clip", 0, OPT_FLOAT, OFF(grad_clip), "1.0", 0, 1e9, "X", "Optimisation",
+     "clip the global gradient norm to this; 0 = off", NULL},
+    {"beta1", 0, OPT_FLOAT, OFF(beta1), "0.9", 0, 0.999999, "X", "Optimisation",
+     "adamw/lamb first-moment decay", NULL},
+    {"beta2", 0, OPT_FLOAT, OFF(beta2), "0.95", 0, 0.999999, "X", "Optimisation",
+     "adamw/lamb second-moment decay", NULL},
+    {"momentum", 0, OPT_FLOAT, OFF(momentum), "0.9", 0, 0.999999, "X", "Optimisation",
+     "sgd momentum", NULL},
+    {"nesterov", 0, OPT_INT, OFF(nesterov), "1", 0, 1, "0|1", "Optimisation",
+     "sgd: Nesterov momentum", NULL},
     {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
      "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
      validate_device},
@@ -46,12 +89,26 @@ static const opt_row_t k_rows[] = {
      "random seed; every rank and every resume draws the same numbers from it", NULL},
     {"peak-gflops", 0, OPT_FLOAT, OFF(peak_gflops), "0", 0, 1e9, "X", "Run control",
      "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL},
+    {"log-every", 0, OPT_INT, OFF(log_every), "10", 1, 1e15, "N", "Logging and evaluation",
+     "a progress line (and metrics record) every N steps: the only host sync", NULL},
+    {"eval-every", 0, OPT_INT, OFF(eval_every), "50", 0, 1e15, "N", "Logging and evaluation",
+     "validation loss every N steps; 0 = only at the end", NULL},
+    {"eval-tokens", 0, OPT_INT, OFF(eval_tokens), "16384", 1, 1e15, "N", "Logging and evaluation",
+     "target tokens per validation pass", NULL},
+    {"metrics", 0, OPT_STRING, OFF(metrics), "", 0, 0, "FILE", "Logging and evaluation",
+     "append one JSON object per log line (and a final record) to FILE", NULL},
+    {"export", 0, OPT_STRING, OFF(export_path), "", 0, 0, "FILE", "Logging and evaluation",
+     "write the trained weights to FILE (safetensors, PyTorch state_dict names)", NULL},
     {"help", 'h', OPT_ACTION, OFF(help), NULL, 0, 0, NULL, "Information",
      "print this help and exit", NULL},
     {"version", 'V', OPT_ACTION, OFF(version), NULL, 0, 0, NULL, "Information",
      "print the version and exit", NULL},
     {"build-info", 0, OPT_ACTION, OFF(build_info), NULL, 0, 0, NULL, "Information",
      "print the backends and dependencies of this build and exit", NULL},
+    {"self-test", 0, OPT_ACTION, OFF(self_test), NULL, 0, 0, NULL, "Information",
+     "check this node instead of training: seeded RNG agreement across ranks, a GEMM and "
+     "half-precision round trips on the backend, the GEMM peak",
+     NULL},
 };
 
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The ddptrain program as a user meets it: --help, --version, --build-info,
-# the default job as a single process, and bad command lines (exit 2 with one
-# clear line, nothing else run).
+# --self-test and a short training job as a single process, and bad command
+# lines (exit 2 with one clear line, nothing else run).
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 fail=0
@@ -26,8 +26,10 @@ check "--help" 0 "Usage: mpirun -np N ddptrain" "$DDPTRAIN" --help
 check "-h lists environment" 0 "DDPTRAIN_LOG_LEVEL" "$DDPTRAIN" -h
 check "--version" 0 "ddptrain 0.1.0" "$DDPTRAIN" --version
 check "--build-info" 0 "OpenBLAS" "$DDPTRAIN" --build-info
-check "default job, singleton" 0 "smoke job passed on 1 rank" "$DDPTRAIN" --threads 1
-check "given peak is used" 0 "GEMM peak given: 123.0 GFLOP/s" "$DDPTRAIN" --peak-gflops 123
+check "self-test, singleton" 0 "smoke job passed on 1 rank" "$DDPTRAIN" --self-test --threads 1
+check "given peak is used" 0 "GEMM peak given: 123.0 GFLOP/s" "$DDPTRAIN" --self-test --peak-gflops 123
+# shellcheck disable=SC2086
+check "short training job" 0 "step     4/4 | loss" "$DDPTRAIN" $TINY
 check "unknown flag" 2 "unknown option '--sed'; did you mean '--seed'?" "$DDPTRAIN" --sed 3
 check "invalid number" 2 "option --threads: 'two' is not an integer" "$DDPTRAIN" --threads two
 check "out of range" 2 "option --threads: 5000 is out of range [0, 4096]" "$DDPTRAIN" --threads 5000
@@ -36,7 +38,7 @@ check "bad device" 2 "option --device: 'tpu' is not valid" "$DDPTRAIN" --device 
 check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
 check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
 check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \
-  env DDPTRAIN_LOG_LEVL=debug "$DDPTRAIN" --threads 1 --peak-gflops 1
+  env DDPTRAIN_LOG_LEVL=debug "$DDPTRAIN" --self-test --threads 1 --peak-gflops 1
 if "$DDPTRAIN" --build-info | grep -q "GPUs\? visible" && ! "$DDPTRAIN" --build-info | grep -q " 0 GPUs visible"; then
   echo "skip: explicit cuda without a GPU (this host has one)"
 else

@@ -1,6 +1,7 @@
 #!/bin/sh
-# ddptrain under mpirun: 2 and 4 ranks (oversubscribed on small machines),
-# and ranks that disagree must all stop with a message, not hang.
+# ddptrain under mpirun: the self-test on 2 and 4 ranks (oversubscribed on
+# small machines), a short training job on 2 ranks, and ranks that disagree
+# must all stop with a message, not hang.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
@@ -10,16 +11,23 @@ trap 'rm -f "$out"' EXIT
 run() { timeout 120 "$MPIRUN" "$@" > "$out" 2>&1; }
 
 for np in 2 4; do
-  if run -np $np "$DDPTRAIN" --threads 1 && grep -q "smoke job passed on $np ranks" "$out"; then
+  if run -np $np "$DDPTRAIN" --self-test --threads 1 && grep -q "smoke job passed on $np ranks" "$out"; then
     echo "ok: mpirun -np $np"
   else
     echo "FAIL: mpirun -np $np"; sed 's/^/  | /' "$out"; fail=1
   fi
 done
 
+# shellcheck disable=SC2086
+if run -np 2 "$DDPTRAIN" $TINY && grep -q "\[rank 0/2\] step     4/4 | loss" "$out"; then
+  echo "ok: training under mpirun -np 2"
+else
+  echo "FAIL: training under mpirun -np 2"; sed 's/^/  | /' "$out"; fail=1
+fi
+
 # Different seeds on the two ranks (MPMD): both must exit non-zero quickly,
 # naming what differs and which ranks.
-run -np 1 "$DDPTRAIN" --threads 1 --seed 1 : -np 1 "$DDPTRAIN" --threads 1 --seed 2
+run -np 1 "$DDPTRAIN" --self-test --threads 1 --seed 1 : -np 1 "$DDPTRAIN" --self-test --threads 1 --seed 2
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on the seeded RNG stream: rank [01] has" "$out"; then
   echo "ok: seed mismatch stops every rank (exit $rc)"

@@ -137,6 +137,9 @@ typedef struct ddp_backend_ops {
 
   /* Device memory free and total, in bytes. */
   ddp_status_t (*mem_info)(ddp_backend_t *be, size_t *free_bytes, size_t *total_bytes);
+
+  /* The model kernels (ddptrain/nn.h); NULL where this backend has none. */
+  const struct ddp_nn_ops *nn;
 } ddp_backend_ops_t;
 
 struct ddp_backend {

@@ -21,13 +21,26 @@ extern "C" {
 #endif
 
 typedef struct ddp_options {
+  /* data */
+  char data[1024], val_data[1024];
+  /* model */
+  int64_t seq_len, n_layer, n_head, n_embd;
+  /* batching */
+  int64_t tokens_per_batch, accum, steps, epochs;
+  /* optimisation */
+  char optimizer[16];
+  double lr, min_lr, weight_decay, grad_clip, beta1, beta2, momentum;
+  int64_t warmup, nesterov;
   /* run control */
   char device[32];
   int64_t threads;
   int64_t seed;
   double peak_gflops;
+  /* logging, evaluation, export */
+  int64_t log_every, eval_every, eval_tokens;
+  char metrics[1024], export_path[1024];
   /* actions */
-  int help, version, build_info;
+  int help, version, build_info, self_test;
 } ddp_options_t;
 
 /* Fills every field with its declared default. */

@@ -1,5 +1,5 @@
 /* The ddptrain program: parses the command line, starts the ranks, creates
- * the backend and runs the job. Library code returns statuses; this is the
+ * the backend and trains (or, with --self-test, checks the node). Library code returns statuses; this is the
  * one place that turns a failure into an exit code, and with several ranks it
  * aborts the whole job (MPI_Abort) so no rank is left waiting for another.
  * Exit codes: 0 success, 1 runtime failure, 2 bad command line. */
@@ -11,6 +11,7 @@
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
 #include "ddptrain/options.h"
+#include "ddptrain/trainer.h"
 #include "ddptrain/version.h"
 #include "tools/smoke.h"
 
@@ -49,7 +50,7 @@ int main(int argc, char **argv) {
   if (st == DDP_OK) {
     DDP_LOG_INFO("ddptrain %s: %d rank%s, rank 0 on %s: %s", ddp_version(), dist.world,
                  dist.world == 1 ? "" : "s", dist.host, be->description);
-    st = ddp_smoke_run(&opts, &dist, be);
+    st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
   }
   ddp_backend_destroy(be);
   if (st != DDP_OK) {

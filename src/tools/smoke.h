@@ -1,6 +1,5 @@
-/* The start-up self-test job that `ddptrain` runs until the trainer lands:
- * it exercises every part of the runtime core on every rank and checks that
- * the ranks agree. */
+/* `ddptrain --self-test`: exercises the runtime core on every rank and
+ * checks that the ranks agree, without training (a quick node check). */
 #ifndef DDPTRAIN_TOOLS_SMOKE_H
 #define DDPTRAIN_TOOLS_SMOKE_H
 

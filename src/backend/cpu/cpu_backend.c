@@ -18,6 +18,7 @@
 
 #include "backend/backend_impl.h"
 #include "ddptrain/check.h"
+#include "ddptrain/nn.h"
 
 #if DDP_HAVE_OPENBLAS_THREADS
 /* OpenBLAS's own thread control; declared in its cblas.h, repeated here in
@@ -232,4 +233,5 @@ const ddp_backend_ops_t ddp_backend_cpu_ops = {
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
     .mem_info = cpu_mem_info,
+    .nn = &ddp_nn_cpu_ops,
 };

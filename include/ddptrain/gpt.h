@@ -1,0 +1,116 @@
+/* The GPT-2 decoder: parameters, forward, backward and eval.
+ *
+ * Architecture (must match tests/reference/gpt_reference.py exactly): token +
+ * learned position embeddings; n_layer pre-LayerNorm blocks (eps 1e-5) of
+ * causal multi-head self-attention (fused qkv Linear(C,3C) with bias, output
+ * Linear(C,C)) and an MLP (Linear(C,4C), tanh-GELU, Linear(4C,C)); a final
+ * LayerNorm; an LM head tied to the token embedding; no dropout.
+ *
+ * Memory is allocated once, in ddp_gpt_create: parameters and gradients as two
+ * flat buffers, and an activation arena sized for the largest micro-batch
+ * (tokens_per_batch padded tokens, sequences up to max_seq_len). Each forward
+ * resets the arena; nothing is allocated per step.
+ *
+ * Parameters are laid out in the order backward finishes their gradients
+ * (ln_f, then blocks from last to first, then wpe, then wte, which the
+ * embedding backward completes last), so gradient buckets are contiguous
+ * slices that fill from the front. `on_grad_ready` is called once per tensor,
+ * in that order, on backward passes asked to notify (the last micro-step).
+ *
+ * The loss of a micro-batch is the SUM of its token cross-entropies; the
+ * trainer passes dloss = 1 / (target tokens of the whole optimizer step), so
+ * gradients of all micro-steps (and ranks) add up to the gradient of the mean. */
+#ifndef DDPTRAIN_GPT_H
+#define DDPTRAIN_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ddptrain/arena.h"
+#include "ddptrain/backend.h"
+#include "ddptrain/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddp_gpt_config {
+  int n_layer, n_head, n_embd;
+  int max_seq_len;  /* T max: rows of wpe */
+  int vocab;        /* V */
+} ddp_gpt_config_t;
+
+/* Checks the configuration: positive sizes, n_embd % n_head == 0, ... */
+ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *cfg);
+
+/* One parameter tensor in the flat buffers. */
+typedef struct ddp_gpt_tensor {
+  char name[48];     /* PyTorch state_dict key, e.g. "transformer.h.0.attn.c_attn.weight" */
+  int ndim;
+  int64_t shape[2];
+  size_t offset;     /* elements into the flat buffers */
+  size_t count;
+  int decay;         /* 2-D weights other than wpe: weight decay applies */
+} ddp_gpt_tensor_t;
+
+typedef void (*ddp_grad_ready_fn)(void *ctx, size_t offset, size_t count);
+
+typedef struct ddp_gpt ddp_gpt_t;
+
+/* tokens_per_batch: the padded-token budget of one micro-batch (B*T <= it). */
+ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_config_t *cfg,
+                            int64_t tokens_per_batch);
+void ddp_gpt_destroy(ddp_gpt_t *m);
+
+const ddp_gpt_config_t *ddp_gpt_config(const ddp_gpt_t *m);
+size_t ddp_gpt_num_params(const ddp_gpt_t *m);
+int ddp_gpt_num_tensors(const ddp_gpt_t *m);
+const ddp_gpt_tensor_t *ddp_gpt_tensor(const ddp_gpt_t *m, int index);
+/* Flat buffers in backend memory. */
+float *ddp_gpt_params(ddp_gpt_t *m);
+float *ddp_gpt_grads(ddp_gpt_t *m);
+/* Copies all parameters (n_params floats) to / from host memory. */
+ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host);
+ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host);
+/* Bytes of activation arena reserved (for logs and memory reports). */
+size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m);
+
+/* GPT-2 initialisation from the counter-based RNG: normal(0, 0.02); the two
+ * residual output projections of each block normal(0, 0.02/sqrt(2 n_layer));
+ * biases 0; LayerNorm weight 1, bias 0. Each tensor draws from its own
+ * sub-stream (derived from its name's position in the model), so the values
+ * do not depend on the layout order. */
+ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed);
+
+void ddp_gpt_set_grad_hook(ddp_gpt_t *m, ddp_grad_ready_fn fn, void *ctx);
+
+/* Forward of one micro-batch: inputs/targets (B,T) int32 host arrays (targets
+ * -1 at ignored positions). With train != 0 activations are kept for
+ * backward and the loss gradient (scaled by dloss) is fused into the loss.
+ * The loss sum is added to a device-side accumulator (no host sync); read it
+ * with ddp_gpt_take_loss. */
+ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets, int B,
+                             int T, int train, float dloss);
+
+/* Backward of the last training forward. accumulate == 0 overwrites the
+ * gradients (first micro-step); notify != 0 calls the grad hook per tensor. */
+ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify);
+
+/* Reads and zeroes the device-side loss accumulator (one host sync). */
+ddp_status_t ddp_gpt_take_loss(ddp_gpt_t *m, double *loss_sum);
+
+/* Logits of the last forward (backend memory, (B*T, V), valid after an eval
+ * forward; a training forward overwrites them with their gradient). */
+const float *ddp_gpt_logits(const ddp_gpt_t *m);
+/* Copies the first n_rows rows (of V floats) of those logits to the host. */
+ddp_status_t ddp_gpt_copy_logits_to_host(ddp_gpt_t *m, float *host, int64_t n_rows);
+
+/* Writes every parameter to a safetensors file (fp32, PyTorch state_dict
+ * keys; the tied LM head is not repeated). Atomic: temporary file + rename. */
+ddp_status_t ddp_gpt_export_safetensors(ddp_gpt_t *m, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,122 @@
+/* Optimizers, learning-rate schedule and gradient clipping.
+ *
+ * Parameters, gradients and optimizer state are single flat fp32 buffers.
+ * A step is one fused pass over all parameters (multi-tensor): the buffer is
+ * described by segments, one per parameter tensor, each saying whether weight
+ * decay applies (GPT-2 practice: 2-D weights only) and, for LAMB, giving the
+ * tensor boundaries its per-tensor trust ratio needs.
+ *
+ * Clipping never needs the host: the step reads the squared global gradient
+ * norm from backend memory (written by ddp_optim_grad_sumsq) and scales the
+ * gradients by min(1, max_norm / (norm + 1e-6)) inside the same pass.
+ * `grad_scale` multiplies gradients first (loss-scale unscaling later). */
+#ifndef DDPTRAIN_OPTIM_H
+#define DDPTRAIN_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ddp_optim_kind {
+  DDP_OPTIM_KIND_ADAMW = 0,
+  DDP_OPTIM_KIND_SGD = 1,
+  DDP_OPTIM_KIND_LAMB = 2
+} ddp_optim_kind_t;
+
+/* "adamw" | "sgd" | "lamb" (silent on bad input). */
+ddp_status_t ddp_optim_kind_parse(const char *text, ddp_optim_kind_t *kind);
+const char *ddp_optim_kind_name(ddp_optim_kind_t kind);
+
+typedef struct ddp_optim_config {
+  ddp_optim_kind_t kind;
+  float beta1, beta2, eps; /* AdamW/LAMB (PyTorch defaults 0.9, 0.999, 1e-8) */
+  float weight_decay;      /* decoupled for AdamW/LAMB; L2 (added to g) for SGD */
+  float momentum;          /* SGD */
+  int nesterov;            /* SGD */
+  float max_grad_norm;     /* <= 0: no clipping */
+} ddp_optim_config_t;
+
+/* One parameter tensor inside the flat buffers. */
+typedef struct ddp_optim_segment {
+  size_t offset, count; /* elements */
+  int decay;            /* weight decay applies */
+} ddp_optim_segment_t;
+
+/* Floats of optimizer state per parameter: AdamW/LAMB 2 (m, v), SGD 1
+ * (momentum buffer; 0 when momentum == 0). State must start zeroed.
+ * Layout, shared by every backend so state and checkpoints are portable:
+ * AdamW/LAMB m in state[0, n), v in state[n, 2n); SGD buffer in state[0, n). */
+size_t ddp_optim_state_per_param(const ddp_optim_config_t *cfg);
+
+/* step is 0-based (negative counts as 0; warmup < 0 as 0):
+ *   step < warmup:        lr * (step + 1) / warmup   (step 0 already trains,
+ *                         step warmup-1 reaches lr; nanoGPT/llm.c)
+ *   step >= total_steps:  min_lr
+ *   otherwise:            min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * progress)),
+ *                         progress = (step - warmup) / max(1, total_steps - warmup)
+ *                         clamped to [0, 1]
+ * computed in double. warmup == 0: pure cosine from step 0. */
+float ddp_lr_schedule(int64_t step, float lr, float min_lr, int64_t warmup, int64_t total_steps);
+
+typedef struct ddp_optim_step_args {
+  const ddp_optim_config_t *cfg;
+  float *params;                       /* (n) fp32 master weights */
+  const float *grads;                  /* (n) */
+  float *state;                        /* (n * state_per_param), layout above */
+  const ddp_optim_segment_t *segments; /* host array, sorted, disjoint, covering [0, n) */
+  int n_segments;
+  size_t n;
+  int64_t t; /* 1-based step count (bias correction) */
+  float lr;
+  float grad_scale;        /* gradients are multiplied by this first */
+  const float *grad_sumsq; /* backend memory, 1 float: sum of squares of the
+                            *scaled* gradients; NULL when not clipping */
+} ddp_optim_step_args_t;
+
+/* sumsq (backend memory, 1 float) = sum over i < n of (scale * g[i])^2,
+ * with scale * g[i] rounded to fp32 first (the gradient as the step sees it)
+ * and the squares accumulated in double on the CPU for determinism and
+ * accuracy; *sumsq is overwritten, not accumulated. Rejects a NULL or
+ * non-CPU backend, NULL pointers and a non-finite scale. */
+ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
+                                      float scale, ddp_stream_t s);
+
+/* The fused step on the CPU backend (the CUDA kernel's oracle later).
+ * This CPU twin dereferences the buffers directly (the CPU backend's memory
+ * is host memory) and refuses other backends (DDP_ERR_UNSUPPORTED); work runs
+ * at once, so the stream is unused. params, grads and state must not overlap.
+ *
+ * Gradient: g = grads[i] * grad_scale * clip, where clip =
+ * min(1, max_grad_norm / (sqrt(*grad_sumsq) + 1e-6)) when max_grad_norm > 0
+ * and grad_sumsq != NULL, else 1 (torch.nn.utils.clip_grad_norm_; computed
+ * once per step in double; a NaN norm propagates into the step as in torch,
+ * so the AMP inf check must skip such steps first). Per kind, with
+ * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (double, once per step):
+ *   AdamW (torch.optim.AdamW): p *= 1 - lr*wd (decaying segments);
+ *     m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *     p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps).
+ *   SGD (torch.optim.SGD, dampening 0): g += wd p (decaying segments);
+ *     momentum > 0: buf = g when t == 1, else momentum buf + g;
+ *     d = g + momentum buf (nesterov) or buf; momentum == 0: d = g; p -= lr d.
+ *   LAMB (apex FusedLAMB, adam_w_mode, grad averaging, trust ratio on every
+ *     segment as in NVLAMB): m, v as AdamW; per segment
+ *     r = (m/bc1) / (sqrt(v/bc2) + eps) + wd p (wd on decaying segments only),
+ *     trust = ||p|| / ||r|| when both are > 0, else 1; p -= lr trust r.
+ * Bad input (NULL pointers, segments not sorted/disjoint/covering [0, n),
+ * n_segments < 1, t < 1, lr negative or not finite, non-finite grad_scale,
+ * unknown kind, negative or non-finite weight_decay, NaN max_grad_norm;
+ * AdamW/LAMB: betas outside [0, 1), eps not > 0; SGD: negative momentum,
+ * nesterov without momentum) returns DDP_ERR_INVALID_ARG with a logged
+ * message and modifies nothing. */
+ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *args,
+                                ddp_stream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

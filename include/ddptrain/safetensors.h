@@ -1,0 +1,56 @@
+/* safetensors files: write and read.
+ *
+ * Format (https://huggingface.co/docs/safetensors): an 8-byte little-endian
+ * header length, a JSON header mapping tensor names to {dtype, shape,
+ * data_offsets} plus an optional "__metadata__" map of strings, then the raw
+ * little-endian tensor data. ddptrain uses it for exported weights (readable
+ * by PyTorch) and, later, checkpoints.
+ *
+ * Writes are atomic: a temporary file in the same directory, fsync, rename,
+ * then fsync of the directory, so a crash or a full disk never leaves a
+ * half-written file under the final name. Reads validate the whole header
+ * (offsets inside the file, sizes matching dtype x shape, no overlaps) and
+ * name the file and the offending tensor on error. */
+#ifndef DDPTRAIN_SAFETENSORS_H
+#define DDPTRAIN_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/dtype.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDP_SAFETENSORS_MAX_DIMS 8
+
+typedef struct ddp_st_tensor {
+  const char *name;
+  ddp_dtype_t dtype;
+  int ndim;
+  int64_t shape[DDP_SAFETENSORS_MAX_DIMS];
+  const void *data; /* host memory, numel * dtype size bytes */
+} ddp_st_tensor_t;
+
+/* meta: NULL or a NULL-terminated list of key, value, key, value, ... */
+ddp_status_t ddp_safetensors_write(const char *path, const ddp_st_tensor_t *tensors, int n,
+                                   const char *const *meta);
+
+typedef struct ddp_safetensors ddp_safetensors_t;
+
+ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out);
+void ddp_safetensors_close(ddp_safetensors_t *st);
+int ddp_safetensors_count(const ddp_safetensors_t *st);
+/* Fills *t (data points into the loaded file) for the i-th tensor, in file
+ * order, or for the named one; DDP_ERR_INVALID_ARG if absent. */
+ddp_status_t ddp_safetensors_get(const ddp_safetensors_t *st, int index, ddp_st_tensor_t *t);
+ddp_status_t ddp_safetensors_find(const ddp_safetensors_t *st, const char *name,
+                                  ddp_st_tensor_t *t);
+/* A "__metadata__" value, or NULL. */
+const char *ddp_safetensors_meta(const ddp_safetensors_t *st, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

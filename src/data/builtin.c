@@ -1,0 +1,230 @@
+/* The built-in data set: synthetic byte-level documents a small GPT learns
+ * within a minute of CPU training, so an end-to-end run needs no download.
+ *
+ * A document is EOT followed by task lines:
+ *   copy     c:hello=hello\n
+ *   reverse  r:hello=olleh\n
+ *   sort     s:hello=ehllo\n
+ *   add      a:123+4567=4690\n
+ * The answer span of a line is everything after its '=' up to and including
+ * '\n'; it is a function of the prompt, so greedy decoding can be scored
+ * exactly. The fixed structure (task letter, ':', '=', '\n', EOT) is learnt
+ * in a few steps and copy/reverse soon after, which is what makes the loss
+ * fall visibly early; sort and add keep a little headroom.
+ *
+ * Lengths are heavy-tailed like real text: the number of lines is log-normal
+ * (median 2, sigma 1.25), and a document stops at the first line that would
+ * take it past max_len — so most documents are short and a few percent end
+ * within one line of max_len, which is what the token-budget batcher must
+ * cope with.
+ *
+ * Determinism: document i of a split is a pure function of (seed, split, i),
+ * drawn from its own Philox stream derived from the split's stream (train and
+ * val use different streams), independent of how many documents are made.
+ * Different streams alone would still let a short line such as "c:a=a\n"
+ * occur in both splits by chance, which would leak held-out answers; so each
+ * line is also assigned to a split by a hash of its text (1/8 of all possible
+ * lines are validation lines) and redrawn until it belongs to the document's
+ * split. No task line of one split ever occurs in the other. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddptrain/check.h"
+#include "ddptrain/data.h"
+#include "ddptrain/rng.h"
+
+#define MAX_LETTERS 8 /* operand length of copy/reverse/sort: 1..8 */
+#define MAX_DIGITS 4  /* addends: 1..4 digits */
+/* "c:" + 8 + "=" + 8 + "\n"; the add line is at most 2+4+1+4+1+5+1 = 18 */
+#define MAX_LINE (2 + MAX_LETTERS + 1 + MAX_LETTERS + 1)
+_Static_assert(1 + MAX_LINE == DDP_BUILTIN_MIN_LEN, "DDP_BUILTIN_MIN_LEN is EOT + longest line");
+
+#define LINES_MU 0.69314718055994531 /* ln 2: median two lines */
+#define LINES_SIGMA 1.25
+#define LINES_MAX 100000 /* far beyond any max_len; keeps exp() finite */
+
+/* "builtin" in ASCII: the builtin set's stream, apart from the sampler's. */
+#define BUILTIN_STREAM UINT64_C(0x6e69746c697562)
+#define VAL_HASH_BITS 3 /* 1 line in 2^3 belongs to validation */
+/* Redraws of one line before giving up: the chance of needing more than this
+ * is (7/8)^10000, i.e. never; the bound only keeps the loop provably finite. */
+#define MAX_ATTEMPTS 10000
+
+typedef struct line {
+  char text[MAX_LINE + 1];
+  int len;
+  int eq; /* offset of '=' in text */
+} line_t;
+
+/* The split a line belongs to: FNV-1a 64 with the MurmurHash3 finaliser so
+ * the top bits are well mixed. Ten lines, fixed forever (changing it changes
+ * the data set); a checksum library would add a dependency for no gain. */
+static int line_split(const line_t *ln) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  for (int i = 0; i < ln->len; ++i) {
+    h ^= (unsigned char)ln->text[i];
+    h *= UINT64_C(0x100000001b3);
+  }
+  h ^= h >> 33;
+  h *= UINT64_C(0xff51afd7ed558ccd);
+  h ^= h >> 33;
+  h *= UINT64_C(0xc4ceb9fe1a85ec53);
+  h ^= h >> 33;
+  return (h >> (64 - VAL_HASH_BITS)) == 0 ? DDP_SPLIT_VAL : DDP_SPLIT_TRAIN;
+}
+
+static int cmp_char(const void *a, const void *b) {
+  return *(const char *)a - *(const char *)b;
+}
+
+/* One random task line from draws *draw, *draw + 1, ... of `r`. */
+static void make_line(const ddp_rng_t *r, uint64_t *draw, line_t *ln) {
+  uint64_t d = *draw;
+  const int task = (int)ddp_rng_below(r, d++, 4);
+  if (task == 3) {
+    long v[2];
+    for (int i = 0; i < 2; ++i) {
+      const int digits = 1 + (int)ddp_rng_below(r, d++, MAX_DIGITS);
+      long lo = 1;
+      for (int k = 1; k < digits; ++k) lo *= 10;
+      if (digits == 1) lo = 0;
+      const long hi = digits == 1 ? 10 : lo * 10;
+      v[i] = lo + (long)ddp_rng_below(r, d++, (uint64_t)(hi - lo));
+    }
+    ln->eq = snprintf(ln->text, sizeof ln->text, "a:%ld+%ld", v[0], v[1]);
+    ln->len = ln->eq +
+              snprintf(ln->text + ln->eq, sizeof ln->text - (size_t)ln->eq, "=%ld\n", v[0] + v[1]);
+  } else {
+    static const char k_tag[3] = {'c', 'r', 's'};
+    const int k = 1 + (int)ddp_rng_below(r, d++, MAX_LETTERS);
+    char *p = ln->text;
+    *p++ = k_tag[task];
+    *p++ = ':';
+    char *operand = p;
+    for (int i = 0; i < k; ++i) *p++ = (char)('a' + ddp_rng_below(r, d++, 26));
+    ln->eq = (int)(p - ln->text);
+    *p++ = '=';
+    char *answer = p;
+    memcpy(answer, operand, (size_t)k);
+    if (task == 1) {
+      for (int i = 0; i < k / 2; ++i) {
+        const char t = answer[i];
+        answer[i] = answer[k - 1 - i];
+        answer[k - 1 - i] = t;
+      }
+    } else if (task == 2) {
+      qsort(answer, (size_t)k, 1, cmp_char);
+    }
+    p += k;
+    *p++ = '\n';
+    *p = '\0';
+    ln->len = (int)(p - ln->text);
+  }
+  *draw = d;
+}
+
+ddp_status_t ddp_builtin_document(uint64_t seed, int split, int64_t index, int max_len,
+                                  int32_t *out, int *len, int *answer_at) {
+  if (!out || !len || !answer_at) DDP_FAIL(DDP_ERR_INVALID_ARG, "builtin_document: NULL argument");
+  if (split != DDP_SPLIT_TRAIN && split != DDP_SPLIT_VAL)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "builtin data: split %d is neither train (0) nor val (1)", split);
+  if (max_len < DDP_BUILTIN_MIN_LEN)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "builtin data: max_len %d is below %d, the longest task line plus its EOT", max_len,
+             DDP_BUILTIN_MIN_LEN);
+  if (index < 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "builtin data: negative document index %lld", (long long)index);
+
+  /* One stream per purpose (ddptrain/rng.h): the line count from a normal
+   * stream, the lines from a `below` stream, both children of the document. */
+  ddp_rng_t root, split_rng, doc_rng, count_rng, line_rng;
+  ddp_rng_init(&root, seed, BUILTIN_STREAM);
+  ddp_rng_derive(&root, (uint64_t)split, &split_rng);
+  ddp_rng_derive(&split_rng, (uint64_t)index, &doc_rng);
+  ddp_rng_derive(&doc_rng, 0, &count_rng);
+  ddp_rng_derive(&doc_rng, 1, &line_rng);
+
+  float z;
+  ddp_rng_fill_normal(&count_rng, 0, 0.0f, 1.0f, &z, 1);
+  const double x = exp(LINES_MU + LINES_SIGMA * (double)z);
+  const int n_lines = x >= LINES_MAX ? LINES_MAX : x < 1.5 ? 1 : (int)(x + 0.5);
+
+  int n = 0, eq = -1;
+  out[n++] = DDP_BUILTIN_EOT;
+  uint64_t draw = 0;
+  for (int l = 0; l < n_lines; ++l) {
+    line_t ln;
+    int attempt = 0;
+    do {
+      if (++attempt > MAX_ATTEMPTS)
+        DDP_FAIL(DDP_ERR_INTERNAL, "builtin data: no line for split %d after %d draws", split,
+                 MAX_ATTEMPTS);
+      make_line(&line_rng, &draw, &ln);
+    } while (line_split(&ln) != split);
+    if (n + ln.len > max_len) break; /* the clip: never true for the first line */
+    eq = n + ln.eq;
+    for (int i = 0; i < ln.len; ++i) out[n++] = (unsigned char)ln.text[i];
+  }
+  *len = n;
+  *answer_at = eq;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_builtin_corpus(ddp_corpus_t *c, uint64_t seed, int split, int64_t n_docs,
+                                int max_len, int seq_len) {
+  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "builtin_corpus: NULL corpus");
+  memset(c, 0, sizeof *c);
+  if (n_docs < 1 || n_docs > INT32_MAX)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "builtin data: %lld documents requested (1 .. %d)",
+             (long long)n_docs, INT32_MAX);
+  if (max_len < DDP_BUILTIN_MIN_LEN)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "builtin data: max_len %d is below %d, the longest task line plus its EOT", max_len,
+             DDP_BUILTIN_MIN_LEN);
+
+  ddp_status_t st = DDP_OK;
+  int32_t *doc = malloc((size_t)max_len * sizeof *doc);
+  int32_t *answer = malloc((size_t)n_docs * sizeof *answer);
+  /* Documents average ~50 tokens at max_len 256 (58 at 1024); grow by doubling. */
+  size_t cap = (size_t)n_docs * 48, used = 0;
+  int32_t *all = malloc(cap * sizeof *all);
+  if (!doc || !answer || !all)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, free_buffers, "builtin data: out of memory for %lld documents",
+                  (long long)n_docs);
+  for (int64_t i = 0; i < n_docs; ++i) {
+    int len, eq;
+    DDP_CHECK_GOTO(ddp_builtin_document(seed, split, i, max_len, doc, &len, &eq), st, free_buffers);
+    if (used + (size_t)len > cap) {
+      size_t ncap = cap * 2 > used + (size_t)len ? cap * 2 : used + (size_t)len;
+      int32_t *grown = realloc(all, ncap * sizeof *all);
+      if (!grown)
+        DDP_FAIL_GOTO(st, DDP_ERR_OOM, free_buffers, "builtin data: out of memory at document %lld",
+                      (long long)i);
+      all = grown;
+      cap = ncap;
+    }
+    memcpy(all + used, doc, (size_t)len * sizeof *doc);
+    used += (size_t)len;
+    answer[i] = eq;
+  }
+  DDP_CHECK_GOTO(ddp_corpus_from_tokens(c, all, (int64_t)used, DDP_BUILTIN_EOT, DDP_BUILTIN_VOCAB,
+                                        seq_len, "builtin"),
+                 st, free_buffers);
+  if (c->n_docs != n_docs) {
+    const long long indexed = (long long)c->n_docs;
+    ddp_corpus_destroy(c);
+    DDP_FAIL_GOTO(st, DDP_ERR_INTERNAL, free_buffers,
+                  "builtin data: %lld documents generated but %lld indexed", (long long)n_docs,
+                  indexed);
+  }
+  c->answer_at = answer;
+  answer = NULL;
+
+free_buffers:
+  free(all);
+  free(answer);
+  free(doc);
+  return st;
+}

@@ -1,0 +1,291 @@
+/* llm.c-compatible token shards (DESIGN.md §3, a contract): a first reader
+ * that loads one file fully into a corpus, and an atomic writer.
+ *
+ * Layout: 256 little-endian int32 header words — [0] magic, [1] version,
+ * [2] token count, [3] EOT id, [4] vocab size, the rest zero — then the
+ * tokens, uint16 (magic 20240520, version 1) or uint32 (20240801, version 7).
+ * Bytes are decoded explicitly as little-endian rather than by casting the
+ * buffer, so the format means the same on every host and no read is
+ * misaligned.
+ *
+ * The reader uses fread into the corpus's int32 array; memory mapping (and
+ * keeping uint16 tokens at two bytes in memory) comes with the multi-shard
+ * loader. Every check names the file and, where a single place in it is at
+ * fault, the byte offset, because "bad shard" without a location sends the
+ * user to a hex editor. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ddptrain/check.h"
+#include "ddptrain/data.h"
+
+/* Tokens converted per read/write call: 64 Ki tokens, at most 256 KiB. */
+#define CHUNK_TOKENS 65536
+
+static int32_t le32(const unsigned char *p) {
+  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                   (uint32_t)p[3] << 24);
+}
+
+static void put_le32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+  p[2] = (unsigned char)(v >> 16);
+  p[3] = (unsigned char)(v >> 24);
+}
+
+/* ---- reader ------------------------------------------------------------------ */
+
+/* The EOT id and vocab size a header declares. A ddptrain writer always sets
+ * both slots; [4] is never 0 then, while [3] may legitimately be 0 (EOT id 0),
+ * so a nonzero vocab marks the pair as present. Plain llm.c shards leave both
+ * zero and mean GPT-2. A nonzero [3] alone is honoured with the GPT-2 vocab. */
+static void header_vocab(const int32_t h[5], int32_t *eot, int32_t *vocab) {
+  if (h[4] != 0) {
+    *eot = h[3];
+    *vocab = h[4];
+  } else {
+    *eot = h[3] != 0 ? h[3] : DDP_SHARD_GPT2_EOT;
+    *vocab = DDP_SHARD_GPT2_VOCAB;
+  }
+}
+
+static ddp_status_t read_tokens(FILE *f, const char *path, ddp_corpus_t *c, int wide) {
+  const size_t tsize = wide ? 4 : 2;
+  unsigned char *buf = malloc(CHUNK_TOKENS * tsize);
+  if (!buf) DDP_FAIL(DDP_ERR_OOM, "shard '%s': cannot allocate a read buffer", path);
+  ddp_status_t st = DDP_OK;
+  for (int64_t done = 0; done < c->n_tokens;) {
+    const int64_t left = c->n_tokens - done;
+    const size_t n = left < CHUNK_TOKENS ? (size_t)left : CHUNK_TOKENS;
+    const long long byte = DDP_SHARD_HEADER_BYTES + (long long)done * (long long)tsize;
+    if (fread(buf, tsize, n, f) != n)
+      DDP_FAIL_GOTO(st, DDP_ERR_IO, free_buf, "shard '%s': read failed near byte %lld: %s", path,
+                    byte, ferror(f) ? strerror(errno) : "unexpected end of file (file shrank?)");
+    for (size_t i = 0; i < n; ++i) {
+      const unsigned char *p = buf + i * tsize;
+      const uint32_t v = wide ? (uint32_t)le32(p) : (uint32_t)p[0] | (uint32_t)p[1] << 8;
+      if (v >= (uint32_t)c->vocab)
+        DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, free_buf,
+                      "shard '%s': token %lld (byte %lld) has value %lu, not below the vocab "
+                      "size %d",
+                      path, (long long)(done + (int64_t)i), byte + (long long)(i * tsize),
+                      (unsigned long)v, (int)c->vocab);
+      c->tokens[done + (int64_t)i] = (int32_t)v;
+    }
+    done += (int64_t)n;
+  }
+free_buf:
+  free(buf);
+  return st;
+}
+
+ddp_status_t ddp_shard_read(ddp_corpus_t *out, const char *path, int seq_len) {
+  if (!out || !path) DDP_FAIL(DDP_ERR_INVALID_ARG, "shard_read: NULL argument");
+  memset(out, 0, sizeof *out);
+  if (seq_len < 1) /* before reading what may be gigabytes */
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "shard '%s': seq_len %d must be at least 1", path, seq_len);
+  ddp_status_t st = DDP_OK;
+  FILE *f = fopen(path, "rb");
+  if (!f) DDP_FAIL(DDP_ERR_IO, "cannot open shard '%s': %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_file, "cannot stat shard '%s': %s", path, strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_file, "shard '%s' is not a regular file", path);
+  const long long size = (long long)sb.st_size;
+  if (size == 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s' is empty (0 bytes; a shard starts with a %d-byte header)", path,
+                  DDP_SHARD_HEADER_BYTES);
+  if (size < DDP_SHARD_HEADER_BYTES)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s': truncated header: the file has %lld bytes, the header needs %d",
+                  path, size, DDP_SHARD_HEADER_BYTES);
+
+  unsigned char hb[DDP_SHARD_HEADER_BYTES];
+  if (fread(hb, 1, sizeof hb, f) != sizeof hb)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_file, "shard '%s': cannot read the header: %s", path,
+                  ferror(f) ? strerror(errno) : "unexpected end of file");
+  int32_t h[5];
+  for (int i = 0; i < 5; ++i) h[i] = le32(hb + 4 * i);
+
+  int wide;
+  if (h[0] == DDP_SHARD_MAGIC_U16) {
+    wide = 0;
+  } else if (h[0] == DDP_SHARD_MAGIC_U32) {
+    wide = 1;
+  } else {
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s': bad magic %d at byte 0 (expected %d or %d): not a token shard", path,
+                  (int)h[0], DDP_SHARD_MAGIC_U16, DDP_SHARD_MAGIC_U32);
+  }
+  const int32_t want_version = wide ? DDP_SHARD_VERSION_U32 : DDP_SHARD_VERSION_U16;
+  if (h[1] != want_version)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s': unsupported version %d at byte 4 (magic %d needs version %d)", path,
+                  (int)h[1], (int)h[0], (int)want_version);
+  const int32_t count = h[2];
+  if (count < 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file, "shard '%s': negative token count %d at byte 8",
+                  path, (int)count);
+  if (count == 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s' is empty: the token count at byte 8 is 0", path);
+  const long long tsize = wide ? 4 : 2;
+  const long long have = size - DDP_SHARD_HEADER_BYTES;
+  if (have != (long long)count * tsize)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s': the header (byte 8) says %d tokens = %lld bytes after the header, "
+                  "but the file has %lld (%s)",
+                  path, (int)count, (long long)count * tsize, have,
+                  have < (long long)count * tsize ? "truncated" : "trailing data");
+
+  int32_t eot, vocab;
+  header_vocab(h, &eot, &vocab);
+  if (vocab < 1)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s': vocab size %d at byte 16 is not positive", path, (int)vocab);
+  if (eot < 0 || eot >= vocab)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+                  "shard '%s': EOT id %d (byte 12) is outside the vocabulary [0, %d) (byte 16)",
+                  path, (int)eot, (int)vocab);
+
+  DDP_CHECK_GOTO(ddp_corpus_alloc(out, count, eot, vocab), st, close_file);
+  DDP_CHECK_GOTO(read_tokens(f, path, out, wide), st, destroy_corpus);
+  DDP_CHECK_GOTO(ddp_corpus_index(out, seq_len, path), st, destroy_corpus);
+  fclose(f);
+  return DDP_OK;
+
+destroy_corpus:
+  ddp_corpus_destroy(out);
+close_file:
+  fclose(f);
+  return st;
+}
+
+/* ---- writer ------------------------------------------------------------------ */
+
+static int write_all(int fd, const void *data, size_t n) {
+  const char *p = data;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    if (w == 0) {
+      errno = ENOSPC;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Makes the rename itself durable: without an fsync of the directory a crash
+ * can leave the old name (or none) even though the data was synced. Best
+ * effort: some file systems refuse fsync on directories, and by now the new
+ * file is complete under its final name either way. */
+static void sync_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  if (!dir) return;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+ddp_status_t ddp_shard_write(const char *path, const int32_t *tokens, int64_t n_tokens, int32_t eot,
+                             int32_t vocab) {
+  if (!path || !*path) DDP_FAIL(DDP_ERR_INVALID_ARG, "shard_write: no path");
+  /* Everything that can be checked is checked before a file exists, so bad
+   * input never leaves even a temporary file behind. */
+  if (n_tokens <= 0 || !tokens)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "shard '%s': refusing to write a shard without tokens", path);
+  if (n_tokens > INT32_MAX)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "shard '%s': %lld tokens exceed the %d that the header's int32 count can hold; "
+             "split the data into several shards",
+             path, (long long)n_tokens, INT32_MAX);
+  if (vocab < 1 || eot < 0 || eot >= vocab)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "shard '%s': EOT id %d is outside the vocabulary [0, %d)", path,
+             (int)eot, (int)vocab);
+  for (int64_t i = 0; i < n_tokens; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "shard '%s': token %lld has value %d, outside the vocabulary [0, %d)", path,
+               (long long)i, (int)tokens[i], (int)vocab);
+
+  const int wide = vocab > 65536;
+  const size_t tsize = wide ? 4 : 2;
+  ddp_status_t st = DDP_OK;
+  const size_t plen = strlen(path);
+  char *tmp = malloc(plen + 5);
+  unsigned char *buf =
+      malloc(CHUNK_TOKENS * 4 > DDP_SHARD_HEADER_BYTES ? CHUNK_TOKENS * 4 : DDP_SHARD_HEADER_BYTES);
+  if (!tmp || !buf) DDP_FAIL_GOTO(st, DDP_ERR_OOM, free_buffers, "shard '%s': out of memory", path);
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", 5);
+
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, free_buffers, "shard '%s': cannot create '%s': %s", path, tmp,
+                  strerror(errno));
+
+  memset(buf, 0, DDP_SHARD_HEADER_BYTES);
+  put_le32(buf + 0, wide ? DDP_SHARD_MAGIC_U32 : DDP_SHARD_MAGIC_U16);
+  put_le32(buf + 4, wide ? DDP_SHARD_VERSION_U32 : DDP_SHARD_VERSION_U16);
+  put_le32(buf + 8, (uint32_t)n_tokens);
+  put_le32(buf + 12, (uint32_t)eot);
+  put_le32(buf + 16, (uint32_t)vocab);
+  long long at = 0;
+  if (write_all(fd, buf, DDP_SHARD_HEADER_BYTES) != 0) goto write_failed;
+  at = DDP_SHARD_HEADER_BYTES;
+  for (int64_t done = 0; done < n_tokens;) {
+    const int64_t left = n_tokens - done;
+    const size_t n = left < CHUNK_TOKENS ? (size_t)left : CHUNK_TOKENS;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t v = (uint32_t)tokens[done + (int64_t)i];
+      if (wide) {
+        put_le32(buf + 4 * i, v);
+      } else {
+        buf[2 * i] = (unsigned char)v;
+        buf[2 * i + 1] = (unsigned char)(v >> 8);
+      }
+    }
+    if (write_all(fd, buf, n * tsize) != 0) goto write_failed;
+    done += (int64_t)n;
+    at += (long long)(n * tsize);
+  }
+  if (fsync(fd) != 0) goto write_failed;
+  {
+    const int rc = close(fd);
+    fd = -1;
+    if (rc != 0) goto write_failed;
+  }
+  if (rename(tmp, path) != 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, remove_tmp, "shard '%s': cannot rename '%s' to it: %s", path, tmp,
+                  strerror(errno));
+  sync_parent_dir(path);
+  goto free_buffers;
+
+write_failed:
+  DDP_LOG_ERROR("shard '%s': writing '%s' failed after %lld bytes: %s", path, tmp, at,
+                strerror(errno));
+  st = DDP_ERR_IO;
+  if (fd >= 0) close(fd);
+remove_tmp:
+  unlink(tmp);
+free_buffers:
+  free(buf);
+  free(tmp);
+  return st;
+}

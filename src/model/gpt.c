@@ -1,0 +1,529 @@
+/* The GPT-2 model (see ddptrain/gpt.h): parameter layout, initialisation,
+ * forward, backward and eval, written once against the backend's nn table.
+ *
+ * Backward walks the layers in reverse and, after each op that finishes
+ * parameter gradients, announces the next tensors of the parameter table:
+ * the table is laid out in exactly that completion order, so a cursor over
+ * it is all the bookkeeping the gradient hook needs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddptrain/check.h"
+#include "ddptrain/gpt.h"
+#include "ddptrain/rng.h"
+
+/* One block's tensors; the same struct views parameters and gradients. */
+typedef struct block_views {
+  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+} block_views_t;
+
+typedef struct model_views {
+  float *wte, *wpe, *lnf_w, *lnf_b;
+  block_views_t *blocks;
+} model_views_t;
+
+/* Activations of one training forward (views into the arena). */
+typedef struct block_acts {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
+  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+} block_acts_t;
+
+typedef struct acts {
+  int32_t *tokens, *targets;
+  float *encoded;
+  block_acts_t *blocks;
+  float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  /* backward scratch */
+  float *dres, *dtmp, *dqkv, *dfch, *datt;
+} acts_t;
+
+struct ddp_gpt {
+  ddp_gpt_config_t cfg;
+  ddp_backend_t *be;
+  const ddp_nn_ops_t *nn;
+  int64_t max_tokens;
+  int n_tensors;
+  ddp_gpt_tensor_t *tensors;
+  size_t n_params;
+  float *params, *grads, *loss_sum;
+  model_views_t p, g;
+  ddp_arena_t arena;
+  acts_t a;
+  int B, T, have_train_acts;
+  ddp_grad_ready_fn hook;
+  void *hook_ctx;
+  int cursor; /* next tensor to announce during backward */
+};
+
+ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *c) {
+  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: NULL config");
+  if (c->n_layer < 1 || c->n_layer > 1000)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--n-layer %d is outside [1, 1000]", c->n_layer);
+  if (c->n_head < 1 || c->n_embd < 1 || c->n_embd > 65536)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--n-head %d / --n-embd %d must be positive (n-embd <= 65536)",
+             c->n_head, c->n_embd);
+  if (c->n_embd % c->n_head != 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--n-embd %d is not divisible by --n-head %d", c->n_embd,
+             c->n_head);
+  if (c->max_seq_len < 1 || c->max_seq_len > 1 << 20)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--seq-len %d is outside [1, 2^20]", c->max_seq_len);
+  if (c->vocab < 2) DDP_FAIL(DDP_ERR_INVALID_ARG, "vocabulary size %d < 2", c->vocab);
+  return DDP_OK;
+}
+
+/* ---- parameter table ------------------------------------------------------ */
+
+typedef struct slot {
+  float **param, **grad;
+} slot_t;
+
+static ddp_status_t add_tensor(ddp_gpt_t *m, slot_t *slots, const char *name, int ndim, int64_t d0,
+                               int64_t d1, int decay, float **param, float **grad) {
+  ddp_gpt_tensor_t *t = &m->tensors[m->n_tensors];
+  if (snprintf(t->name, sizeof t->name, "%s", name) >= (int)sizeof t->name)
+    DDP_FAIL(DDP_ERR_INTERNAL, "gpt: tensor name '%s' too long", name);
+  t->ndim = ndim;
+  t->shape[0] = d0;
+  t->shape[1] = ndim == 2 ? d1 : 1;
+  t->count = (size_t)d0 * (size_t)t->shape[1];
+  t->offset = m->n_params;
+  t->decay = decay;
+  m->n_params += t->count;
+  slots[m->n_tensors] = (slot_t){param, grad};
+  m->n_tensors++;
+  return DDP_OK;
+}
+
+/* Backward completion order: ln_f; blocks last to first, each as
+ * mlp.c_proj, mlp.c_fc, ln_2, attn.c_proj, attn.c_attn, ln_1; then wpe and
+ * wte (the embedding backward completes both, wte last). */
+static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
+  const int64_t C = m->cfg.n_embd;
+  char name[48];
+  DDP_CHECK(add_tensor(m, slots, "transformer.ln_f.weight", 1, C, 0, 0, &m->p.lnf_w, &m->g.lnf_w));
+  DDP_CHECK(add_tensor(m, slots, "transformer.ln_f.bias", 1, C, 0, 0, &m->p.lnf_b, &m->g.lnf_b));
+  for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
+    block_views_t *p = &m->p.blocks[l], *g = &m->g.blocks[l];
+    const struct {
+      const char *suffix;
+      int ndim;
+      int64_t d0, d1;
+      float **pp, **gg;
+    } rows[] = {
+        {"mlp.c_proj.weight", 2, C, 4 * C, &p->fcproj_w, &g->fcproj_w},
+        {"mlp.c_proj.bias", 1, C, 0, &p->fcproj_b, &g->fcproj_b},
+        {"mlp.c_fc.weight", 2, 4 * C, C, &p->fc_w, &g->fc_w},
+        {"mlp.c_fc.bias", 1, 4 * C, 0, &p->fc_b, &g->fc_b},
+        {"ln_2.weight", 1, C, 0, &p->ln2_w, &g->ln2_w},
+        {"ln_2.bias", 1, C, 0, &p->ln2_b, &g->ln2_b},
+        {"attn.c_proj.weight", 2, C, C, &p->proj_w, &g->proj_w},
+        {"attn.c_proj.bias", 1, C, 0, &p->proj_b, &g->proj_b},
+        {"attn.c_attn.weight", 2, 3 * C, C, &p->qkv_w, &g->qkv_w},
+        {"attn.c_attn.bias", 1, 3 * C, 0, &p->qkv_b, &g->qkv_b},
+        {"ln_1.weight", 1, C, 0, &p->ln1_w, &g->ln1_w},
+        {"ln_1.bias", 1, C, 0, &p->ln1_b, &g->ln1_b},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r) {
+      snprintf(name, sizeof name, "transformer.h.%d.%s", l, rows[r].suffix);
+      DDP_CHECK(add_tensor(m, slots, name, rows[r].ndim, rows[r].d0, rows[r].d1, rows[r].ndim == 2,
+                           rows[r].pp, rows[r].gg));
+    }
+  }
+  DDP_CHECK(add_tensor(m, slots, "transformer.wpe.weight", 2, m->cfg.max_seq_len, C, 0, &m->p.wpe,
+                       &m->g.wpe));
+  DDP_CHECK(add_tensor(m, slots, "transformer.wte.weight", 2, m->cfg.vocab, C, 1, &m->p.wte,
+                       &m->g.wte));
+  return DDP_OK;
+}
+
+/* ---- activations ---------------------------------------------------------- */
+
+#define ARENA_TAKE(arena, ptr, n)                                                       \
+  DDP_CHECK(ddp_arena_alloc((arena), (size_t)(n) * sizeof(*(ptr)), (void **)&(ptr)))
+
+/* The training layout for N = B*T tokens and att_elems = B*NH*T*T. Run on a
+ * measuring arena with the worst case to size the real one. */
+static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, int64_t att_elems) {
+  const int64_t C = m->cfg.n_embd, V = m->cfg.vocab;
+  acts_t *a = &m->a;
+  ARENA_TAKE(ar, a->tokens, N);
+  ARENA_TAKE(ar, a->targets, N);
+  ARENA_TAKE(ar, a->encoded, N * C);
+  for (int l = 0; l < m->cfg.n_layer; ++l) {
+    block_acts_t *b = &a->blocks[l];
+    ARENA_TAKE(ar, b->ln1, N * C);
+    ARENA_TAKE(ar, b->ln1_mean, N);
+    ARENA_TAKE(ar, b->ln1_rstd, N);
+    ARENA_TAKE(ar, b->qkv, N * 3 * C);
+    ARENA_TAKE(ar, b->att, att_elems);
+    ARENA_TAKE(ar, b->atty, N * C);
+    ARENA_TAKE(ar, b->res2, N * C);
+    ARENA_TAKE(ar, b->ln2, N * C);
+    ARENA_TAKE(ar, b->ln2_mean, N);
+    ARENA_TAKE(ar, b->ln2_rstd, N);
+    ARENA_TAKE(ar, b->fch, N * 4 * C);
+    ARENA_TAKE(ar, b->fch_gelu, N * 4 * C);
+    ARENA_TAKE(ar, b->res3, N * C);
+  }
+  ARENA_TAKE(ar, a->lnf, N * C);
+  ARENA_TAKE(ar, a->lnf_mean, N);
+  ARENA_TAKE(ar, a->lnf_rstd, N);
+  ARENA_TAKE(ar, a->logits, N * V);
+  ARENA_TAKE(ar, a->losses, N);
+  ARENA_TAKE(ar, a->dres, N * C);
+  ARENA_TAKE(ar, a->dtmp, N * C);
+  ARENA_TAKE(ar, a->dqkv, N * 3 * C);
+  ARENA_TAKE(ar, a->dfch, N * 4 * C);
+  ARENA_TAKE(ar, a->datt, att_elems);
+  return DDP_OK;
+}
+
+/* Eval reuses one block's worth of buffers for every block (a fixed
+ * footprint, independent of depth) and saves nothing for backward. */
+typedef struct eval_acts {
+  int32_t *tokens, *targets;
+  float *res[2], *ln, *qkv, *atty, *fch, *fch_gelu, *logits, *losses;
+} eval_acts_t;
+
+static ddp_status_t take_eval_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, eval_acts_t *e) {
+  const int64_t C = m->cfg.n_embd, V = m->cfg.vocab;
+  ARENA_TAKE(ar, e->tokens, N);
+  ARENA_TAKE(ar, e->targets, N);
+  ARENA_TAKE(ar, e->res[0], N * C);
+  ARENA_TAKE(ar, e->res[1], N * C);
+  ARENA_TAKE(ar, e->ln, N * C);
+  ARENA_TAKE(ar, e->qkv, N * 3 * C);
+  ARENA_TAKE(ar, e->atty, N * C);
+  ARENA_TAKE(ar, e->fch, N * 4 * C);
+  ARENA_TAKE(ar, e->fch_gelu, N * 4 * C);
+  ARENA_TAKE(ar, e->logits, N * V);
+  ARENA_TAKE(ar, e->losses, N);
+  return DDP_OK;
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_config_t *cfg,
+                            int64_t tokens_per_batch) {
+  if (!out || !be) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_create: NULL argument");
+  *out = NULL;
+  DDP_CHECK(ddp_gpt_config_validate(cfg));
+  if (!be->ops->nn)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED, "the %s backend has no GPT kernels in this build",
+             be->ops->name);
+  if (tokens_per_batch < 1 || tokens_per_batch > (int64_t)1 << 30)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--tokens-per-batch %lld is outside [1, 2^30]",
+             (long long)tokens_per_batch);
+  ddp_status_t st = DDP_OK;
+  ddp_gpt_t *m = calloc(1, sizeof *m);
+  const int n_tensors = 4 + 12 * cfg->n_layer;
+  slot_t *slots = calloc((size_t)n_tensors, sizeof *slots);
+  if (!m || !slots) {
+    free(m);
+    free(slots);
+    DDP_FAIL(DDP_ERR_OOM, "gpt_create: out of host memory");
+  }
+  m->cfg = *cfg;
+  m->be = be;
+  m->nn = be->ops->nn;
+  m->max_tokens = tokens_per_batch;
+  m->tensors = calloc((size_t)n_tensors, sizeof *m->tensors);
+  m->p.blocks = calloc((size_t)cfg->n_layer, sizeof *m->p.blocks);
+  m->g.blocks = calloc((size_t)cfg->n_layer, sizeof *m->g.blocks);
+  m->a.blocks = calloc((size_t)cfg->n_layer, sizeof *m->a.blocks);
+  if (!m->tensors || !m->p.blocks || !m->g.blocks || !m->a.blocks)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "gpt_create: out of host memory");
+  DDP_CHECK_GOTO(build_table(m, slots), st, fail);
+
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, m->n_params * sizeof(float), (void **)&m->params), st, fail);
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, m->n_params * sizeof(float), (void **)&m->grads), st, fail);
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, sizeof(float), (void **)&m->loss_sum), st, fail);
+  DDP_CHECK_GOTO(be->ops->fill(be, m->loss_sum, DDP_DTYPE_F32, 0.0f, 1, NULL), st, fail);
+  for (int i = 0; i < m->n_tensors; ++i) {
+    *slots[i].param = m->params + m->tensors[i].offset;
+    *slots[i].grad = m->grads + m->tensors[i].offset;
+  }
+
+  /* Size the arena for the worst micro-batch: N = B*T <= budget tokens, and
+   * B*T*T <= budget * min(T_max, budget) for the attention probabilities. */
+  const int64_t N = tokens_per_batch;
+  const int64_t t_max = cfg->max_seq_len < N ? cfg->max_seq_len : N;
+  const int64_t att_elems = (int64_t)cfg->n_head * N * t_max;
+  ddp_arena_t measure;
+  ddp_arena_init_measure(&measure, "measure");
+  DDP_CHECK_GOTO(take_train_acts(m, &measure, N, att_elems), st, fail);
+  DDP_CHECK_GOTO(ddp_arena_init(&m->arena, be, "activations", measure.peak), st, fail);
+  free(slots);
+  *out = m;
+  return DDP_OK;
+fail:
+  free(slots);
+  ddp_gpt_destroy(m);
+  return st;
+}
+
+void ddp_gpt_destroy(ddp_gpt_t *m) {
+  if (!m) return;
+  ddp_arena_destroy(&m->arena);
+  if (m->be) {
+    ddp_backend_free(m->be, m->loss_sum);
+    ddp_backend_free(m->be, m->grads);
+    ddp_backend_free(m->be, m->params);
+  }
+  free(m->a.blocks);
+  free(m->g.blocks);
+  free(m->p.blocks);
+  free(m->tensors);
+  free(m);
+}
+
+const ddp_gpt_config_t *ddp_gpt_config(const ddp_gpt_t *m) { return &m->cfg; }
+size_t ddp_gpt_num_params(const ddp_gpt_t *m) { return m->n_params; }
+int ddp_gpt_num_tensors(const ddp_gpt_t *m) { return m->n_tensors; }
+const ddp_gpt_tensor_t *ddp_gpt_tensor(const ddp_gpt_t *m, int i) {
+  return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+float *ddp_gpt_params(ddp_gpt_t *m) { return m->params; }
+float *ddp_gpt_grads(ddp_gpt_t *m) { return m->grads; }
+size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m) { return m->arena.capacity; }
+const float *ddp_gpt_logits(const ddp_gpt_t *m) { return m->a.logits; }
+
+ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host) {
+  DDP_CHECK(ddp_backend_copy(m->be, host, m->params, m->n_params * sizeof(float),
+                             DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  return ddp_backend_sync(m->be, NULL);
+}
+
+ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host) {
+  DDP_CHECK(ddp_backend_copy(m->be, m->params, host, m->n_params * sizeof(float),
+                             DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  return ddp_backend_sync(m->be, NULL);
+}
+
+ddp_status_t ddp_gpt_copy_logits_to_host(ddp_gpt_t *m, float *host, int64_t n_rows) {
+  DDP_CHECK(ddp_backend_copy(m->be, host, m->a.logits,
+                             (size_t)n_rows * (size_t)m->cfg.vocab * sizeof(float),
+                             DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  return ddp_backend_sync(m->be, NULL);
+}
+
+void ddp_gpt_set_grad_hook(ddp_gpt_t *m, ddp_grad_ready_fn fn, void *ctx) {
+  m->hook = fn;
+  m->hook_ctx = ctx;
+}
+
+/* ---- initialisation --------------------------------------------------------- */
+
+ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed) {
+  float *host = malloc(m->n_params * sizeof(float));
+  if (!host) DDP_FAIL(DDP_ERR_OOM, "gpt_init: out of host memory");
+  const float resid_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+  ddp_rng_t root;
+  ddp_rng_init(&root, seed, 0);
+  for (int i = 0; i < m->n_tensors; ++i) {
+    const ddp_gpt_tensor_t *t = &m->tensors[i];
+    float *dst = host + t->offset;
+    const char *leaf = strrchr(t->name, '.') + 1; /* "weight" or "bias" */
+    const int is_ln = strstr(t->name, ".ln_") != NULL;
+    if (strcmp(leaf, "bias") == 0 || is_ln) {
+      const float v = is_ln && strcmp(leaf, "weight") == 0 ? 1.0f : 0.0f;
+      for (size_t k = 0; k < t->count; ++k) dst[k] = v;
+      continue;
+    }
+    /* The stream tag is the tensor's position in the *forward* naming
+     * (hash of the name), so init does not depend on the layout order. */
+    uint64_t tag = 1469598103934665603ull;
+    for (const char *c = t->name; *c; ++c) tag = (tag ^ (unsigned char)*c) * 1099511628211ull;
+    ddp_rng_t sub;
+    ddp_rng_derive(&root, tag, &sub);
+    const int is_resid = strstr(t->name, "c_proj.weight") != NULL;
+    ddp_rng_fill_normal(&sub, 0, 0.0f, is_resid ? resid_std : 0.02f, dst, t->count);
+  }
+  ddp_status_t st = ddp_gpt_copy_params_from_host(m, host);
+  free(host);
+  return st;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, int B, int T) {
+  if (!inputs || B < 1 || T < 1) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: empty micro-batch");
+  if (T > m->cfg.max_seq_len)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: a sequence of %d tokens exceeds --seq-len %d", T,
+             m->cfg.max_seq_len);
+  if ((int64_t)B * T > m->max_tokens)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: a micro-batch of %d x %d tokens exceeds the %lld-token "
+             "budget", B, T, (long long)m->max_tokens);
+  for (int64_t i = 0; i < (int64_t)B * T; ++i)
+    if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab)
+      DDP_FAIL(DDP_ERR_FORMAT, "gpt: token %d at row %lld, position %lld is outside the "
+               "vocabulary [0, %d)", inputs[i], (long long)(i / T), (long long)(i % T),
+               m->cfg.vocab);
+  return DDP_OK;
+}
+
+static ddp_status_t upload(ddp_gpt_t *m, int32_t *dst, const int32_t *src, int64_t n) {
+  return ddp_backend_copy(m->be, dst, src, (size_t)n * sizeof(int32_t),
+                          DDP_COPY_KIND_HOST_TO_DEVICE, NULL);
+}
+
+static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
+                                  int B, int T, float dloss) {
+  ddp_backend_t *be = m->be;
+  const ddp_nn_ops_t *nn = m->nn;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
+  acts_t *a = &m->a;
+  ddp_arena_reset(&m->arena);
+  DDP_CHECK(take_train_acts(m, &m->arena, N, (int64_t)B * NH * T * T));
+  DDP_CHECK(upload(m, a->tokens, inputs, N));
+  DDP_CHECK(upload(m, a->targets, targets, N));
+  DDP_CHECK(nn->embed_fwd(be, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  const float *res = a->encoded;
+  for (int l = 0; l < m->cfg.n_layer; ++l) {
+    const block_views_t *p = &m->p.blocks[l];
+    block_acts_t *b = &a->blocks[l];
+    DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N,
+                                C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(nn->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
+    DDP_CHECK(nn->linear_fwd(be, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
+    DDP_CHECK(nn->add(be, b->res2, b->res2, res, (size_t)N * C, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w, p->ln2_b,
+                                N, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C,
+                             NULL));
+    DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, (size_t)N * C, NULL));
+    res = b->res3;
+  }
+  DDP_CHECK(nn->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b, N,
+                              C, NULL));
+  DDP_CHECK(nn->linear_fwd(be, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
+  /* Loss and its gradient in one pass; the logits become their gradient. */
+  DDP_CHECK(nn->xent_fused(be, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss, N,
+                           V, V, NULL));
+  m->B = B;
+  m->T = T;
+  m->have_train_acts = 1;
+  return DDP_OK;
+}
+
+static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
+                                 int B, int T) {
+  ddp_backend_t *be = m->be;
+  const ddp_nn_ops_t *nn = m->nn;
+  const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
+  eval_acts_t e;
+  ddp_arena_reset(&m->arena);
+  m->have_train_acts = 0;
+  DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
+  DDP_CHECK(upload(m, e.tokens, inputs, N));
+  DDP_CHECK(nn->embed_fwd(be, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  for (int l = 0; l < m->cfg.n_layer; ++l) {
+    const block_views_t *p = &m->p.blocks[l];
+    float *res = e.res[0], *mid = e.res[1];
+    DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(nn->attention_fwd(be, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
+    DDP_CHECK(nn->linear_fwd(be, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
+    DDP_CHECK(nn->add(be, mid, mid, res, (size_t)N * C, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(nn->gelu_fwd(be, e.fch_gelu, e.fch, (size_t)N * 4 * C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
+    DDP_CHECK(nn->add(be, res, res, mid, (size_t)N * C, NULL));
+  }
+  DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b, N, C, NULL));
+  DDP_CHECK(nn->linear_fwd(be, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
+  m->a.logits = e.logits;
+  if (targets) {
+    DDP_CHECK(upload(m, e.targets, targets, N));
+    DDP_CHECK(nn->xent_fused(be, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V, V,
+                             NULL));
+  }
+  return DDP_OK;
+}
+
+ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets, int B,
+                             int T, int train, float dloss) {
+  if (!m) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward: NULL model");
+  DDP_CHECK(check_batch(m, inputs, B, T));
+  if (train) {
+    if (!targets) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward: training needs targets");
+    return forward_train(m, inputs, targets, B, T, dloss);
+  }
+  return forward_eval(m, inputs, targets, B, T);
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* Announces the next n tensors of the table: their gradients are final. */
+static void announce(ddp_gpt_t *m, int notify, int n) {
+  for (int i = 0; i < n; ++i, ++m->cursor)
+    if (notify && m->hook)
+      m->hook(m->hook_ctx, m->tensors[m->cursor].offset, m->tensors[m->cursor].count);
+}
+
+ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
+  if (!m || !m->have_train_acts)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_backward: no training forward to differentiate");
+  ddp_backend_t *be = m->be;
+  const ddp_nn_ops_t *nn = m->nn;
+  const int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab;
+  const int N = B * T, acc = accumulate != 0;
+  acts_t *a = &m->a;
+  m->cursor = 0;
+  /* LM head: logits = lnf @ wte^T. This writes dwte first (the embedding
+   * backward adds its part last). */
+  DDP_CHECK(nn->linear_bwd(be, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V, acc,
+                           0, NULL));
+  /* The residual stream's gradient starts here; every later op adds to it. */
+  DDP_CHECK(be->ops->fill(be, a->dres, DDP_DTYPE_F32, 0.0f, (size_t)N * C, NULL));
+  const float *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
+  DDP_CHECK(nn->layernorm_bwd(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last, m->p.lnf_w,
+                              a->lnf_mean, a->lnf_rstd, N, C, acc, NULL));
+  announce(m, notify, 2);
+  for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
+    const block_views_t *p = &m->p.blocks[l];
+    block_views_t *g = &m->g.blocks[l];
+    const block_acts_t *b = &a->blocks[l];
+    const float *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
+    DDP_CHECK(nn->linear_bwd(be, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
+                             p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
+    announce(m, notify, 2);
+    DDP_CHECK(nn->gelu_bwd(be, a->dfch, b->fch, a->dfch, (size_t)N * 4 * C, NULL));
+    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C, 4 * C,
+                             acc, 0, NULL));
+    announce(m, notify, 2);
+    DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
+                                b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
+    announce(m, notify, 2);
+    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N, C,
+                             C, acc, 0, NULL));
+    announce(m, notify, 2);
+    DDP_CHECK(nn->attention_bwd(be, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
+    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
+                             3 * C, acc, 0, NULL));
+    announce(m, notify, 2);
+    DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
+                                b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
+    announce(m, notify, 2);
+  }
+  DDP_CHECK(nn->embed_bwd(be, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
+  announce(m, notify, 2);
+  m->have_train_acts = 0; /* activations are consumed (logits hold gradients) */
+  return DDP_OK;
+}
+
+ddp_status_t ddp_gpt_take_loss(ddp_gpt_t *m, double *loss_sum) {
+  float v = 0.0f;
+  DDP_CHECK(ddp_backend_copy(m->be, &v, m->loss_sum, sizeof v, DDP_COPY_KIND_DEVICE_TO_HOST,
+                             NULL));
+  DDP_CHECK(ddp_backend_sync(m->be, NULL));
+  DDP_CHECK(m->be->ops->fill(m->be, m->loss_sum, DDP_DTYPE_F32, 0.0f, 1, NULL));
+  *loss_sum = v;
+  return DDP_OK;
+}

@@ -1,0 +1,445 @@
+/* Optimizers (AdamW, SGD, LAMB), the learning-rate schedule and the global
+ * gradient norm on the CPU backend (see ddptrain/optim.h).
+ *
+ * This is the CPU twin of the fused optimizer kernel: the CUDA kernel will
+ * implement the same contract and is tested against these functions. The CPU
+ * backend's "device" memory is host memory, so the step dereferences its
+ * buffers directly instead of going through copy(); it refuses any other
+ * backend. Work runs at once on the calling thread, in a fixed order, so
+ * results are bit-identical from run to run.
+ *
+ * State layout (the CUDA kernel uses the same, so state is portable between
+ * backends and checkpoints): AdamW/LAMB keep m in state[0, n) and v in
+ * state[n, 2n); SGD keeps its momentum buffer in state[0, n).
+ *
+ * Loop shape. Every element is read and written once per step (LAMB: twice,
+ * norms then update), in blocks of BLOCK elements that stay in L1 between the
+ * loops of a block. gcc's -O2 vectoriser ("very cheap" cost model) only takes
+ * loops whose trip count is a multiple of the vector width, hence the
+ * fixed-length inner loops and a scalar tail per segment. sqrtf is kept in a
+ * loop of its own: under the default -fmath-errno it is a call with a branch
+ * that stops vectorisation of any loop containing it, so isolating it keeps
+ * everything else vectorised (with -fno-math-errno it vectorises too).
+ * Per-element branches are avoided: weight decay is a per-segment factor
+ * (1 or 0 where it does not apply), and per-step choices (first SGD step,
+ * Nesterov) are loop-invariant selects. */
+#include "ddptrain/optim.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ddptrain/check.h"
+
+#define BLOCK 64 /* elements per inner loop: a multiple of every vector width */
+#define LANES 8  /* partial sums of a double-precision sum of squares */
+
+/* ---- names ------------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  ddp_optim_kind_t kind;
+} k_kinds[] = {
+    {"adamw", DDP_OPTIM_KIND_ADAMW},
+    {"sgd", DDP_OPTIM_KIND_SGD},
+    {"lamb", DDP_OPTIM_KIND_LAMB},
+};
+
+/* ASCII-only and locale-independent (as ddp_dtype_parse). */
+static int ascii_ieq(const char *a, const char *b) {
+  for (;; ++a, ++b) {
+    unsigned char ca = (unsigned char)*a, cb = (unsigned char)*b;
+    if (ca >= 'A' && ca <= 'Z') ca = (unsigned char)(ca - 'A' + 'a');
+    if (cb >= 'A' && cb <= 'Z') cb = (unsigned char)(cb - 'A' + 'a');
+    if (ca != cb) return 0;
+    if (ca == '\0') return 1;
+  }
+}
+
+/* Silent: the caller knows which option was wrong and reports that. */
+ddp_status_t ddp_optim_kind_parse(const char *text, ddp_optim_kind_t *kind) {
+  if (!text || !kind) return DDP_ERR_INVALID_ARG;
+  for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; ++i) {
+    if (ascii_ieq(text, k_kinds[i].name)) {
+      *kind = k_kinds[i].kind;
+      return DDP_OK;
+    }
+  }
+  return DDP_ERR_INVALID_ARG;
+}
+
+const char *ddp_optim_kind_name(ddp_optim_kind_t kind) {
+  for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; ++i)
+    if (k_kinds[i].kind == kind) return k_kinds[i].name;
+  return "invalid";
+}
+
+size_t ddp_optim_state_per_param(const ddp_optim_config_t *cfg) {
+  if (!cfg) return 0;
+  switch (cfg->kind) {
+    case DDP_OPTIM_KIND_ADAMW:
+    case DDP_OPTIM_KIND_LAMB:
+      return 2;
+    case DDP_OPTIM_KIND_SGD:
+      return cfg->momentum != 0.0f ? 1 : 0;
+    default:
+      return 0;
+  }
+}
+
+/* ---- schedule ---------------------------------------------------------- */
+
+float ddp_lr_schedule(int64_t step, float lr, float min_lr, int64_t warmup, int64_t total_steps) {
+  if (step < 0) step = 0;
+  if (warmup < 0) warmup = 0;
+  if (step < warmup) return (float)((double)lr * (double)(step + 1) / (double)warmup);
+  if (step >= total_steps) return min_lr;
+  int64_t span = total_steps - warmup;
+  double progress = (double)(step - warmup) / (double)(span > 1 ? span : 1);
+  if (progress < 0.0) progress = 0.0;
+  if (progress > 1.0) progress = 1.0;
+  const double pi = 3.14159265358979323846;
+  return (float)((double)min_lr + 0.5 * ((double)lr - (double)min_lr) * (1.0 + cos(pi * progress)));
+}
+
+/* ---- shared helpers ---------------------------------------------------- */
+
+static ddp_status_t require_cpu(const ddp_backend_t *be, const char *what) {
+  if (!be || !be->ops) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL backend", what);
+  if (be->ops->kind != DDP_DEVICE_KIND_CPU)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED,
+             "%s: the CPU implementation needs host memory; backend '%s' has its own", what,
+             be->ops->name ? be->ops->name : "?");
+  return DDP_OK;
+}
+
+/* Sum of squares over len elements into LANES partial sums; element k of a
+ * block always lands in lane k % LANES (blocks start at multiples of BLOCK),
+ * so the order of additions is fixed for a given layout. */
+static inline void sumsq_lanes(double acc[LANES], const float *restrict x, size_t len) {
+  size_t k = 0;
+  for (; k + LANES <= len; k += LANES)
+    for (size_t j = 0; j < LANES; ++j) acc[j] += (double)x[k + j] * (double)x[k + j];
+  for (size_t j = 0; k + j < len; ++j) acc[j] += (double)x[k + j] * (double)x[k + j];
+}
+
+static inline double lanes_total(const double acc[LANES]) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static inline void scale_block(float *restrict out, const float *restrict g, float scale,
+                               size_t len) {
+  for (size_t i = 0; i < len; ++i) out[i] = scale * g[i];
+}
+
+ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
+                                      float scale, ddp_stream_t s) {
+  (void)s; /* CPU: work runs at once */
+  DDP_CHECK(require_cpu(be, "optim_grad_sumsq"));
+  if (!sumsq || !grads)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_sumsq: NULL %s", !sumsq ? "sumsq" : "grads");
+  if (!isfinite(scale)) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_sumsq: scale %g", (double)scale);
+  double acc[LANES] = {0};
+  float t[BLOCK];
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK) {
+    scale_block(t, grads + i, scale, BLOCK);
+    sumsq_lanes(acc, t, BLOCK);
+  }
+  scale_block(t, grads + i, scale, n - i);
+  sumsq_lanes(acc, t, n - i);
+  *sumsq = (float)lanes_total(acc);
+  return DDP_OK;
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+static int ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
+}
+
+static ddp_status_t validate_config(const ddp_optim_config_t *cfg) {
+  const char *name = ddp_optim_kind_name(cfg->kind);
+  if (strcmp(name, "invalid") == 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: unknown optimizer kind %d", (int)cfg->kind);
+  if (!(cfg->weight_decay >= 0.0f) || !isfinite(cfg->weight_decay))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: weight_decay %g must be finite and >= 0",
+             (double)cfg->weight_decay);
+  if (isnan(cfg->max_grad_norm))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: max_grad_norm is NaN (<= 0 disables clipping)");
+  if (cfg->kind == DDP_OPTIM_KIND_SGD) {
+    if (!(cfg->momentum >= 0.0f) || !isfinite(cfg->momentum))
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: sgd momentum %g must be finite and >= 0",
+               (double)cfg->momentum);
+    if (cfg->nesterov && cfg->momentum == 0.0f)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: sgd nesterov needs momentum > 0");
+    return DDP_OK;
+  }
+  if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f) || !(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: %s betas (%g, %g) must lie in [0, 1)", name,
+             (double)cfg->beta1, (double)cfg->beta2);
+  if (!(cfg->eps > 0.0f) || !isfinite(cfg->eps))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: %s eps %g must be finite and > 0", name,
+             (double)cfg->eps);
+  return DDP_OK;
+}
+
+static ddp_status_t validate_step(const ddp_optim_step_args_t *a) {
+  if (!a) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: NULL arguments");
+  if (!a->cfg || !a->params || !a->grads || !a->segments)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: NULL %s",
+             !a->cfg      ? "cfg"
+             : !a->params ? "params"
+             : !a->grads  ? "grads"
+                          : "segments");
+  DDP_CHECK(validate_config(a->cfg));
+  size_t per = ddp_optim_state_per_param(a->cfg);
+  if (per && !a->state) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: NULL state");
+  if (a->n > SIZE_MAX / sizeof(float) / 2)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: n = %zu is too large", a->n);
+  if (a->t < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: step count t = %lld (1-based)", (long long)a->t);
+  if (!isfinite(a->lr) || a->lr < 0.0f)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: lr %g must be finite and >= 0", (double)a->lr);
+  if (!isfinite(a->grad_scale))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: grad_scale %g is not finite", (double)a->grad_scale);
+  if (a->n_segments < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: n_segments = %d (need >= 1)", a->n_segments);
+  size_t end = 0;
+  for (int i = 0; i < a->n_segments; ++i) {
+    const ddp_optim_segment_t *sg = &a->segments[i];
+    if (sg->offset != end || sg->count > a->n - end)
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "optim_step: segment %d [%zu, +%zu) does not continue at %zu within n = %zu "
+               "(segments must be sorted, disjoint and cover [0, n))",
+               i, sg->offset, sg->count, end, a->n);
+    end += sg->count;
+  }
+  if (end != a->n)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: segments cover [0, %zu) but n = %zu", end, a->n);
+  size_t bytes = a->n * sizeof(float);
+  if (ranges_overlap(a->params, bytes, a->grads, bytes) ||
+      ranges_overlap(a->params, bytes, a->state, per * bytes) ||
+      ranges_overlap(a->grads, bytes, a->state, per * bytes))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: params, grads and state must not overlap");
+  return DDP_OK;
+}
+
+/* ---- per-step constants ------------------------------------------------ */
+
+typedef struct step_coef {
+  float gmul; /* grad_scale * clip coefficient */
+  float lr;
+  float b1, omb1, b2, omb2, eps;
+  float bc1, bc2;      /* 1 - beta^t (LAMB divides by them, as apex) */
+  float step_size;     /* AdamW: lr / bc1 */
+  float bc2_sqrt;      /* AdamW: sqrt(bc2) */
+  float wd, momentum;  /* SGD */
+  int first, nesterov; /* SGD */
+} step_coef_t;
+
+/* torch.nn.utils.clip_grad_norm_: coef = max / (norm + 1e-6), clamped at 1
+ * from above; a NaN coefficient propagates (as torch's clamp does), so a
+ * non-finite norm poisons the step instead of silently not clipping. */
+static float grad_multiplier(const ddp_optim_step_args_t *a) {
+  double mul = (double)a->grad_scale;
+  if (a->cfg->max_grad_norm > 0.0f && a->grad_sumsq) {
+    double coef = (double)a->cfg->max_grad_norm / (sqrt((double)*a->grad_sumsq) + 1e-6);
+    if (!(coef >= 1.0)) mul *= coef;
+  }
+  return (float)mul;
+}
+
+static step_coef_t step_coef(const ddp_optim_step_args_t *a) {
+  const ddp_optim_config_t *cfg = a->cfg;
+  step_coef_t c = {.gmul = grad_multiplier(a), .lr = a->lr};
+  double t = (double)a->t;
+  double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+  c.b1 = cfg->beta1;
+  c.omb1 = (float)(1.0 - (double)cfg->beta1);
+  c.b2 = cfg->beta2;
+  c.omb2 = (float)(1.0 - (double)cfg->beta2);
+  c.eps = cfg->eps;
+  c.bc1 = (float)bc1;
+  c.bc2 = (float)bc2;
+  c.step_size = (float)((double)a->lr / bc1);
+  c.bc2_sqrt = (float)sqrt(bc2);
+  c.wd = cfg->weight_decay;
+  c.momentum = cfg->momentum;
+  c.first = a->t == 1;
+  c.nesterov = cfg->nesterov != 0;
+  return c;
+}
+
+/* ---- AdamW ------------------------------------------------------------- */
+
+/* m, v updated in place; p *= decay_mul (torch's p.mul_(1 - lr * wd)), then
+ * p -= step_size * m / (sqrt(v) / sqrt(bc2) + eps), torch's operation order. */
+static inline void adamw_block(float *restrict p, const float *restrict g, float *restrict m,
+                               float *restrict v, size_t len, const step_coef_t *c,
+                               float decay_mul) {
+  const float gmul = c->gmul, b1 = c->b1, omb1 = c->omb1, b2 = c->b2, omb2 = c->omb2;
+  const float step_size = c->step_size, bc2_sqrt = c->bc2_sqrt, eps = c->eps;
+  float s[BLOCK];
+  for (size_t i = 0; i < len; ++i) {
+    float gi = g[i] * gmul;
+    m[i] = b1 * m[i] + omb1 * gi;
+    v[i] = b2 * v[i] + omb2 * gi * gi;
+  }
+  for (size_t i = 0; i < len; ++i) s[i] = sqrtf(v[i]);
+  for (size_t i = 0; i < len; ++i)
+    p[i] = p[i] * decay_mul - step_size * m[i] / (s[i] / bc2_sqrt + eps);
+}
+
+static void adamw_segment(float *restrict p, const float *restrict g, float *restrict m,
+                          float *restrict v, size_t n, const step_coef_t *c, float decay_mul) {
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK) adamw_block(p + i, g + i, m + i, v + i, BLOCK, c, decay_mul);
+  adamw_block(p + i, g + i, m + i, v + i, n - i, c, decay_mul);
+}
+
+/* ---- SGD --------------------------------------------------------------- */
+
+/* torch.optim.SGD with dampening 0: g += wd * p (wd 0 on segments without
+ * decay); buf = g on the first step, else momentum * buf + g; the applied
+ * direction is g + momentum * buf (Nesterov) or buf. `first` and `nesterov`
+ * are literal constants at every call site, so each combination compiles to
+ * its own branch-free loop. */
+static inline void sgd_block(float *restrict p, const float *restrict g, float *restrict buf,
+                             size_t len, const step_coef_t *c, float wd, int first, int nesterov) {
+  const float gmul = c->gmul, mom = c->momentum, lr = c->lr;
+  for (size_t i = 0; i < len; ++i) {
+    float gi = g[i] * gmul + wd * p[i];
+    float b = first ? gi : mom * buf[i] + gi;
+    buf[i] = b;
+    float d = nesterov ? gi + mom * b : b;
+    p[i] = p[i] - lr * d;
+  }
+}
+
+static inline void sgd_plain_block(float *restrict p, const float *restrict g, size_t len,
+                                   const step_coef_t *c, float wd) {
+  const float gmul = c->gmul, lr = c->lr;
+  for (size_t i = 0; i < len; ++i) p[i] = p[i] - lr * (g[i] * gmul + wd * p[i]);
+}
+
+#define SGD_BLOCKS(first, nesterov)                                    \
+  do {                                                                 \
+    for (; i + BLOCK <= n; i += BLOCK)                                 \
+      sgd_block(p + i, g + i, buf + i, BLOCK, c, wd, first, nesterov); \
+    sgd_block(p + i, g + i, buf + i, n - i, c, wd, first, nesterov);   \
+  } while (0)
+
+static void sgd_segment(float *restrict p, const float *restrict g, float *restrict buf, size_t n,
+                        const step_coef_t *c, float wd) {
+  size_t i = 0;
+  if (!buf) {
+    for (; i + BLOCK <= n; i += BLOCK) sgd_plain_block(p + i, g + i, BLOCK, c, wd);
+    sgd_plain_block(p + i, g + i, n - i, c, wd);
+  } else if (c->first) {
+    if (c->nesterov)
+      SGD_BLOCKS(1, 1);
+    else
+      SGD_BLOCKS(1, 0);
+  } else {
+    if (c->nesterov)
+      SGD_BLOCKS(0, 1);
+    else
+      SGD_BLOCKS(0, 0);
+  }
+}
+#undef SGD_BLOCKS
+
+/* ---- LAMB -------------------------------------------------------------- */
+
+/* r = (m / bc1) / (sqrt(v / bc2) + eps) + wd * p, apex's MOMENT_MODE_1
+ * expression. Both passes call this, so the r that is applied is bit for
+ * bit the r whose norm was taken. */
+static inline void lamb_r_block(float *restrict r, const float *restrict p, const float *restrict m,
+                                const float *restrict v, size_t len, const step_coef_t *c,
+                                float wd) {
+  const float bc1 = c->bc1, bc2 = c->bc2, eps = c->eps;
+  for (size_t i = 0; i < len; ++i) r[i] = v[i] / bc2;
+  for (size_t i = 0; i < len; ++i) r[i] = sqrtf(r[i]);
+  for (size_t i = 0; i < len; ++i) r[i] = (m[i] / bc1) / (r[i] + eps) + wd * p[i];
+}
+
+static inline void lamb_moments_block(const float *restrict g, float *restrict m, float *restrict v,
+                                      size_t len, const step_coef_t *c) {
+  const float gmul = c->gmul, b1 = c->b1, omb1 = c->omb1, b2 = c->b2, omb2 = c->omb2;
+  for (size_t i = 0; i < len; ++i) {
+    float gi = g[i] * gmul;
+    m[i] = b1 * m[i] + omb1 * gi;
+    v[i] = b2 * v[i] + omb2 * gi * gi;
+  }
+}
+
+/* Pass 1: moments, ||p||^2 and ||r||^2 (double). */
+static inline void lamb_norms_block(double pacc[LANES], double racc[LANES], const float *restrict p,
+                                    const float *restrict g, float *restrict m, float *restrict v,
+                                    size_t len, const step_coef_t *c, float wd) {
+  float r[BLOCK];
+  lamb_moments_block(g, m, v, len, c);
+  lamb_r_block(r, p, m, v, len, c, wd);
+  sumsq_lanes(pacc, p, len);
+  sumsq_lanes(racc, r, len);
+}
+
+/* Pass 2: p -= lr * trust * r. */
+static inline void lamb_apply_block(float *restrict p, const float *restrict m,
+                                    const float *restrict v, size_t len, const step_coef_t *c,
+                                    float wd, float ratio) {
+  float r[BLOCK];
+  lamb_r_block(r, p, m, v, len, c, wd);
+  for (size_t i = 0; i < len; ++i) p[i] = p[i] - ratio * r[i];
+}
+
+static void lamb_segment(float *restrict p, const float *restrict g, float *restrict m,
+                         float *restrict v, size_t n, const step_coef_t *c, float wd) {
+  double pacc[LANES] = {0}, racc[LANES] = {0};
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK)
+    lamb_norms_block(pacc, racc, p + i, g + i, m + i, v + i, BLOCK, c, wd);
+  lamb_norms_block(pacc, racc, p + i, g + i, m + i, v + i, n - i, c, wd);
+  double p_norm = sqrt(lanes_total(pacc)), r_norm = sqrt(lanes_total(racc));
+  double trust = p_norm > 0.0 && r_norm > 0.0 ? p_norm / r_norm : 1.0;
+  float ratio = (float)((double)c->lr * trust);
+  for (i = 0; i + BLOCK <= n; i += BLOCK)
+    lamb_apply_block(p + i, m + i, v + i, BLOCK, c, wd, ratio);
+  lamb_apply_block(p + i, m + i, v + i, n - i, c, wd, ratio);
+}
+
+/* ---- the step ---------------------------------------------------------- */
+
+ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *args,
+                                ddp_stream_t s) {
+  (void)s; /* CPU: work runs at once */
+  DDP_CHECK(require_cpu(be, "optim_step"));
+  DDP_CHECK(validate_step(args));
+  const ddp_optim_config_t *cfg = args->cfg;
+  const step_coef_t c = step_coef(args);
+  const size_t n = args->n;
+  float *state = args->state;
+  const int has_state = ddp_optim_state_per_param(cfg) > 0;
+  for (int k = 0; k < args->n_segments; ++k) {
+    const ddp_optim_segment_t *sg = &args->segments[k];
+    float *p = args->params + sg->offset;
+    const float *g = args->grads + sg->offset;
+    float wd = sg->decay ? cfg->weight_decay : 0.0f;
+    switch (cfg->kind) {
+      case DDP_OPTIM_KIND_ADAMW: {
+        float decay_mul = (float)(1.0 - (double)args->lr * (double)wd);
+        adamw_segment(p, g, state + sg->offset, state + n + sg->offset, sg->count, &c, decay_mul);
+        break;
+      }
+      case DDP_OPTIM_KIND_SGD:
+        sgd_segment(p, g, has_state ? state + sg->offset : NULL, sg->count, &c, wd);
+        break;
+      case DDP_OPTIM_KIND_LAMB:
+        lamb_segment(p, g, state + sg->offset, state + n + sg->offset, sg->count, &c, wd);
+        break;
+    }
+  }
+  return DDP_OK;
+}

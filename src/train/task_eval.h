@@ -1,0 +1,17 @@
+/* Held-out task accuracy (internal): on documents of the built-in data set,
+ * feed the prompt of the last task line (up to and including '=') and
+ * greedy-decode; a document counts as solved when every answer token,
+ * through the closing '\n', is reproduced exactly. */
+#ifndef DDPTRAIN_TRAIN_TASK_EVAL_H
+#define DDPTRAIN_TRAIN_TASK_EVAL_H
+
+#include "ddptrain/data.h"
+#include "ddptrain/gpt.h"
+
+/* Evaluates up to max_docs documents of `val` that carry an answer and fit
+ * in the model's sequence length. *n_docs says how many were scored (0 when
+ * the corpus has no answers: then *acc is 0 and the caller reports none). */
+ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp_corpus_t *val,
+                               int max_docs, double *acc, int *n_docs);
+
+#endif

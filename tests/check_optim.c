@@ -1,0 +1,719 @@
+/* Optimizers, schedule and gradient norm (src/optim.c): AdamW, SGD and LAMB
+ * against scalar double-precision references over several steps, values
+ * worked out by hand, clipping and grad_scale order, the sum of squares, the
+ * learning-rate schedule, rejection of bad input without side effects, and
+ * run-to-run bit identity.
+ *
+ * Tolerance of the reference comparisons: 1e-6 relative, normwise: for each
+ * quantity (p, m, v) after each step, |got_i - ref_i| <= 1e-6 * max_j |ref_j|.
+ * Element-wise relative error would demand more than fp32 has from values
+ * that pass through zero (a momentum buffer that cancels); the worst case
+ * seen is 1.7e-7 (fp32 rounding over five steps), a margin of 6x. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check_util.h"
+#include "ddptrain/backend.h"
+#include "ddptrain/optim.h"
+
+static ddp_backend_t *g_be;
+
+static void setup(void) {
+  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
+  ck_assert_int_eq(ddp_backend_create(&cfg, &g_be), DDP_OK);
+}
+
+static void teardown(void) {
+  ddp_backend_destroy(g_be);
+  g_be = NULL;
+}
+
+/* ---- fixtures ---------------------------------------------------------- */
+
+/* Odd sizes around the implementation's 64-element blocks, an empty segment,
+ * and decay / no-decay interleaved. */
+static const size_t k_sizes[] = {1, 67, 0, 3, 200, 129, 5};
+static const int k_decay[] = {0, 1, 1, 0, 1, 0, 1};
+#define N_SEG ((int)(sizeof k_sizes / sizeof k_sizes[0]))
+
+static size_t make_segments(ddp_optim_segment_t *segs) {
+  size_t off = 0;
+  for (int i = 0; i < N_SEG; ++i) {
+    segs[i] = (ddp_optim_segment_t){.offset = off, .count = k_sizes[i], .decay = k_decay[i]};
+    off += k_sizes[i];
+  }
+  return off;
+}
+
+/* Deterministic values in [lo, hi). */
+static float uniform(uint64_t *s, float lo, float hi) {
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  double u = (double)(*s >> 40) / (double)(1ULL << 24);
+  return (float)(lo + (hi - lo) * u);
+}
+
+static void fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
+  for (size_t i = 0; i < n; ++i) x[i] = uniform(&s, lo, hi);
+}
+
+static ddp_optim_config_t adamw_config(void) {
+  return (ddp_optim_config_t){.kind = DDP_OPTIM_KIND_ADAMW,
+                              .beta1 = 0.9f,
+                              .beta2 = 0.95f,
+                              .eps = 1e-8f,
+                              .weight_decay = 0.1f};
+}
+
+static ddp_optim_config_t sgd_config(float momentum, int nesterov) {
+  return (ddp_optim_config_t){.kind = DDP_OPTIM_KIND_SGD,
+                              .weight_decay = 0.05f,
+                              .momentum = momentum,
+                              .nesterov = nesterov};
+}
+
+static ddp_optim_config_t lamb_config(void) {
+  return (ddp_optim_config_t){.kind = DDP_OPTIM_KIND_LAMB,
+                              .beta1 = 0.9f,
+                              .beta2 = 0.999f,
+                              .eps = 1e-6f,
+                              .weight_decay = 0.01f};
+}
+
+static ddp_optim_step_args_t step_args(const ddp_optim_config_t *cfg, float *p, const float *g,
+                                       float *state, const ddp_optim_segment_t *segs, int n_seg,
+                                       size_t n, int64_t t, float lr) {
+  return (ddp_optim_step_args_t){.cfg = cfg,
+                                 .params = p,
+                                 .grads = g,
+                                 .state = state,
+                                 .segments = segs,
+                                 .n_segments = n_seg,
+                                 .n = n,
+                                 .t = t,
+                                 .lr = lr,
+                                 .grad_scale = 1.0f,
+                                 .grad_sumsq = NULL};
+}
+
+/* got: n floats at stride 1; ref: n doubles. */
+static void assert_close(const char *what, int64_t t, const float *got, const double *ref,
+                         size_t n) {
+  double scale = 0;
+  for (size_t i = 0; i < n; ++i) scale = fmax(scale, fabs(ref[i]));
+  for (size_t i = 0; i < n; ++i) {
+    double rel = fabs(got[i] - ref[i]) / scale;
+    ck_assert_msg(rel <= 1e-6, "%s[%zu] step %lld: got %.9g, reference %.9g (%.3g of max %.3g)",
+                  what, i, (long long)t, got[i], ref[i], rel, scale);
+  }
+}
+
+/* ---- double-precision references ---------------------------------------- */
+
+typedef struct ref_state {
+  double *p, *m, *v; /* m doubles as the SGD buffer */
+} ref_state_t;
+
+static void ref_adamw(ref_state_t *r, const float *gf, double gmul, const ddp_optim_config_t *cfg,
+                      const ddp_optim_segment_t *segs, int n_seg, int64_t t, double lr) {
+  double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps, wd = cfg->weight_decay;
+  double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+  for (int k = 0; k < n_seg; ++k) {
+    for (size_t i = segs[k].offset; i < segs[k].offset + segs[k].count; ++i) {
+      double g = gf[i] * gmul;
+      if (segs[k].decay) r->p[i] -= lr * wd * r->p[i];
+      r->m[i] = b1 * r->m[i] + (1.0 - b1) * g;
+      r->v[i] = b2 * r->v[i] + (1.0 - b2) * g * g;
+      r->p[i] -= lr * (r->m[i] / bc1) / (sqrt(r->v[i] / bc2) + eps);
+    }
+  }
+}
+
+static void ref_sgd(ref_state_t *r, const float *gf, double gmul, const ddp_optim_config_t *cfg,
+                    const ddp_optim_segment_t *segs, int n_seg, int64_t t, double lr) {
+  double mom = cfg->momentum, wd = cfg->weight_decay;
+  for (int k = 0; k < n_seg; ++k) {
+    for (size_t i = segs[k].offset; i < segs[k].offset + segs[k].count; ++i) {
+      double g = gf[i] * gmul;
+      if (segs[k].decay) g += wd * r->p[i];
+      if (mom != 0.0) {
+        r->m[i] = t == 1 ? g : mom * r->m[i] + g;
+        g = cfg->nesterov ? g + mom * r->m[i] : r->m[i];
+      }
+      r->p[i] -= lr * g;
+    }
+  }
+}
+
+static void ref_lamb(ref_state_t *r, const float *gf, double gmul, const ddp_optim_config_t *cfg,
+                     const ddp_optim_segment_t *segs, int n_seg, int64_t t, double lr) {
+  double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+  double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+  for (int k = 0; k < n_seg; ++k) {
+    size_t lo = segs[k].offset, hi = lo + segs[k].count;
+    double wd = segs[k].decay ? cfg->weight_decay : 0.0;
+    double pn = 0, rn = 0;
+    for (size_t i = lo; i < hi; ++i) {
+      double g = gf[i] * gmul;
+      r->m[i] = b1 * r->m[i] + (1.0 - b1) * g;
+      r->v[i] = b2 * r->v[i] + (1.0 - b2) * g * g;
+      double u = (r->m[i] / bc1) / (sqrt(r->v[i] / bc2) + eps) + wd * r->p[i];
+      pn += r->p[i] * r->p[i];
+      rn += u * u;
+    }
+    double trust = pn > 0 && rn > 0 ? sqrt(pn) / sqrt(rn) : 1.0;
+    for (size_t i = lo; i < hi; ++i) {
+      double u = (r->m[i] / bc1) / (sqrt(r->v[i] / bc2) + eps) + wd * r->p[i];
+      r->p[i] -= lr * trust * u;
+    }
+  }
+}
+
+typedef void (*ref_fn)(ref_state_t *, const float *, double, const ddp_optim_config_t *,
+                       const ddp_optim_segment_t *, int, int64_t, double);
+
+/* Five steps with fresh gradients each step and a changing lr; grad_scale
+ * 0.25 (exact in fp32) so its application is covered too. */
+static void compare_with_reference(const ddp_optim_config_t *cfg, ref_fn ref) {
+  ddp_optim_segment_t segs[N_SEG];
+  size_t n = make_segments(segs);
+  size_t per = ddp_optim_state_per_param(cfg);
+  float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+  float *state = calloc(2 * n + 1, sizeof *state);
+  ref_state_t r = {calloc(n, sizeof(double)), calloc(n, sizeof(double)), calloc(n, sizeof(double))};
+  fill_uniform(p, n, 1, -1.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i) r.p[i] = p[i];
+  for (int64_t t = 1; t <= 5; ++t) {
+    float lr = 0.01f * (float)(6 - t) / 5.0f;
+    fill_uniform(g, n, 100 + (uint64_t)t, -2.0f, 2.0f);
+    ddp_optim_step_args_t a = step_args(cfg, p, g, per ? state : NULL, segs, N_SEG, n, t, lr);
+    a.grad_scale = 0.25f;
+    ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+    ref(&r, g, 0.25, cfg, segs, N_SEG, t, lr);
+    assert_close("p", t, p, r.p, n);
+    if (per >= 1) assert_close(cfg->kind == DDP_OPTIM_KIND_SGD ? "buf" : "m", t, state, r.m, n);
+    if (per >= 2) assert_close("v", t, state + n, r.v, n);
+  }
+  free(r.p);
+  free(r.m);
+  free(r.v);
+  free(state);
+  free(g);
+  free(p);
+}
+
+/* ---- against the references --------------------------------------------- */
+
+START_TEST(test_optim_adamw_matches_reference) {
+  ddp_optim_config_t cfg = adamw_config();
+  compare_with_reference(&cfg, ref_adamw);
+}
+END_TEST
+
+START_TEST(test_optim_sgd_matches_reference) {
+  const struct {
+    float momentum;
+    int nesterov;
+  } cases[] = {{0.0f, 0}, {0.9f, 0}, {0.9f, 1}, {0.5f, 1}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    ddp_optim_config_t cfg = sgd_config(cases[c].momentum, cases[c].nesterov);
+    compare_with_reference(&cfg, ref_sgd);
+  }
+}
+END_TEST
+
+START_TEST(test_optim_lamb_matches_reference) {
+  ddp_optim_config_t cfg = lamb_config();
+  compare_with_reference(&cfg, ref_lamb);
+}
+END_TEST
+
+/* ---- by hand ------------------------------------------------------------ */
+
+START_TEST(test_optim_adamw_first_step_by_hand) {
+  /* t = 1: mhat = g, vhat = g^2, so the step is lr * g / (|g| + eps) ~ lr * sign(g).
+   * p0: no decay, g 0.5 -> 1 - 0.1 = 0.9; p1: decay 0.1 -> 1 * (1 - 0.01) - 0.1 = 0.89;
+   * p2: no decay, g -2 -> 1 + 0.1 = 1.1. */
+  ddp_optim_config_t cfg = adamw_config();
+  cfg.beta2 = 0.999f;
+  ddp_optim_segment_t segs[] = {{0, 1, 0}, {1, 1, 1}, {2, 1, 0}};
+  float p[3] = {1.0f, 1.0f, 1.0f}, g[3] = {0.5f, 0.5f, -2.0f}, state[6] = {0};
+  ddp_optim_step_args_t a = step_args(&cfg, p, g, state, segs, 3, 3, 1, 0.1f);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  ck_assert_double_eq_tol(p[0], 0.9, 1e-6);
+  ck_assert_double_eq_tol(p[1], 0.89, 1e-6);
+  ck_assert_double_eq_tol(p[2], 1.1, 1e-6);
+  /* m = (1 - b1) g, v = (1 - b2) g^2 */
+  ck_assert_double_eq_tol(state[0], (1.0 - (double)0.9f) * 0.5, 1e-9);
+  ck_assert_double_eq_tol(state[3 + 2], (1.0 - (double)0.999f) * 4.0, 1e-9);
+}
+END_TEST
+
+START_TEST(test_optim_sgd_nesterov_two_steps_by_hand) {
+  /* lr 0.1, momentum 0.9, wd 0.1 on the second element only.
+   * elem 0 (no decay), g = 1 then 0.5:
+   *   t1: buf = 1, d = 1 + 0.9 * 1 = 1.9, p = 1 - 0.19 = 0.81
+   *   t2: buf = 0.9 + 0.5 = 1.4, d = 0.5 + 1.26 = 1.76, p = 0.81 - 0.176 = 0.634
+   * elem 1 (decay), same gradients:
+   *   t1: g = 1 + 0.1 = 1.1, buf = 1.1, d = 1.1 + 0.99 = 2.09, p = 1 - 0.209 = 0.791
+   *   t2: g = 0.5 + 0.0791 = 0.5791, buf = 0.99 + 0.5791 = 1.5691,
+   *       d = 0.5791 + 1.41219 = 1.99129, p = 0.791 - 0.199129 = 0.591871 */
+  ddp_optim_config_t cfg = sgd_config(0.9f, 1);
+  cfg.weight_decay = 0.1f;
+  ddp_optim_segment_t segs[] = {{0, 1, 0}, {1, 1, 1}};
+  float p[2] = {1.0f, 1.0f}, g[2] = {1.0f, 1.0f}, buf[2] = {0};
+  ddp_optim_step_args_t a = step_args(&cfg, p, g, buf, segs, 2, 2, 1, 0.1f);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  ck_assert_double_eq_tol(p[0], 0.81, 1e-6);
+  ck_assert_double_eq_tol(p[1], 0.791, 1e-6);
+  g[0] = g[1] = 0.5f;
+  a.t = 2;
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  ck_assert_double_eq_tol(buf[0], 1.4, 1e-6);
+  ck_assert_double_eq_tol(p[0], 0.634, 1e-6);
+  ck_assert_double_eq_tol(buf[1], 1.5691, 1e-6);
+  ck_assert_double_eq_tol(p[1], 0.591871, 1e-6);
+}
+END_TEST
+
+START_TEST(test_optim_sgd_first_step_ignores_stale_buffer) {
+  /* t == 1 sets buf = g whatever the buffer holds (torch's "buffer is None"). */
+  ddp_optim_config_t cfg = sgd_config(0.9f, 0);
+  cfg.weight_decay = 0.0f;
+  ddp_optim_segment_t seg = {0, 2, 0};
+  float p[2] = {1.0f, 2.0f}, g[2] = {1.0f, -1.0f}, buf[2] = {NAN, 1e30f};
+  ddp_optim_step_args_t a = step_args(&cfg, p, g, buf, &seg, 1, 2, 1, 0.5f);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  ck_assert_float_eq(buf[0], 1.0f);
+  ck_assert_float_eq(buf[1], -1.0f);
+  ck_assert_float_eq(p[0], 0.5f);
+  ck_assert_float_eq(p[1], 2.5f);
+}
+END_TEST
+
+START_TEST(test_optim_sgd_without_momentum_uses_no_state) {
+  ddp_optim_config_t cfg = sgd_config(0.0f, 0);
+  ck_assert_uint_eq(ddp_optim_state_per_param(&cfg), 0);
+  ddp_optim_segment_t seg = {0, 3, 1};
+  float p[3] = {1.0f, 2.0f, 3.0f}, g[3] = {1.0f, 1.0f, 1.0f}, untouched[3] = {7.0f, 7.0f, 7.0f};
+  ddp_optim_step_args_t a = step_args(&cfg, p, g, untouched, &seg, 1, 3, 3, 0.1f);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  for (int i = 0; i < 3; ++i) {
+    ck_assert_float_eq(untouched[i], 7.0f);
+    double want = (i + 1) - 0.1 * (1.0 + 0.05 * (i + 1));
+    ck_assert_double_eq_tol(p[i], want, 1e-6);
+  }
+  a.state = NULL; /* no state needed */
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+}
+END_TEST
+
+START_TEST(test_optim_lamb_trust_ratio_by_hand) {
+  /* t = 1, eps tiny: r = g / |g| + wd p.
+   * seg 0, no decay, p = (3, 4), g = (1, -1): r = (1, -1), ||p|| = 5, ||r|| = sqrt 2,
+   *   p -= 0.01 * (5 / sqrt 2) * r.
+   * seg 1, decay 0.1, p = (3, 4), g = (1, -1): r = (1.3, -0.6), ||r|| = sqrt 2.05,
+   *   p -= 0.01 * (5 / sqrt 2.05) * r.
+   * seg 2, p = (0, 0): ||p|| = 0, so trust 1: p = -0.01 * (1, -1). */
+  ddp_optim_config_t cfg = lamb_config();
+  cfg.eps = 1e-10f;
+  cfg.weight_decay = 0.1f;
+  ddp_optim_segment_t segs[] = {{0, 2, 0}, {2, 2, 1}, {4, 2, 0}};
+  float p[6] = {3, 4, 3, 4, 0, 0}, g[6] = {1, -1, 1, -1, 1, -1}, state[12] = {0};
+  ddp_optim_step_args_t a = step_args(&cfg, p, g, state, segs, 3, 6, 1, 0.01f);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  double t0 = 5.0 / sqrt(2.0), t1 = 5.0 / sqrt(2.05);
+  ck_assert_double_eq_tol(p[0], 3.0 - 0.01 * t0, 1e-6);
+  ck_assert_double_eq_tol(p[1], 4.0 + 0.01 * t0, 1e-6);
+  ck_assert_double_eq_tol(p[2], 3.0 - 0.01 * t1 * 1.3, 1e-6);
+  ck_assert_double_eq_tol(p[3], 4.0 + 0.01 * t1 * 0.6, 1e-6);
+  ck_assert_double_eq_tol(p[4], -0.01, 1e-8);
+  ck_assert_double_eq_tol(p[5], 0.01, 1e-8);
+}
+END_TEST
+
+/* ---- clipping and grad_scale -------------------------------------------- */
+
+/* 300 gradients scaled to a norm of exactly `norm` (up to fp32 rounding). */
+static size_t clip_fixture(float *g, float norm) {
+  const size_t n = 300;
+  fill_uniform(g, n, 7, -1.0f, 1.0f);
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += (double)g[i] * g[i];
+  for (size_t i = 0; i < n; ++i) g[i] = (float)(g[i] * norm / sqrt(ss));
+  return n;
+}
+
+START_TEST(test_optim_clipping_scales_gradients_to_max_norm) {
+  float g[300], gs[300], p[300], q[300], s1[600] = {0}, s2[600] = {0}, sumsq;
+  size_t n = clip_fixture(g, 10.0f);
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, g, n, 1.0f, NULL), DDP_OK);
+  ck_assert_double_eq_tol(sumsq, 100.0, 1e-3);
+  double coef = 1.0 / (sqrt((double)sumsq) + 1e-6);
+  ck_assert_double_eq_tol(coef, 0.1, 1e-6);
+  for (size_t i = 0; i < n; ++i) gs[i] = g[i] * (float)coef;
+  ddp_optim_segment_t seg = {0, n, 1};
+
+  /* SGD is linear in g: the update is lr * 0.1 * g. */
+  ddp_optim_config_t sgd = sgd_config(0.0f, 0);
+  sgd.weight_decay = 0.0f;
+  sgd.max_grad_norm = 1.0f;
+  fill_uniform(p, n, 3, -1.0f, 1.0f);
+  memcpy(q, p, sizeof p);
+  ddp_optim_step_args_t a = step_args(&sgd, p, g, NULL, &seg, 1, n, 1, 1.0f);
+  a.grad_sumsq = &sumsq;
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  for (size_t i = 0; i < n; ++i) ck_assert_double_eq_tol(p[i], q[i] - 0.1 * g[i], 1e-6);
+
+  /* AdamW over three steps: clipped == unclipped on pre-scaled gradients. */
+  ddp_optim_config_t adam = adamw_config();
+  adam.max_grad_norm = 1.0f;
+  fill_uniform(p, n, 3, -1.0f, 1.0f);
+  memcpy(q, p, sizeof p);
+  for (int64_t t = 1; t <= 3; ++t) {
+    ddp_optim_step_args_t c = step_args(&adam, p, g, s1, &seg, 1, n, t, 0.01f);
+    c.grad_sumsq = &sumsq;
+    ck_assert_int_eq(ddp_optim_step_cpu(g_be, &c, NULL), DDP_OK);
+    ddp_optim_config_t unclipped = adam;
+    unclipped.max_grad_norm = 0.0f;
+    ddp_optim_step_args_t u = step_args(&unclipped, q, gs, s2, &seg, 1, n, t, 0.01f);
+    ck_assert_int_eq(ddp_optim_step_cpu(g_be, &u, NULL), DDP_OK);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    ck_assert_float_eq_tol(p[i], q[i], 1e-6f * fmaxf(1.0f, fabsf(q[i])));
+    ck_assert_float_eq_tol(s1[n + i], s2[n + i], 1e-6f * s2[n + i]);
+  }
+}
+END_TEST
+
+START_TEST(test_optim_clipping_off_or_below_max_leaves_gradients_alone) {
+  float g[300], p[300], q[300], sumsq;
+  size_t n = clip_fixture(g, 10.0f);
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, g, n, 1.0f, NULL), DDP_OK);
+  ddp_optim_segment_t seg = {0, n, 1};
+  fill_uniform(q, n, 3, -1.0f, 1.0f);
+  /* Reference: no sumsq at all. */
+  ddp_optim_config_t cfg = sgd_config(0.0f, 0);
+  float ref[300];
+  memcpy(ref, q, sizeof q);
+  ddp_optim_step_args_t a = step_args(&cfg, ref, g, NULL, &seg, 1, n, 1, 0.1f);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  /* max_grad_norm 0, -1 (off) and 20 (above the norm of 10): same bits. */
+  const float maxes[] = {0.0f, -1.0f, 20.0f};
+  for (size_t k = 0; k < 3; ++k) {
+    cfg.max_grad_norm = maxes[k];
+    memcpy(p, q, sizeof q);
+    a = step_args(&cfg, p, g, NULL, &seg, 1, n, 1, 0.1f);
+    a.grad_sumsq = &sumsq;
+    ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+    ck_assert_mem_eq(p, ref, sizeof p);
+  }
+}
+END_TEST
+
+START_TEST(test_optim_grad_scale_applies_before_the_norm) {
+  /* Raw norm 10, max 1. grad_scale 0.05: scaled norm 0.5, no clipping, the
+   * step uses 0.05 g. grad_scale 0.5: scaled norm 5, clip 1/5, the step
+   * uses 0.5 * 0.2 g = 0.1 g. */
+  float g[300], p[300], q[300], sumsq;
+  size_t n = clip_fixture(g, 10.0f);
+  ddp_optim_segment_t seg = {0, n, 0};
+  ddp_optim_config_t cfg = sgd_config(0.0f, 0);
+  cfg.max_grad_norm = 1.0f;
+  const float scales[] = {0.05f, 0.5f};
+  const double effective[] = {0.05, 0.1};
+  fill_uniform(q, n, 3, -1.0f, 1.0f);
+  for (int k = 0; k < 2; ++k) {
+    ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, g, n, scales[k], NULL), DDP_OK);
+    ck_assert_double_eq_tol(sumsq, 100.0 * scales[k] * scales[k], 1e-4);
+    memcpy(p, q, sizeof q);
+    ddp_optim_step_args_t a = step_args(&cfg, p, g, NULL, &seg, 1, n, 1, 1.0f);
+    a.grad_scale = scales[k];
+    a.grad_sumsq = &sumsq;
+    ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+    for (size_t i = 0; i < n; ++i) ck_assert_double_eq_tol(p[i], q[i] - effective[k] * g[i], 1e-6);
+  }
+}
+END_TEST
+
+/* ---- sum of squares ----------------------------------------------------- */
+
+START_TEST(test_optim_grad_sumsq_known_values) {
+  float g4[4] = {1, 2, 3, -4}, out = 123.0f;
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &out, g4, 4, 0.5f, NULL), DDP_OK);
+  ck_assert_float_eq(out, 7.5f); /* 0.25 + 1 + 2.25 + 4, overwriting 123 */
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &out, g4, 0, 1.0f, NULL), DDP_OK);
+  ck_assert_float_eq(out, 0.0f);
+  /* 1001 elements (blocks and a tail): sum of (2 * (i % 7 - 3))^2, exact. */
+  float g[1001];
+  double want = 0;
+  for (int i = 0; i < 1001; ++i) {
+    g[i] = (float)(i % 7 - 3);
+    want += 4.0 * g[i] * g[i];
+  }
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &out, g, 1001, 2.0f, NULL), DDP_OK);
+  ck_assert_float_eq(out, (float)want);
+  /* Accumulation in double: 1e6 small terms that fp32 summation would lose. */
+  const size_t big = 1u << 20;
+  float *ones = malloc(big * sizeof *ones);
+  for (size_t i = 0; i < big; ++i) ones[i] = 1.0f;
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &out, ones, big, 1e-3f, NULL), DDP_OK);
+  ck_assert_double_eq_tol(out, big * 1e-6, big * 1e-6 * 1e-6);
+  free(ones);
+}
+END_TEST
+
+/* ---- schedule ----------------------------------------------------------- */
+
+START_TEST(test_optim_lr_schedule_warmup_then_cosine) {
+  const float lr = 1.0f, min_lr = 0.1f;
+  /* warmup 10, total 110: warmup values (step + 1) / 10 */
+  ck_assert_float_eq_tol(ddp_lr_schedule(0, lr, min_lr, 10, 110), 0.1f, 1e-7f);
+  ck_assert_float_eq_tol(ddp_lr_schedule(4, lr, min_lr, 10, 110), 0.5f, 1e-7f);
+  ck_assert_float_eq_tol(ddp_lr_schedule(9, lr, min_lr, 10, 110), 1.0f, 1e-7f);
+  /* peak, then the cosine: midpoint (lr + min_lr) / 2, end min_lr */
+  ck_assert_float_eq_tol(ddp_lr_schedule(10, lr, min_lr, 10, 110), 1.0f, 1e-7f);
+  ck_assert_float_eq_tol(ddp_lr_schedule(60, lr, min_lr, 10, 110), 0.55f, 1e-7f);
+  ck_assert_float_eq_tol(ddp_lr_schedule(35, lr, min_lr, 10, 110),
+                         (float)(0.1 + 0.45 * (1.0 + cos(3.14159265358979323846 * 0.25))), 1e-7f);
+  float prev = 2.0f;
+  for (int64_t s = 10; s < 110; ++s) {
+    float x = ddp_lr_schedule(s, lr, min_lr, 10, 110);
+    ck_assert_msg(x <= prev && x >= min_lr, "step %lld: %g after %g", (long long)s, x, prev);
+    prev = x;
+  }
+  ck_assert_float_eq(ddp_lr_schedule(110, lr, min_lr, 10, 110), min_lr);
+  ck_assert_float_eq(ddp_lr_schedule(5000, lr, min_lr, 10, 110), min_lr);
+  /* warmup 0: the cosine starts at step 0 with lr */
+  ck_assert_float_eq(ddp_lr_schedule(0, lr, min_lr, 0, 100), lr);
+  ck_assert_float_eq_tol(ddp_lr_schedule(50, lr, min_lr, 0, 100), 0.55f, 1e-7f);
+  ck_assert_float_eq(ddp_lr_schedule(100, lr, min_lr, 0, 100), min_lr);
+  /* edges: negative step counts as 0; warmup beyond total ends at min_lr */
+  ck_assert_float_eq_tol(ddp_lr_schedule(-3, lr, min_lr, 10, 110), 0.1f, 1e-7f);
+  ck_assert_float_eq_tol(ddp_lr_schedule(19, lr, min_lr, 20, 10), 1.0f, 1e-7f);
+  ck_assert_float_eq(ddp_lr_schedule(20, lr, min_lr, 20, 10), min_lr);
+}
+END_TEST
+
+/* ---- names -------------------------------------------------------------- */
+
+START_TEST(test_optim_kind_parse_and_name) {
+  const ddp_optim_kind_t kinds[] = {DDP_OPTIM_KIND_ADAMW, DDP_OPTIM_KIND_SGD, DDP_OPTIM_KIND_LAMB};
+  for (int i = 0; i < 3; ++i) {
+    ddp_optim_kind_t k = (ddp_optim_kind_t)-1;
+    ck_assert_int_eq(ddp_optim_kind_parse(ddp_optim_kind_name(kinds[i]), &k), DDP_OK);
+    ck_assert_int_eq(k, kinds[i]);
+  }
+  ck_assert_str_eq(ddp_optim_kind_name(DDP_OPTIM_KIND_ADAMW), "adamw");
+  ck_assert_str_eq(ddp_optim_kind_name((ddp_optim_kind_t)42), "invalid");
+  ddp_optim_kind_t k;
+  ck_assert_int_eq(ddp_optim_kind_parse("LAMB", &k), DDP_OK);
+  ck_assert_int_eq(k, DDP_OPTIM_KIND_LAMB);
+  ddp_test_log_start();
+  k = DDP_OPTIM_KIND_SGD;
+  ck_assert_int_eq(ddp_optim_kind_parse("adam", &k), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_optim_kind_parse("", &k), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_optim_kind_parse(NULL, &k), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_optim_kind_parse("sgd", NULL), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ck_assert_str_eq(log, ""); /* silent */
+  ck_assert_int_eq(k, DDP_OPTIM_KIND_SGD);
+  free(log);
+}
+END_TEST
+
+START_TEST(test_optim_state_per_param) {
+  ddp_optim_config_t a = adamw_config(), l = lamb_config();
+  ddp_optim_config_t s0 = sgd_config(0.0f, 0), s1 = sgd_config(0.9f, 0);
+  ck_assert_uint_eq(ddp_optim_state_per_param(&a), 2);
+  ck_assert_uint_eq(ddp_optim_state_per_param(&l), 2);
+  ck_assert_uint_eq(ddp_optim_state_per_param(&s0), 0);
+  ck_assert_uint_eq(ddp_optim_state_per_param(&s1), 1);
+  ck_assert_uint_eq(ddp_optim_state_per_param(NULL), 0);
+}
+END_TEST
+
+/* ---- bad input ---------------------------------------------------------- */
+
+typedef struct bad_fixture {
+  ddp_optim_config_t cfg;
+  ddp_optim_segment_t segs[3];
+  float p[10], g[10], state[20];
+  float p0[10], state0[20];
+} bad_fixture_t;
+
+static void bad_init(bad_fixture_t *f) {
+  memset(f, 0, sizeof *f);
+  f->cfg = adamw_config();
+  f->segs[0] = (ddp_optim_segment_t){0, 3, 1};
+  f->segs[1] = (ddp_optim_segment_t){3, 4, 0};
+  f->segs[2] = (ddp_optim_segment_t){7, 3, 1};
+  fill_uniform(f->p, 10, 1, -1, 1);
+  fill_uniform(f->g, 10, 2, -1, 1);
+  fill_uniform(f->state, 20, 3, 0, 1);
+  memcpy(f->p0, f->p, sizeof f->p);
+  memcpy(f->state0, f->state, sizeof f->state);
+}
+
+static ddp_optim_step_args_t bad_args(bad_fixture_t *f) {
+  return step_args(&f->cfg, f->p, f->g, f->state, f->segs, 3, 10, 1, 0.01f);
+}
+
+/* Runs the step expecting `want`, a log line containing `needle`, and no
+ * change to params or state. */
+static void expect_rejected(bad_fixture_t *f, const ddp_optim_step_args_t *a, ddp_status_t want,
+                            const char *needle, const char *label) {
+  ddp_test_log_start();
+  ddp_status_t st = ddp_optim_step_cpu(g_be, a, NULL);
+  char *log = ddp_test_log_stop();
+  ck_assert_msg(st == want, "%s: got %s", label, ddp_status_name(st));
+  ddp_assert_contains(log, needle);
+  ck_assert_msg(memcmp(f->p, f->p0, sizeof f->p) == 0, "%s: params modified", label);
+  ck_assert_msg(memcmp(f->state, f->state0, sizeof f->state) == 0, "%s: state modified", label);
+  free(log);
+}
+
+START_TEST(test_optim_rejects_bad_input_without_side_effects) {
+  bad_fixture_t f;
+  ddp_optim_step_args_t a;
+  const ddp_status_t E = DDP_ERR_INVALID_ARG;
+#define BAD(mutation, needle)                      \
+  do {                                             \
+    bad_init(&f);                                  \
+    a = bad_args(&f);                              \
+    mutation;                                      \
+    expect_rejected(&f, &a, E, needle, #mutation); \
+  } while (0)
+  BAD(a.cfg = NULL, "NULL cfg");
+  BAD(a.params = NULL, "NULL params");
+  BAD(a.grads = NULL, "NULL grads");
+  BAD(a.state = NULL, "NULL state");
+  BAD(a.segments = NULL, "NULL segments");
+  BAD(a.n_segments = 0, "n_segments = 0");
+  BAD(a.n_segments = -1, "n_segments = -1");
+  BAD(f.segs[1].offset = 4, "segment 1");       /* gap */
+  BAD(f.segs[1].offset = 2, "segment 1");       /* overlap */
+  BAD(f.segs[2].count = 2, "cover [0, 9)");     /* short of n */
+  BAD(f.segs[2].count = 4, "segment 2");        /* past n */
+  BAD(f.segs[1].count = SIZE_MAX, "segment 1"); /* overflow */
+  BAD((f.segs[0] = (ddp_optim_segment_t){7, 3, 1}, f.segs[2] = (ddp_optim_segment_t){0, 3, 1}),
+      "segment 0"); /* unsorted */
+  BAD(a.t = 0, "t = 0");
+  BAD(a.t = -5, "t = -5");
+  BAD(a.lr = NAN, "lr nan");
+  BAD(a.lr = INFINITY, "lr inf");
+  BAD(a.lr = -0.1f, "lr -0.1");
+  BAD(a.grad_scale = NAN, "grad_scale");
+  BAD(f.cfg.eps = 0.0f, "eps 0");
+  BAD(f.cfg.eps = -1e-8f, "eps");
+  BAD(f.cfg.eps = NAN, "eps");
+  BAD(f.cfg.beta1 = 1.0f, "betas (1, 0.95)");
+  BAD(f.cfg.beta1 = -0.1f, "betas");
+  BAD(f.cfg.beta2 = 1.5f, "betas");
+  BAD(f.cfg.beta2 = NAN, "betas");
+  BAD((f.cfg = lamb_config(), f.cfg.beta2 = 1.0f), "lamb betas");
+  BAD(f.cfg.weight_decay = -0.1f, "weight_decay");
+  BAD(f.cfg.max_grad_norm = NAN, "max_grad_norm");
+  BAD(f.cfg.kind = (ddp_optim_kind_t)9, "unknown optimizer kind 9");
+  BAD((f.cfg = sgd_config(0.0f, 1)), "nesterov needs momentum");
+  BAD((f.cfg = sgd_config(-0.5f, 0)), "momentum -0.5");
+  BAD(a.grads = f.p + 1, "overlap"); /* aliasing buffers */
+#undef BAD
+  bad_init(&f);
+  a = bad_args(&f);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_optim_step_cpu(NULL, &a, NULL), E);
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, NULL, NULL), E);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "NULL backend");
+  ddp_assert_contains(log, "NULL arguments");
+  free(log);
+  /* A backend whose memory the host cannot touch is refused. */
+  ddp_backend_ops_t fake_ops = {.name = "fake-cuda", .kind = DDP_DEVICE_KIND_CUDA};
+  ddp_backend_t fake = {.ops = &fake_ops};
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_optim_step_cpu(&fake, &a, NULL), DDP_ERR_UNSUPPORTED);
+  float out = 5.0f;
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(&fake, &out, f.g, 10, 1.0f, NULL), DDP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, NULL, f.g, 10, 1.0f, NULL), E);
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &out, NULL, 10, 1.0f, NULL), E);
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &out, f.g, 10, INFINITY, NULL), E);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "fake-cuda");
+  ck_assert_float_eq(out, 5.0f);
+  ck_assert_mem_eq(f.p, f.p0, sizeof f.p);
+  free(log);
+  /* The valid call still works after all that. */
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+}
+END_TEST
+
+/* ---- determinism -------------------------------------------------------- */
+
+static void run_five_steps(const ddp_optim_config_t *cfg, float *p, float *state, size_t n,
+                           const ddp_optim_segment_t *segs) {
+  float *g = malloc(n * sizeof *g);
+  float sumsq;
+  fill_uniform(p, n, 11, -1.0f, 1.0f);
+  memset(state, 0, 2 * n * sizeof *state);
+  for (int64_t t = 1; t <= 5; ++t) {
+    fill_uniform(g, n, 50 + (uint64_t)t, -3.0f, 3.0f);
+    ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, g, n, 0.5f, NULL), DDP_OK);
+    ddp_optim_step_args_t a =
+        step_args(cfg, p, g, state, segs, N_SEG, n, t, ddp_lr_schedule(t - 1, 0.01f, 0.001f, 2, 5));
+    a.grad_scale = 0.5f;
+    a.grad_sumsq = &sumsq;
+    ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+  }
+  free(g);
+}
+
+START_TEST(test_optim_two_runs_are_bit_identical) {
+  ddp_optim_segment_t segs[N_SEG];
+  size_t n = make_segments(segs);
+  ddp_optim_config_t cfgs[] = {adamw_config(), sgd_config(0.9f, 1), lamb_config()};
+  for (size_t k = 0; k < 3; ++k) {
+    cfgs[k].max_grad_norm = 1.0f;
+    float *p1 = malloc(n * sizeof(float)), *p2 = malloc(n * sizeof(float));
+    float *s1 = malloc(2 * n * sizeof(float)), *s2 = malloc(2 * n * sizeof(float));
+    run_five_steps(&cfgs[k], p1, s1, n, segs);
+    run_five_steps(&cfgs[k], p2, s2, n, segs);
+    ck_assert_mem_eq(p1, p2, n * sizeof(float));
+    ck_assert_mem_eq(s1, s2, 2 * n * sizeof(float));
+    free(p1);
+    free(p2);
+    free(s1);
+    free(s2);
+  }
+}
+END_TEST
+
+static Suite *optim_suite(void) {
+  Suite *s = suite_create("optim");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_optim_adamw_matches_reference);
+  tcase_add_test(tc, test_optim_sgd_matches_reference);
+  tcase_add_test(tc, test_optim_lamb_matches_reference);
+  tcase_add_test(tc, test_optim_adamw_first_step_by_hand);
+  tcase_add_test(tc, test_optim_sgd_nesterov_two_steps_by_hand);
+  tcase_add_test(tc, test_optim_sgd_first_step_ignores_stale_buffer);
+  tcase_add_test(tc, test_optim_sgd_without_momentum_uses_no_state);
+  tcase_add_test(tc, test_optim_lamb_trust_ratio_by_hand);
+  tcase_add_test(tc, test_optim_clipping_scales_gradients_to_max_norm);
+  tcase_add_test(tc, test_optim_clipping_off_or_below_max_leaves_gradients_alone);
+  tcase_add_test(tc, test_optim_grad_scale_applies_before_the_norm);
+  tcase_add_test(tc, test_optim_grad_sumsq_known_values);
+  tcase_add_test(tc, test_optim_lr_schedule_warmup_then_cosine);
+  tcase_add_test(tc, test_optim_kind_parse_and_name);
+  tcase_add_test(tc, test_optim_state_per_param);
+  tcase_add_test(tc, test_optim_rejects_bad_input_without_side_effects);
+  tcase_add_test(tc, test_optim_two_runs_are_bit_identical);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  return ddp_test_run_suite(optim_suite());
+}
