@@ -26,7 +26,9 @@ extern "C" {
 #endif
 
 typedef struct ddp_nn_ops {
-  /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T) int32 in [0,V). */
+  /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T) int32 in [0,V):
+   * the op does not know V, so callers validate tokens (the model does, on
+   * the host, before any upload). */
   ddp_status_t (*embed_fwd)(ddp_backend_t *be, float *out, const int32_t *tokens, const float *wte,
                             const float *wpe, int B, int T, int C, ddp_stream_t s);
   /* dwte[tokens[b,t]] += dout[b,t] (always accumulates: the tied LM head
@@ -72,24 +74,28 @@ typedef struct ddp_nn_ops {
    * qkv (B,T,3C): per row [q | k | v], each C = NH heads of hs = C/NH.
    * out (B,T,C): per head softmax(q k^T / sqrt(hs), causal) v.
    * att (B,NH,T,T): softmax probabilities saved for backward (row t holds
-   * columns 0..t; the rest is never read); NULL in eval, where the op uses
-   * its own O(T) scratch per row instead. */
+   * columns 0..t; the rest is never read); NULL in eval, where the op works
+   * through row blocks with its own scratch (the CPU backend: NH*min(T,64)*T
+   * floats per call, outside the training step loop). */
   ddp_status_t (*attention_fwd)(ddp_backend_t *be, float *out, float *att, const float *qkv, int B,
                                 int T, int C, int NH, ddp_stream_t s);
-  /* dqkv (B,T,3C) = gradient (overwrites). scratch: B*NH*T*T floats. */
+  /* dqkv (B,T,3C) = gradient (overwrites). scratch: B*NH*T*T floats (the CPU
+   * backend uses only NH*min(T,64)*T of them). */
   ddp_status_t (*attention_bwd)(ddp_backend_t *be, float *dqkv, float *scratch, const float *dout,
                                 const float *qkv, const float *att, int B, int T, int C, int NH,
                                 ddp_stream_t s);
 
   /* Softmax cross-entropy with ignore index -1. logits (N,Vp) with V valid
-   * columns. losses (N): -log softmax(logits)[target], 0 where target is -1.
-   * loss_sum (1): += sum of losses (device-side accumulation: no host sync).
+   * columns. losses (N, required): -log softmax(logits)[target], 0 where
+   * target is -1. loss_sum (1, required): += sum of losses (device-side
+   * accumulation: no host sync). Targets outside [-1, V) are rejected before
+   * anything is written.
    * With dlogits non-NULL the backward is fused: dlogits (N,Vp) =
    * (softmax - onehot) * dloss (0 at ignored rows and padding columns);
    * dlogits may alias logits. */
   ddp_status_t (*xent_fused)(ddp_backend_t *be, float *losses, float *loss_sum, float *dlogits,
-                             const float *logits, const int32_t *targets, float dloss, int N,
-                             int V, int Vp, ddp_stream_t s);
+                             const float *logits, const int32_t *targets, float dloss, int N, int V,
+                             int Vp, ddp_stream_t s);
 } ddp_nn_ops_t;
 
 /* The CPU implementation (also the oracle for every CUDA kernel). */

@@ -38,7 +38,7 @@ typedef struct ddp_options {
   double peak_gflops;
   /* logging, evaluation, export */
   int64_t log_every, eval_every, eval_tokens;
-  char metrics[1024], export_path[1024];
+  char metrics[1024], export_path[1024], dump_batches[1024];
   /* actions */
   int help, version, build_info, self_test;
 } ddp_options_t;

@@ -55,7 +55,8 @@ static char *header_json(const ddp_st_tensor_t *t, int n, const char *const *met
   size_t off = 0;
   if (meta) {
     json_t *m = json_object();
-    for (int i = 0; meta[i] && meta[i + 1]; i += 2) json_object_set_new(m, meta[i], json_string(meta[i + 1]));
+    for (int i = 0; meta[i] && meta[i + 1]; i += 2)
+      json_object_set_new(m, meta[i], json_string(meta[i + 1]));
     json_object_set_new(root, "__metadata__", m);
   }
   for (int i = 0; i < n; ++i) {
@@ -77,13 +78,15 @@ static char *header_json(const ddp_st_tensor_t *t, int n, const char *const *met
 
 ddp_status_t ddp_safetensors_write(const char *path, const ddp_st_tensor_t *t, int n,
                                    const char *const *meta) {
-  if (!path || (n > 0 && !t) || n < 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: bad arguments");
+  if (!path || (n > 0 && !t) || n < 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: bad arguments");
   for (int i = 0; i < n; ++i) {
     int64_t numel;
     if (!t[i].name || !t[i].name[0] || strcmp(t[i].name, "__metadata__") == 0)
       DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: tensor %d has no usable name", i);
     if ((unsigned)t[i].dtype >= DDP_DTYPE_COUNT_)
-      DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: tensor '%s' has an invalid dtype", t[i].name);
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: tensor '%s' has an invalid dtype",
+               t[i].name);
     DDP_CHECK(numel_of(t[i].name, t[i].ndim, t[i].shape, &numel));
     if (numel > 0 && !t[i].data)
       DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: tensor '%s' has no data", t[i].name);
@@ -196,16 +199,17 @@ static ddp_status_t parse_entry(ddp_safetensors_t *st, const char *name, json_t 
   if (json_unpack(v, "{s:s, s:o, s:[II]}", "dtype", &dtype, "shape", &shape, "data_offsets", &b,
                   &e) != 0 ||
       !json_is_array(shape))
-    DDP_FAIL(DDP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", st->path,
-             name);
+    DDP_FAIL(DDP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", st->path, name);
   ddp_st_tensor_t *t = &st->tensors[i];
   t->name = name;
   t->dtype = DDP_DTYPE_COUNT_;
   for (int d = 0; d < DDP_DTYPE_COUNT_; ++d)
     if (strcmp(dtype, k_dtype_names[d]) == 0) t->dtype = (ddp_dtype_t)d;
   if (t->dtype == DDP_DTYPE_COUNT_)
-    DDP_FAIL(DDP_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (ddptrain reads F32, BF16, F16, "
-             "I32)", st->path, name, dtype);
+    DDP_FAIL(DDP_ERR_UNSUPPORTED,
+             "%s: tensor '%s' has dtype %s (ddptrain reads F32, BF16, F16, "
+             "I32)",
+             st->path, name, dtype);
   t->ndim = (int)json_array_size(shape);
   if (t->ndim > DDP_SAFETENSORS_MAX_DIMS)
     DDP_FAIL(DDP_ERR_FORMAT, "%s: tensor '%s' has %d dimensions", st->path, name, t->ndim);
@@ -219,9 +223,10 @@ static ddp_status_t parse_entry(ddp_safetensors_t *st, const char *name, json_t 
   if (numel_of(name, t->ndim, t->shape, &numel) != DDP_OK) return DDP_ERR_FORMAT;
   if (b < 0 || e < b || (size_t)e > st->data_size ||
       (size_t)(e - b) != (size_t)numel * ddp_dtype_size(t->dtype))
-    DDP_FAIL(DDP_ERR_FORMAT, "%s: tensor '%s' has data_offsets [%lld, %lld] that do not match "
-             "its %lld elements of %s or the %zu data bytes in the file", st->path, name,
-             (long long)b, (long long)e, (long long)numel, dtype, st->data_size);
+    DDP_FAIL(DDP_ERR_FORMAT,
+             "%s: tensor '%s' has data_offsets [%lld, %lld] that do not match "
+             "its %lld elements of %s or the %zu data bytes in the file",
+             st->path, name, (long long)b, (long long)e, (long long)numel, dtype, st->data_size);
   st->begin[i] = (size_t)b;
   t->data = st->data + b;
   return DDP_OK;
@@ -238,13 +243,18 @@ ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out) {
   ddp_status_t rc = DDP_OK;
   int *order = NULL;
   DDP_CHECK_GOTO(read_file(path, &st->file, &st->size), rc, fail);
-  if (st->size < 8) DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail, "%s: %zu bytes is too short for a "
-                                  "safetensors file", path, st->size);
+  if (st->size < 8)
+    DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail,
+                  "%s: %zu bytes is too short for a "
+                  "safetensors file",
+                  path, st->size);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | st->file[i];
   if (hlen > st->size - 8 || hlen > (100u << 20))
-    DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail, "%s: header length %llu exceeds the file (%zu bytes): "
-                  "truncated or not a safetensors file", path, (unsigned long long)hlen, st->size);
+    DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail,
+                  "%s: header length %llu exceeds the file (%zu bytes): "
+                  "truncated or not a safetensors file",
+                  path, (unsigned long long)hlen, st->size);
   json_error_t jerr;
   st->header = json_loadb((const char *)st->file + 8, (size_t)hlen, 0, &jerr);
   if (!st->header || !json_is_object(st->header))
@@ -289,7 +299,9 @@ fail:
   return rc;
 }
 
-int ddp_safetensors_count(const ddp_safetensors_t *st) { return st->n; }
+int ddp_safetensors_count(const ddp_safetensors_t *st) {
+  return st->n;
+}
 
 ddp_status_t ddp_safetensors_get(const ddp_safetensors_t *st, int index, ddp_st_tensor_t *t) {
   if (index < 0 || index >= st->n)

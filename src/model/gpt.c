@@ -133,14 +133,14 @@ static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
   }
   DDP_CHECK(add_tensor(m, slots, "transformer.wpe.weight", 2, m->cfg.max_seq_len, C, 0, &m->p.wpe,
                        &m->g.wpe));
-  DDP_CHECK(add_tensor(m, slots, "transformer.wte.weight", 2, m->cfg.vocab, C, 1, &m->p.wte,
-                       &m->g.wte));
+  DDP_CHECK(
+      add_tensor(m, slots, "transformer.wte.weight", 2, m->cfg.vocab, C, 1, &m->p.wte, &m->g.wte));
   return DDP_OK;
 }
 
 /* ---- activations ---------------------------------------------------------- */
 
-#define ARENA_TAKE(arena, ptr, n)                                                       \
+#define ARENA_TAKE(arena, ptr, n) \
   DDP_CHECK(ddp_arena_alloc((arena), (size_t)(n) * sizeof(*(ptr)), (void **)&(ptr)))
 
 /* The training layout for N = B*T tokens and att_elems = B*NH*T*T. Run on a
@@ -211,8 +211,7 @@ ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_co
   *out = NULL;
   DDP_CHECK(ddp_gpt_config_validate(cfg));
   if (!be->ops->nn)
-    DDP_FAIL(DDP_ERR_UNSUPPORTED, "the %s backend has no GPT kernels in this build",
-             be->ops->name);
+    DDP_FAIL(DDP_ERR_UNSUPPORTED, "the %s backend has no GPT kernels in this build", be->ops->name);
   if (tokens_per_batch < 1 || tokens_per_batch > (int64_t)1 << 30)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "--tokens-per-batch %lld is outside [1, 2^30]",
              (long long)tokens_per_batch);
@@ -279,16 +278,30 @@ void ddp_gpt_destroy(ddp_gpt_t *m) {
   free(m);
 }
 
-const ddp_gpt_config_t *ddp_gpt_config(const ddp_gpt_t *m) { return &m->cfg; }
-size_t ddp_gpt_num_params(const ddp_gpt_t *m) { return m->n_params; }
-int ddp_gpt_num_tensors(const ddp_gpt_t *m) { return m->n_tensors; }
+const ddp_gpt_config_t *ddp_gpt_config(const ddp_gpt_t *m) {
+  return &m->cfg;
+}
+size_t ddp_gpt_num_params(const ddp_gpt_t *m) {
+  return m->n_params;
+}
+int ddp_gpt_num_tensors(const ddp_gpt_t *m) {
+  return m->n_tensors;
+}
 const ddp_gpt_tensor_t *ddp_gpt_tensor(const ddp_gpt_t *m, int i) {
   return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
 }
-float *ddp_gpt_params(ddp_gpt_t *m) { return m->params; }
-float *ddp_gpt_grads(ddp_gpt_t *m) { return m->grads; }
-size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m) { return m->arena.capacity; }
-const float *ddp_gpt_logits(const ddp_gpt_t *m) { return m->a.logits; }
+float *ddp_gpt_params(ddp_gpt_t *m) {
+  return m->params;
+}
+float *ddp_gpt_grads(ddp_gpt_t *m) {
+  return m->grads;
+}
+size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m) {
+  return m->arena.capacity;
+}
+const float *ddp_gpt_logits(const ddp_gpt_t *m) {
+  return m->a.logits;
+}
 
 ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host) {
   DDP_CHECK(ddp_backend_copy(m->be, host, m->params, m->n_params * sizeof(float),
@@ -354,13 +367,16 @@ static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, int B
     DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: a sequence of %d tokens exceeds --seq-len %d", T,
              m->cfg.max_seq_len);
   if ((int64_t)B * T > m->max_tokens)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: a micro-batch of %d x %d tokens exceeds the %lld-token "
-             "budget", B, T, (long long)m->max_tokens);
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "gpt: a micro-batch of %d x %d tokens exceeds the %lld-token "
+             "budget",
+             B, T, (long long)m->max_tokens);
   for (int64_t i = 0; i < (int64_t)B * T; ++i)
     if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab)
-      DDP_FAIL(DDP_ERR_FORMAT, "gpt: token %d at row %lld, position %lld is outside the "
-               "vocabulary [0, %d)", inputs[i], (long long)(i / T), (long long)(i % T),
-               m->cfg.vocab);
+      DDP_FAIL(DDP_ERR_FORMAT,
+               "gpt: token %d at row %lld, position %lld is outside the "
+               "vocabulary [0, %d)",
+               inputs[i], (long long)(i / T), (long long)(i % T), m->cfg.vocab);
   return DDP_OK;
 }
 
@@ -384,8 +400,8 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
-    DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N,
-                                C, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N, C,
+                                NULL));
     DDP_CHECK(nn->linear_fwd(be, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(nn->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
     DDP_CHECK(nn->linear_fwd(be, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
@@ -394,8 +410,8 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
                                 N, C, NULL));
     DDP_CHECK(nn->linear_fwd(be, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
     DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * C, NULL));
-    DDP_CHECK(nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C,
-                             NULL));
+    DDP_CHECK(
+        nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
     DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, (size_t)N * C, NULL));
     res = b->res3;
   }
@@ -411,8 +427,8 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   return DDP_OK;
 }
 
-static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
-                                 int B, int T) {
+static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets, int B,
+                                 int T) {
   ddp_backend_t *be = m->be;
   const ddp_nn_ops_t *nn = m->nn;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
@@ -441,8 +457,8 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   m->a.logits = e.logits;
   if (targets) {
     DDP_CHECK(upload(m, e.targets, targets, N));
-    DDP_CHECK(nn->xent_fused(be, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V, V,
-                             NULL));
+    DDP_CHECK(
+        nn->xent_fused(be, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V, V, NULL));
   }
   return DDP_OK;
 }
@@ -520,8 +536,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
 
 ddp_status_t ddp_gpt_take_loss(ddp_gpt_t *m, double *loss_sum) {
   float v = 0.0f;
-  DDP_CHECK(ddp_backend_copy(m->be, &v, m->loss_sum, sizeof v, DDP_COPY_KIND_DEVICE_TO_HOST,
-                             NULL));
+  DDP_CHECK(ddp_backend_copy(m->be, &v, m->loss_sum, sizeof v, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   DDP_CHECK(ddp_backend_sync(m->be, NULL));
   DDP_CHECK(m->be->ops->fill(m->be, m->loss_sum, DDP_DTYPE_F32, 0.0f, 1, NULL));
   *loss_sum = v;

@@ -21,8 +21,8 @@ ddp_status_t ddp_gpt_export_safetensors(ddp_gpt_t *m, const char *path) {
   DDP_CHECK_GOTO(ddp_gpt_copy_params_to_host(m, host), st, out);
   for (int i = 0; i < nt; ++i) {
     const ddp_gpt_tensor_t *g = ddp_gpt_tensor(m, i);
-    t[i] = (ddp_st_tensor_t){.name = g->name, .dtype = DDP_DTYPE_F32, .ndim = g->ndim,
-                             .data = host + g->offset};
+    t[i] = (ddp_st_tensor_t){
+        .name = g->name, .dtype = DDP_DTYPE_F32, .ndim = g->ndim, .data = host + g->offset};
     t[i].shape[0] = g->shape[0];
     t[i].shape[1] = g->shape[1];
   }
@@ -33,9 +33,11 @@ ddp_status_t ddp_gpt_export_safetensors(ddp_gpt_t *m, const char *path) {
   snprintf(ne, sizeof ne, "%d", c->n_embd);
   snprintf(sl, sizeof sl, "%d", c->max_seq_len);
   snprintf(vs, sizeof vs, "%d", c->vocab);
-  const char *meta[] = {"format", "pt", "producer", "ddptrain", "ddptrain_version", ddp_version(),
-                        "model", "gpt2", "n_layer", nl, "n_head", nh, "n_embd", ne,
-                        "max_seq_len", sl, "vocab_size", vs, NULL};
+  const char *meta[] = {
+      "format", "pt",   "producer",    "ddptrain", "ddptrain_version", ddp_version(),
+      "model",  "gpt2", "n_layer",     nl,         "n_head",           nh,
+      "n_embd", ne,     "max_seq_len", sl,         "vocab_size",       vs,
+      NULL};
   DDP_CHECK_GOTO(ddp_safetensors_write(path, t, nt, meta), st, out);
 out:
   free(t);

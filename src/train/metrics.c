@@ -26,7 +26,7 @@ ddp_status_t ddp_metrics_write(ddp_metrics_t *m, int final, ...) {
   va_start(ap, final);
   for (const char *key = va_arg(ap, const char *); key; key = va_arg(ap, const char *)) {
     double v = va_arg(ap, double);
-    json_t *j = !isfinite(v)                          ? json_null()
+    json_t *j = !isfinite(v)                        ? json_null()
                 : (v == floor(v) && fabs(v) < 9e15) ? json_integer((json_int_t)v)
                                                     : json_real(v);
     json_object_set_new(o, key, j);

@@ -12,6 +12,7 @@
 #include "ddptrain/data.h"
 #include "ddptrain/gpt.h"
 #include "ddptrain/optim.h"
+#include "ddptrain/safetensors.h"
 #include "train/metrics.h"
 #include "train/task_eval.h"
 #include "train/train_data.h"
@@ -59,8 +60,8 @@ static ddp_status_t load_data(trainer_t *tr) {
       DDP_FAIL(DDP_ERR_INVALID_ARG, "--val-data needs --data (the built-in set has its own split)");
     DDP_CHECK(ddp_builtin_corpus(&tr->train, (uint64_t)o->seed, DDP_SPLIT_TRAIN,
                                  DDP_BUILTIN_TRAIN_DOCS, T, T));
-    DDP_CHECK(ddp_builtin_corpus(&tr->val, (uint64_t)o->seed, DDP_SPLIT_VAL, DDP_BUILTIN_VAL_DOCS,
-                                 T, T));
+    DDP_CHECK(
+        ddp_builtin_corpus(&tr->val, (uint64_t)o->seed, DDP_SPLIT_VAL, DDP_BUILTIN_VAL_DOCS, T, T));
     tr->have_val = 1;
   }
   return DDP_OK;
@@ -69,20 +70,23 @@ static ddp_status_t load_data(trainer_t *tr) {
 static ddp_status_t setup(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   if (o->tokens_per_batch < o->seq_len)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "--tokens-per-batch %lld is smaller than --seq-len %lld: a full "
-             "sequence would not fit in a micro-batch", (long long)o->tokens_per_batch,
-             (long long)o->seq_len);
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "--tokens-per-batch %lld is smaller than --seq-len %lld: a full "
+             "sequence would not fit in a micro-batch",
+             (long long)o->tokens_per_batch, (long long)o->seq_len);
   if (o->min_lr > o->lr)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "--min-lr %g exceeds --lr %g", o->min_lr, o->lr);
-  ddp_gpt_config_t mc = {.n_layer = (int)o->n_layer, .n_head = (int)o->n_head,
-                         .n_embd = (int)o->n_embd, .max_seq_len = (int)o->seq_len};
+  ddp_gpt_config_t mc = {.n_layer = (int)o->n_layer,
+                         .n_head = (int)o->n_head,
+                         .n_embd = (int)o->n_embd,
+                         .max_seq_len = (int)o->seq_len};
   mc.vocab = 2; /* validated again below with the data's vocabulary */
   DDP_CHECK(ddp_gpt_config_validate(&mc));
   DDP_CHECK(load_data(tr));
   mc.vocab = tr->train.vocab;
   const int max_rows = (int)(o->tokens_per_batch / 2);
-  DDP_CHECK(ddp_plan_create(&tr->plan, &tr->train, (uint64_t)o->seed, o->tokens_per_batch,
-                            max_rows, (int)o->seq_len));
+  DDP_CHECK(ddp_plan_create(&tr->plan, &tr->train, (uint64_t)o->seed, o->tokens_per_batch, max_rows,
+                            (int)o->seq_len));
   if (tr->have_val)
     DDP_CHECK(ddp_plan_create(&tr->val_plan, &tr->val, (uint64_t)o->seed, o->tokens_per_batch,
                               max_rows, (int)o->seq_len));
@@ -100,9 +104,13 @@ static ddp_status_t setup(trainer_t *tr) {
   ddp_optim_kind_t kind;
   if (ddp_optim_kind_parse(o->optimizer, &kind) != DDP_OK)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "unknown optimizer '%s'", o->optimizer);
-  tr->ocfg = (ddp_optim_config_t){.kind = kind, .beta1 = (float)o->beta1, .beta2 = (float)o->beta2,
-                                  .eps = 1e-8f, .weight_decay = (float)o->weight_decay,
-                                  .momentum = (float)o->momentum, .nesterov = (int)o->nesterov,
+  tr->ocfg = (ddp_optim_config_t){.kind = kind,
+                                  .beta1 = (float)o->beta1,
+                                  .beta2 = (float)o->beta2,
+                                  .eps = 1e-8f,
+                                  .weight_decay = (float)o->weight_decay,
+                                  .momentum = (float)o->momentum,
+                                  .nesterov = (int)o->nesterov,
                                   .max_grad_norm = (float)o->grad_clip};
   const int nt = ddp_gpt_num_tensors(tr->model);
   const size_t n = ddp_gpt_num_params(tr->model);
@@ -123,15 +131,15 @@ static ddp_status_t setup(trainer_t *tr) {
   if (tr->peak_gflops <= 0)
     DDP_CHECK(ddp_backend_measure_gemm_gflops(tr->be, tr->be->device < 0 ? 512 : 4096, 0.25,
                                               &tr->peak_gflops));
-  DDP_LOG_INFO("data: %lld documents, %lld tokens, vocabulary %d (%s)",
-               (long long)tr->train.n_docs, (long long)tr->train.n_tokens, tr->train.vocab,
+  DDP_LOG_INFO("data: %lld documents, %lld tokens, vocabulary %d (%s)", (long long)tr->train.n_docs,
+               (long long)tr->train.n_tokens, tr->train.vocab,
                o->data[0] ? o->data : "built-in tasks: copy, reverse, sort, add");
-  DDP_LOG_INFO("model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations; %s, "
-               "%lld steps x %lld micro-batches of <= %lld tokens; peak %.1f GFLOP/s",
-               mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, n / 1e6,
-               ddp_gpt_activation_bytes(tr->model) / 1048576.0, ddp_optim_kind_name(kind),
-               (long long)tr->steps, (long long)o->accum, (long long)o->tokens_per_batch,
-               tr->peak_gflops);
+  DDP_LOG_INFO(
+      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations; %s, "
+      "%lld steps x %lld micro-batches of <= %lld tokens; peak %.1f GFLOP/s",
+      mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, n / 1e6,
+      ddp_gpt_activation_bytes(tr->model) / 1048576.0, ddp_optim_kind_name(kind),
+      (long long)tr->steps, (long long)o->accum, (long long)o->tokens_per_batch, tr->peak_gflops);
   if (tr->dist->world > 1)
     DDP_LOG_INFO("%d ranks each train their own replica (data parallelism is not enabled yet)",
                  tr->dist->world);
@@ -175,7 +183,8 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const int64_t accum = tr->o->accum, first = step * accum;
   int64_t step_targets = 0;
   DDP_CHECK(ddp_plan_count_targets(&tr->plan, first, accum, &step_targets));
-  if (step_targets <= 0) DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
+  if (step_targets <= 0)
+    DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
   const float dloss = 1.0f / (float)step_targets;
   for (int64_t k = 0; k < accum; ++k) {
     ddp_batch_t *b = &tr->batch;
@@ -188,12 +197,18 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   }
   w->loss_targets += (double)step_targets;
   const size_t n = ddp_gpt_num_params(tr->model);
-  DDP_CHECK(ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f,
-                                     NULL));
-  ddp_optim_step_args_t a = {.cfg = &tr->ocfg, .params = ddp_gpt_params(tr->model),
-                             .grads = ddp_gpt_grads(tr->model), .state = tr->state,
-                             .segments = tr->segs, .n_segments = ddp_gpt_num_tensors(tr->model),
-                             .n = n, .t = step + 1, .lr = lr, .grad_scale = 1.0f,
+  DDP_CHECK(
+      ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f, NULL));
+  ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
+                             .params = ddp_gpt_params(tr->model),
+                             .grads = ddp_gpt_grads(tr->model),
+                             .state = tr->state,
+                             .segments = tr->segs,
+                             .n_segments = ddp_gpt_num_tensors(tr->model),
+                             .n = n,
+                             .t = step + 1,
+                             .lr = lr,
+                             .grad_scale = 1.0f,
                              .grad_sumsq = tr->grad_sumsq};
   DDP_CHECK(ddp_optim_step_cpu(tr->be, &a, NULL));
   w->steps++;
@@ -218,15 +233,55 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   if (!isfinite(loss))
     DDP_FAIL(DDP_ERR_NUMERIC, "step %lld: the loss is %g; lower --lr or enable --grad-clip",
              (long long)step + 1, loss);
-  DDP_LOG_INFO("step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f ms/step "
-               "| MFU %.1f%% | pad %.1f%%",
-               (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, tok_s, ms, 100.0 * mfu,
-               100.0 * (1.0 - (double)w->useful / (double)w->padded));
+  DDP_LOG_INFO(
+      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f ms/step "
+      "| MFU %.1f%% | pad %.1f%%",
+      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, tok_s, ms, 100.0 * mfu,
+      100.0 * (1.0 - (double)w->useful / (double)w->padded));
   DDP_CHECK(ddp_metrics_write(&tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr",
                               (double)lr, "grad_norm", gnorm, "tokens", (double)*tokens_total,
                               "tok_per_s", tok_s, "ms_per_step", ms, "mfu", mfu, NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
+}
+
+/* The plan is a pure function of the micro-batch index, so the batches of
+ * the run are rebuilt here rather than kept during it. */
+static ddp_status_t dump_batches(trainer_t *tr, const char *path) {
+  const int64_t n = tr->steps * tr->o->accum;
+  ddp_st_tensor_t *t = calloc((size_t)(2 * n), sizeof *t);
+  char *names = calloc((size_t)(2 * n), 48);
+  int32_t **data = calloc((size_t)(2 * n), sizeof *data);
+  ddp_status_t st = DDP_OK;
+  if (!t || !names || !data) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
+  for (int64_t i = 0; i < n; ++i) {
+    ddp_batch_t *b = &tr->batch;
+    DDP_CHECK_GOTO(ddp_plan_fill(&tr->plan, i, b), st, out);
+    for (int k = 0; k < 2; ++k) {
+      const int64_t j = 2 * i + k;
+      const size_t bytes = sizeof(int32_t) * (size_t)b->B * (size_t)b->T;
+      if (!(data[j] = malloc(bytes)))
+        DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
+      memcpy(data[j], k ? b->targets : b->inputs, bytes);
+      snprintf(names + 48 * j, 48, "batch.%lld.%s", (long long)i, k ? "targets" : "inputs");
+      t[j] = (ddp_st_tensor_t){.name = names + 48 * j,
+                               .dtype = DDP_DTYPE_I32,
+                               .ndim = 2,
+                               .shape = {b->B, b->T},
+                               .data = data[j]};
+    }
+  }
+  char accum[24];
+  snprintf(accum, sizeof accum, "%lld", (long long)tr->o->accum);
+  const char *meta[] = {"accum", accum, NULL};
+  DDP_CHECK_GOTO(ddp_safetensors_write(path, t, (int)(2 * n), meta), st, out);
+  DDP_LOG_INFO("wrote %lld micro-batches to %s", (long long)n, path);
+out:
+  for (int64_t j = 0; data && j < 2 * n; ++j) free(data[j]);
+  free(data);
+  free(names);
+  free(t);
+  return st;
 }
 
 static ddp_status_t run(trainer_t *tr) {
@@ -252,8 +307,8 @@ static ddp_status_t run(trainer_t *tr) {
   double acc = 0.0;
   int n_acc = 0;
   if (tr->have_val)
-    DDP_CHECK(ddp_task_accuracy(tr->model, o->tokens_per_batch, &tr->val, TASK_EVAL_DOCS, &acc,
-                                &n_acc));
+    DDP_CHECK(
+        ddp_task_accuracy(tr->model, o->tokens_per_batch, &tr->val, TASK_EVAL_DOCS, &acc, &n_acc));
   if (n_acc)
     DDP_LOG_INFO("final: val loss %.4f | task accuracy %.1f%% on %d held-out documents", val_loss,
                  100.0 * acc, n_acc);
@@ -265,6 +320,7 @@ static ddp_status_t run(trainer_t *tr) {
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
                                 NULL));
+  if (o->dump_batches[0]) DDP_CHECK(dump_batches(tr, o->dump_batches));
   if (o->export_path[0]) {
     DDP_CHECK(ddp_gpt_export_safetensors(tr->model, o->export_path));
     DDP_LOG_INFO("exported %zu parameters to %s", ddp_gpt_num_params(tr->model), o->export_path);

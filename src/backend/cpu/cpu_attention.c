@@ -28,8 +28,9 @@
 #include "ddptrain/check.h"
 
 /* Rows per block. Smaller blocks skip more of the masked triangle but make
- * smaller, less efficient GEMMs; 64 was fastest at T = 256, hs = 64 (see the
- * timings in the file comment of tests/check_nn.c's companion report). */
+ * smaller, less efficient GEMMs. At B=16, T=256, C=256, NH=4 (hs = 64), one
+ * thread, forward / backward best of 10: 32 rows 24.6 / 29.8 ms, 64 rows
+ * 22.4 / 28.7, 128 rows 23.4 / 29.8, 256 (no blocking) 25.2 / 35.8. */
 #define ATT_BLOCK 64
 
 static ddp_status_t check_sizes(const char *op, int B, int T, int C, int NH) {
@@ -91,8 +92,8 @@ static ddp_status_t attention_block_fwd(ddp_backend_t *be, float *out, float *p,
   const int64_t hs = C / NH, C3 = 3 * (int64_t)C, rows = r1 - r0;
   const float *seq = qkv + b * T * C3;
   /* S = scale * Q[r0:r1] K[0:r1]^T */
-  ddp_gemm_t g = head_gemm(rows, r1, hs, seq + r0 * C3, C3, hs, seq + C, C3, hs, p, ldp, p_stride,
-                           NH);
+  ddp_gemm_t g =
+      head_gemm(rows, r1, hs, seq + r0 * C3, C3, hs, seq + C, C3, hs, p, ldp, p_stride, NH);
   g.trans_b = DDP_TRANSPOSE_YES;
   g.alpha = (float)(1.0 / sqrt((double)hs));
   DDP_CHECK(ddp_backend_gemm(be, &g, s));
@@ -115,8 +116,8 @@ ddp_status_t ddp_cpu_attention_fwd(ddp_backend_t *be, float *out, float *att, co
     for (int64_t b = 0; b < B; ++b)
       for (int64_t r0 = 0; r0 < T; r0 += ATT_BLOCK) {
         const int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-        DDP_CHECK(attention_block_fwd(be, out, att + b * NH * TT + r0 * T, T, TT, qkv, b, r0, r1,
-                                      T, C, NH, s));
+        DDP_CHECK(attention_block_fwd(be, out, att + b * NH * TT + r0 * T, T, TT, qkv, b, r0, r1, T,
+                                      C, NH, s));
       }
     return DDP_OK;
   }
@@ -167,11 +168,14 @@ ddp_status_t ddp_cpu_attention_bwd(ddp_backend_t *be, float *dqkv, float *scratc
     DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: attention_bwd: NULL pointer");
   const int64_t hs = C / NH, C3 = 3 * (int64_t)C, TT = (int64_t)T * T;
   const float scale = (float)(1.0 / sqrt((double)hs));
+  /* One row block of all heads at a time lives in scratch, head h at
+   * h * sstride: NH * min(T, ATT_BLOCK) * T floats of the B*NH*T*T the
+   * contract provides, reused for every block so it stays in cache. */
+  const int64_t sstride = (T < ATT_BLOCK ? T : ATT_BLOCK) * (int64_t)T;
   for (int64_t b = 0; b < B; ++b) {
     const float *seq = qkv + b * T * C3;
     float *dseq = dqkv + b * T * C3;
     const float *pb = att + b * NH * TT;
-    float *sb = scratch + b * NH * TT;
     /* Blocks run last to first: the last block's dK, dV GEMMs cover all T
      * rows and overwrite them (beta 0, so whatever dqkv held is ignored);
      * each earlier block covers a prefix and adds to it (beta 1). */
@@ -181,41 +185,36 @@ ddp_status_t ddp_cpu_attention_bwd(ddp_backend_t *be, float *dqkv, float *scratc
       const int64_t r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, rows = r1 - r0;
       const float beta = blk == nblocks - 1 ? 0.0f : 1.0f;
       const float *dblk = dout + (b * T + r0) * (int64_t)C;
-      float *sblk = sb + r0 * T;
-      /* dV[0:r1] (+)= P_blk^T dout_blk, in two parts so that P's masked
-       * entries are never read: columns [0, r0) of the block's rows are all
-       * causal and are read from att in place; the diagonal tile [r0, r1)
-       * is copied, masked, into the scratch rows dP will overwrite next. */
+      /* The block of P, masked, into scratch: P's own masked entries are
+       * never read. It is the A operand of dV, then dP overwrites it.
+       * (Reading the off-diagonal columns [0, r0) from att in place and
+       * copying only the diagonal tile costs one more GEMM per block and
+       * measured no faster at T = 256.) */
       for (int h = 0; h < NH; ++h)
         for (int64_t t = r0; t < r1; ++t) {
-          float *dst = sblk + h * TT + (t - r0) * T + r0;
-          memcpy(dst, pb + h * TT + t * T + r0, (size_t)(t - r0 + 1) * sizeof *dst);
-          if (r1 > t + 1) memset(dst + (t - r0 + 1), 0, (size_t)(r1 - t - 1) * sizeof *dst);
+          float *dst = scratch + h * sstride + (t - r0) * T;
+          memcpy(dst, pb + h * TT + t * T, (size_t)(t + 1) * sizeof *dst);
+          if (r1 > t + 1) memset(dst + t + 1, 0, (size_t)(r1 - t - 1) * sizeof *dst);
         }
-      ddp_gemm_t g = head_gemm(rows, hs, rows, sblk + r0, T, TT, dblk, C, hs,
-                               dseq + r0 * C3 + 2 * C, C3, hs, NH);
+      /* dV[0:r1] (+)= P_blk^T dout_blk */
+      ddp_gemm_t g =
+          head_gemm(r1, hs, rows, scratch, T, sstride, dblk, C, hs, dseq + 2 * C, C3, hs, NH);
       g.trans_a = DDP_TRANSPOSE_YES;
       g.beta = beta;
       DDP_CHECK(ddp_backend_gemm(be, &g, s));
-      if (r0 > 0) {
-        g = head_gemm(r0, hs, rows, pb + r0 * T, T, TT, dblk, C, hs, dseq + 2 * C, C3, hs, NH);
-        g.trans_a = DDP_TRANSPOSE_YES;
-        g.beta = beta;
-        DDP_CHECK(ddp_backend_gemm(be, &g, s));
-      }
       /* dP_blk = dout_blk V[0:r1]^T */
-      g = head_gemm(rows, r1, hs, dblk, C, hs, seq + 2 * C, C3, hs, sblk, T, TT, NH);
+      g = head_gemm(rows, r1, hs, dblk, C, hs, seq + 2 * C, C3, hs, scratch, T, sstride, NH);
       g.trans_b = DDP_TRANSPOSE_YES;
       DDP_CHECK(ddp_backend_gemm(be, &g, s));
       for (int h = 0; h < NH; ++h)
         for (int64_t t = r0; t < r1; ++t)
-          softmax_causal_row_bwd(sblk + h * TT + (t - r0) * T, pb + h * TT + t * T, (size_t)t,
-                                 (size_t)r1, scale);
+          softmax_causal_row_bwd(scratch + h * sstride + (t - r0) * T, pb + h * TT + t * T,
+                                 (size_t)t, (size_t)r1, scale);
       /* dQ_blk = dS_blk K[0:r1] (the scale is already in dS) */
-      g = head_gemm(rows, hs, r1, sblk, T, TT, seq + C, C3, hs, dseq + r0 * C3, C3, hs, NH);
+      g = head_gemm(rows, hs, r1, scratch, T, sstride, seq + C, C3, hs, dseq + r0 * C3, C3, hs, NH);
       DDP_CHECK(ddp_backend_gemm(be, &g, s));
       /* dK[0:r1] (+)= dS_blk^T Q_blk */
-      g = head_gemm(r1, hs, rows, sblk, T, TT, seq + r0 * C3, C3, hs, dseq + C, C3, hs, NH);
+      g = head_gemm(r1, hs, rows, scratch, T, sstride, seq + r0 * C3, C3, hs, dseq + C, C3, hs, NH);
       g.trans_a = DDP_TRANSPOSE_YES;
       g.beta = beta;
       DDP_CHECK(ddp_backend_gemm(be, &g, s));

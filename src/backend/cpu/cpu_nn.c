@@ -237,6 +237,33 @@ static ddp_status_t cpu_linear_fwd(ddp_backend_t *be, float *out, const float *i
   return ddp_backend_gemm(be, &g, s);
 }
 
+/* dst (n) = / += the column sums of src (rows, n). Rows are summed in fp32
+ * in blocks of COLSUM_ROWS and the blocks in double, for a column strip of
+ * COLSUM_COLS at a time (stack buffers, no allocation): a plain fp32 running
+ * sum over N = 4096 rows loses accuracy in proportion to N (measured: 6x
+ * PyTorch's error on dbias at N = 1024; with blocks it is below PyTorch's). */
+#define COLSUM_COLS 256
+#define COLSUM_ROWS 32
+
+static void column_sums(float *dst, const float *src, size_t rows, size_t n, int accumulate) {
+  for (size_t c0 = 0; c0 < n; c0 += COLSUM_COLS) {
+    const size_t nc = n - c0 < COLSUM_COLS ? n - c0 : COLSUM_COLS;
+    double total[COLSUM_COLS];
+    for (size_t j = 0; j < nc; ++j) total[j] = accumulate ? (double)dst[c0 + j] : 0.0;
+    for (size_t r0 = 0; r0 < rows; r0 += COLSUM_ROWS) {
+      const size_t r1 = rows - r0 < COLSUM_ROWS ? rows : r0 + COLSUM_ROWS;
+      float part[COLSUM_COLS];
+      memcpy(part, src + r0 * n + c0, nc * sizeof *part);
+      for (size_t r = r0 + 1; r < r1; ++r) row_add_into(part, src + r * n + c0, nc);
+      size_t j = 0;
+      for (; j + CHUNK <= nc; j += CHUNK)
+        for (size_t k = 0; k < CHUNK; ++k) total[j + k] += part[j + k];
+      for (; j < nc; ++j) total[j] += part[j];
+    }
+    for (size_t j = 0; j < nc; ++j) dst[c0 + j] = (float)total[j];
+  }
+}
+
 // dinp (N,IC) = / += or NULL, dw (OC,IC) = / +=, dbias (OC) = / += or NULL,
 // dout (N,OC), inp (N,IC), w (OC,IC)
 static ddp_status_t cpu_linear_bwd(ddp_backend_t *be, float *dinp, float *dw, float *dbias,
@@ -258,11 +285,7 @@ static ddp_status_t cpu_linear_bwd(ddp_backend_t *be, float *dinp, float *dw, fl
   g.lda = OC;
   g.beta = accumulate ? 1.0f : 0.0f;
   DDP_CHECK(ddp_backend_gemm(be, &g, s));
-  if (dbias) {
-    const size_t oc = (size_t)OC;
-    if (!accumulate) row_zero(dbias, oc);
-    for (size_t r = 0; r < (size_t)N; ++r) row_add_into(dbias, dout + r * oc, oc);
-  }
+  if (dbias) column_sums(dbias, dout, (size_t)N, (size_t)OC, accumulate);
   return DDP_OK;
 }
 
@@ -331,8 +354,8 @@ static ddp_status_t cpu_gelu_bwd(ddp_backend_t *be, float *dinp, const float *in
 /* ---- residual add --------------------------------------------------------- */
 
 // out (n) (may alias a or b), a, b (n)
-static ddp_status_t cpu_add(ddp_backend_t *be, float *out, const float *a, const float *b,
-                            size_t n, ddp_stream_t s) {
+static ddp_status_t cpu_add(ddp_backend_t *be, float *out, const float *a, const float *b, size_t n,
+                            ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(out && a && b, "add: NULL pointer");
   /* Vector loads precede the store of each chunk, so out == a (or == b) is
@@ -389,8 +412,8 @@ static ddp_status_t cpu_xent_fused(ddp_backend_t *be, float *losses, float *loss
   NN_REQUIRE(losses && loss_sum && logits && targets, "xent_fused: NULL pointer");
   for (int r = 0; r < N; ++r)
     NN_REQUIRE(targets[r] >= -1 && targets[r] < V,
-               "xent_fused: target %d at row %d is outside [-1, %d) (-1 = ignore)",
-               (int)targets[r], r, V);
+               "xent_fused: target %d at row %d is outside [-1, %d) (-1 = ignore)", (int)targets[r],
+               r, V);
   const size_t v = (size_t)V, vp = (size_t)Vp;
   double total = 0;
   for (size_t r = 0; r < (size_t)N; ++r) {
