@@ -8,6 +8,9 @@
 # Usage: bench/cpu_gpt.sh [path/to/ddptrain] [steps]   (run from a build dir)
 # Needs a Python with torch: $TORCH_PYTHON, else /usr/bin/python3.
 set -eu
+# torch.set_num_threads(1) does not reach the OpenBLAS inside Debian's torch,
+# which otherwise starts a thread per core: pin both libraries to one thread.
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 exe=${1:-./ddptrain}
 steps=${2:-30}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -60,7 +60,7 @@ static ddp_gemm_t head_gemm(int64_t m, int64_t n, int64_t k, const float *a, int
 
 /* Softmax of row p[0..t] in place (the scores arrive scaled); columns
  * t+1 .. n-1 are set to 0 so a GEMM over n columns ignores them. */
-static void softmax_causal_row(float *p, size_t t, size_t n) {
+DDP_CPU_CLONES static void softmax_causal_row(float *p, size_t t, size_t n) {
   const size_t len = t + 1;
   const float mx = cpu_row_max(p, len);
   cpu_vf acc = cpu_vsplat(0.0f);
@@ -144,7 +144,7 @@ ddp_status_t ddp_cpu_attention_fwd(ddp_backend_t *be, float *out, float *att, co
 /* dS = P * (dP - rowsum(P * dP)) * scale for columns 0..t of row t, read
  * from p (probabilities) and d (dP, overwritten with dS); columns t+1 .. n-1
  * of d are set to 0. */
-static void softmax_causal_row_bwd(float *restrict d, const float *restrict p, size_t t, size_t n,
+DDP_CPU_CLONES static void softmax_causal_row_bwd(float *restrict d, const float *restrict p, size_t t, size_t n,
                                    float scale) {
   const size_t len = t + 1;
   cpu_vf acc = cpu_vsplat(0.0f);

@@ -111,7 +111,7 @@ static ddp_status_t cpu_embed_bwd(ddp_backend_t *be, float *dwte, float *dwpe, c
 #define LN_EPS 1e-5
 
 // out (N,C), mean, rstd (N) or NULL, inp (N,C), w, b (C)
-static ddp_status_t cpu_layernorm_fwd(ddp_backend_t *be, float *out, float *mean, float *rstd,
+DDP_CPU_CLONES static ddp_status_t cpu_layernorm_fwd(ddp_backend_t *be, float *out, float *mean, float *rstd,
                                       const float *inp, const float *w, const float *b, int N,
                                       int C, ddp_stream_t s) {
   NN_REQUIRE(N > 0 && C > 0, "layernorm_fwd: sizes N=%d C=%d must be positive", N, C);
@@ -158,7 +158,7 @@ static ddp_status_t cpu_layernorm_fwd(ddp_backend_t *be, float *out, float *mean
 }
 
 // dinp (N,C) +=, dw, db (C) = / +=, dout, inp (N,C), w (C), mean, rstd (N)
-static ddp_status_t cpu_layernorm_bwd(ddp_backend_t *be, float *dinp, float *dw, float *db,
+DDP_CPU_CLONES static ddp_status_t cpu_layernorm_bwd(ddp_backend_t *be, float *dinp, float *dw, float *db,
                                       const float *dout, const float *inp, const float *w,
                                       const float *mean, const float *rstd, int N, int C,
                                       int accumulate, ddp_stream_t s) {
@@ -324,7 +324,7 @@ static inline cpu_vf gelu_bwd_v(cpu_vf x, cpu_vf g) {
 }
 
 // out (n), inp (n)
-static ddp_status_t cpu_gelu_fwd(ddp_backend_t *be, float *out, const float *inp, size_t n,
+DDP_CPU_CLONES static ddp_status_t cpu_gelu_fwd(ddp_backend_t *be, float *out, const float *inp, size_t n,
                                  ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(out && inp, "gelu_fwd: NULL pointer");
@@ -335,7 +335,7 @@ static ddp_status_t cpu_gelu_fwd(ddp_backend_t *be, float *out, const float *inp
 }
 
 // dinp (n) (may alias dout), inp (n), dout (n)
-static ddp_status_t cpu_gelu_bwd(ddp_backend_t *be, float *dinp, const float *inp,
+DDP_CPU_CLONES static ddp_status_t cpu_gelu_bwd(ddp_backend_t *be, float *dinp, const float *inp,
                                  const float *dout, size_t n, ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(dinp && inp && dout, "gelu_bwd: NULL pointer");
@@ -354,7 +354,7 @@ static ddp_status_t cpu_gelu_bwd(ddp_backend_t *be, float *dinp, const float *in
 /* ---- residual add --------------------------------------------------------- */
 
 // out (n) (may alias a or b), a, b (n)
-static ddp_status_t cpu_add(ddp_backend_t *be, float *out, const float *a, const float *b, size_t n,
+DDP_CPU_CLONES static ddp_status_t cpu_add(ddp_backend_t *be, float *out, const float *a, const float *b, size_t n,
                             ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(out && a && b, "add: NULL pointer");
@@ -404,7 +404,7 @@ static double exp_sum_row(float *e, const float *x, size_t n, float mx) {
 
 // losses (N), loss_sum (1) +=, dlogits (N,Vp) or NULL (may alias logits),
 // logits (N,Vp), targets (N) in [-1, V)
-static ddp_status_t cpu_xent_fused(ddp_backend_t *be, float *losses, float *loss_sum,
+DDP_CPU_CLONES static ddp_status_t cpu_xent_fused(ddp_backend_t *be, float *losses, float *loss_sum,
                                    float *dlogits, const float *logits, const int32_t *targets,
                                    float dloss, int N, int V, int Vp, ddp_stream_t s) {
   NN_REQUIRE(N > 0 && V > 0 && Vp >= V,

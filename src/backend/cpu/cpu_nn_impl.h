@@ -20,13 +20,26 @@
 
 #include "ddptrain/nn.h"
 
-#define CPU_VW 4 /* lanes per vector */
+#define CPU_VW 8 /* lanes per vector */
 
-typedef float cpu_vf __attribute__((vector_size(16)));
-typedef int32_t cpu_vi __attribute__((vector_size(16)));
+/* GCC warns that 32-byte vectors are passed differently with and without
+ * AVX. Every helper taking or returning one is static inline within these
+ * files, so no such value ever crosses a call boundary of another unit. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/* 8 lanes: two SSE registers on the x86-64 baseline, one AVX register in the
+ * AVX2/AVX-512 clones of the hot ops (DDP_CPU_CLONES), chosen at run time. */
+typedef float cpu_vf __attribute__((vector_size(32)));
+typedef int32_t cpu_vi __attribute__((vector_size(32)));
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define DDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DDP_CPU_CLONES
+#endif
 
 static inline cpu_vf cpu_vsplat(float x) {
-  return (cpu_vf){x, x, x, x};
+  return (cpu_vf){0} + x;
 }
 
 static inline cpu_vf cpu_vload(const float *p) {
@@ -68,7 +81,7 @@ static inline float cpu_vhmax(cpu_vf v) {
 }
 
 static inline float cpu_vhsum(cpu_vf v) {
-  return (v[0] + v[1]) + (v[2] + v[3]);
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
 /* exp(x) lane-wise for x <= 88: Cody-Waite reduction x = n ln2 + r,
