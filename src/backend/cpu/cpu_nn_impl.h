@@ -22,10 +22,9 @@
 
 #define CPU_VW 8 /* lanes per vector */
 
-/* GCC warns that 32-byte vectors are passed differently with and without
- * AVX. Every helper taking or returning one is static inline within these
- * files, so no such value ever crosses a call boundary of another unit. */
-#pragma GCC diagnostic ignored "-Wpsabi"
+/* 32-byte vectors are passed differently with and without AVX (GCC's -Wpsabi,
+ * silenced in configure.ac): every helper taking or returning one is static
+ * to these files, so no such value crosses a call boundary of another unit. */
 
 /* 8 lanes: two SSE registers on the x86-64 baseline, one AVX register in the
  * AVX2/AVX-512 clones of the hot ops (DDP_CPU_CLONES), chosen at run time. */
