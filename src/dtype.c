@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
+#include "ascii.h"
 
 /* ---- bit-level helpers ------------------------------------------------- */
 
@@ -150,18 +151,6 @@ int ddp_dtype_is_float(ddp_dtype_t dtype) {
   return dtype == DDP_DTYPE_F32 || dtype == DDP_DTYPE_BF16 || dtype == DDP_DTYPE_F16;
 }
 
-/* ASCII-only and locale-independent: strcasecmp would honour the locale (a
- * Turkish "I" is not "i") and is not declared under strict -std=c11. */
-static int ascii_ieq(const char *a, const char *b) {
-  for (;; ++a, ++b) {
-    unsigned char ca = (unsigned char)*a, cb = (unsigned char)*b;
-    if (ca >= 'A' && ca <= 'Z') ca = (unsigned char)(ca - 'A' + 'a');
-    if (cb >= 'A' && cb <= 'Z') cb = (unsigned char)(cb - 'A' + 'a');
-    if (ca != cb) return 0;
-    if (ca == '\0') return 1;
-  }
-}
-
 /* Parsing user input is not logged here (like ddp_log_level_parse): the
  * caller knows which option or config key was wrong and reports that. */
 ddp_status_t ddp_dtype_parse(const char *text, ddp_dtype_t *dtype) {
@@ -176,7 +165,7 @@ ddp_status_t ddp_dtype_parse(const char *text, ddp_dtype_t *dtype) {
   };
   if (!text || !dtype) return DDP_ERR_INVALID_ARG;
   for (size_t i = 0; i < sizeof k_names / sizeof k_names[0]; ++i) {
-    if (ascii_ieq(text, k_names[i].name)) {
+    if (ddp_ascii_ieq(text, k_names[i].name)) {
       *dtype = k_names[i].dtype;
       return DDP_OK;
     }

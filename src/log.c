@@ -1,9 +1,10 @@
 /* Rank-prefixed, level-filtered logging (see ddptrain/log.h). */
 #include "ddptrain/log.h"
 
+#include "ascii.h"
+
 #include <stdarg.h>
 #include <string.h>
-#include <strings.h>
 
 static int g_rank = 0;
 static int g_world = 1;
@@ -41,12 +42,12 @@ void ddp_log_set_stream(FILE *stream) {
 ddp_status_t ddp_log_level_parse(const char *text, ddp_log_level_t *level) {
   if (!text || !level) return DDP_ERR_INVALID_ARG;
   for (int i = 0; i <= (int)DDP_LOG_LEVEL_DEBUG; ++i) {
-    if (strcasecmp(text, k_level_names[i]) == 0) {
+    if (ddp_ascii_ieq(text, k_level_names[i])) {
       *level = (ddp_log_level_t)i;
       return DDP_OK;
     }
   }
-  if (strcasecmp(text, "warning") == 0) {
+  if (ddp_ascii_ieq(text, "warning")) {
     *level = DDP_LOG_LEVEL_WARN;
     return DDP_OK;
   }

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
+#include "ascii.h"
 
 #define BLOCK 64 /* elements per inner loop: a multiple of every vector width */
 #define LANES 8  /* partial sums of a double-precision sum of squares */
@@ -45,22 +46,11 @@ static const struct {
     {"lamb", DDP_OPTIM_KIND_LAMB},
 };
 
-/* ASCII-only and locale-independent (as ddp_dtype_parse). */
-static int ascii_ieq(const char *a, const char *b) {
-  for (;; ++a, ++b) {
-    unsigned char ca = (unsigned char)*a, cb = (unsigned char)*b;
-    if (ca >= 'A' && ca <= 'Z') ca = (unsigned char)(ca - 'A' + 'a');
-    if (cb >= 'A' && cb <= 'Z') cb = (unsigned char)(cb - 'A' + 'a');
-    if (ca != cb) return 0;
-    if (ca == '\0') return 1;
-  }
-}
-
 /* Silent: the caller knows which option was wrong and reports that. */
 ddp_status_t ddp_optim_kind_parse(const char *text, ddp_optim_kind_t *kind) {
   if (!text || !kind) return DDP_ERR_INVALID_ARG;
   for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; ++i) {
-    if (ascii_ieq(text, k_kinds[i].name)) {
+    if (ddp_ascii_ieq(text, k_kinds[i].name)) {
       *kind = k_kinds[i].kind;
       return DDP_OK;
     }

@@ -17,6 +17,7 @@
 #include "ddptrain/backend.h"
 #include "ddptrain/rng.h"
 #include "ddptrain/status.h"
+#include "gemm_layout.h"
 
 #define SENTINEL (-777.25f)
 
@@ -47,36 +48,6 @@ typedef struct gemm_case {
   float c_fill; /* C's initial in-matrix value; 0 = random in [-1, 1) */
   int reps;     /* times the GEMM is applied to the same C (0 = once) */
 } gemm_case_t;
-
-typedef struct layout {
-  int64_t rows, cols, ld, stride;
-  size_t extent; /* elements from the first to one past the last element */
-} layout_t;
-
-static int64_t max64(int64_t a, int64_t b) {
-  return a > b ? a : b;
-}
-
-static layout_t make_layout(int64_t rows, int64_t cols, int64_t ld, int64_t pad, int64_t batch,
-                            int stride_zero) {
-  layout_t l = {.rows = rows, .cols = cols};
-  l.ld = ld ? ld : max64(1, cols);
-  l.stride = stride_zero ? 0 : rows * l.ld + pad;
-  l.extent =
-      (rows == 0 || cols == 0) ? 0 : (size_t)((batch - 1) * l.stride + (rows - 1) * l.ld + cols);
-  return l;
-}
-
-static size_t alloc_elems(const layout_t *l) {
-  return l->extent ? l->extent : 1;
-}
-
-/* op(X)(r, c) of batch b for X stored (rows x cols) when not transposed. */
-static float at_op(const float *x, const layout_t *l, ddp_transpose_t t, int64_t b, int64_t r,
-                   int64_t c) {
-  const int64_t base = b * l->stride;
-  return t == DDP_TRANSPOSE_NO ? x[base + r * l->ld + c] : x[base + c * l->ld + r];
-}
 
 /* Host buffer of the layout: NaN everywhere, then the matrices filled with
  * uniforms in [-1, 1) (exact in float: 2u - 1 with u on the 2^-24 grid). */

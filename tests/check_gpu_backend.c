@@ -29,6 +29,7 @@
 #include "ddptrain/dtype.h"
 #include "ddptrain/rng.h"
 #include "ddptrain/status.h"
+#include "gemm_layout.h"
 
 #define SEED 20240611u
 #define SENTINEL (-777.25f) /* C outside the matrices: must survive bit for bit */
@@ -111,36 +112,6 @@ typedef struct gemm_case {
   int on_stream;  /* run on a user stream rather than the compute stream */
   ddp_dtype_t ab; /* type of A and B (C is fp32); 0 = fp32 */
 } gemm_case_t;
-
-typedef struct layout {
-  int64_t rows, cols, ld, stride;
-  size_t extent; /* elements from the first to one past the last element */
-} layout_t;
-
-static int64_t max64(int64_t a, int64_t b) {
-  return a > b ? a : b;
-}
-
-static layout_t make_layout(int64_t rows, int64_t cols, int64_t ld, int64_t pad, int64_t batch,
-                            int stride_zero) {
-  layout_t l = {.rows = rows, .cols = cols};
-  l.ld = ld ? ld : max64(1, cols);
-  l.stride = stride_zero ? 0 : rows * l.ld + pad;
-  l.extent =
-      (rows == 0 || cols == 0) ? 0 : (size_t)((batch - 1) * l.stride + (rows - 1) * l.ld + cols);
-  return l;
-}
-
-static size_t alloc_elems(const layout_t *l) {
-  return l->extent ? l->extent : 1;
-}
-
-/* op(X)(r, c) of batch b, X stored rows x cols (as the layout says). */
-static double at_op(const float *x, const layout_t *l, ddp_transpose_t t, int64_t b, int64_t r,
-                    int64_t c) {
-  const int64_t base = b * l->stride;
-  return t == DDP_TRANSPOSE_NO ? x[base + r * l->ld + c] : x[base + c * l->ld + r];
-}
 
 /* An operand as the test holds it: `val` has the values the product uses
  * (for bf16/fp16 the rounded ones) and NaN in the padding; `raw` is what is
