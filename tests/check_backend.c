@@ -75,6 +75,26 @@ START_TEST(test_backend_explicit_cuda_without_gpu_is_an_error) {
 }
 END_TEST
 
+START_TEST(test_backend_auto_skips_backends_without_model_ops) {
+  /* Training needs the nn kernels: "auto" must land on a backend that has
+   * them, and naming one without them is an error, never a late failure. */
+  ddp_backend_config_t cfg = {.device = "auto", .threads = 1, .need_model_ops = 1};
+  ddp_backend_t *be = NULL;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  ck_assert_ptr_nonnull(be->ops->nn);
+  ddp_backend_destroy(be);
+  for (const ddp_backend_ops_t *const *r = ddp_backend_registry(); *r; ++r) {
+    if ((*r)->nn || !(*r)->available(NULL, 0)) continue;
+    cfg.device = (*r)->name;
+    ddp_test_log_start();
+    ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_ERR_UNSUPPORTED);
+    char *log = ddp_test_log_stop();
+    ddp_assert_contains(log, "has no model kernels");
+    free(log);
+  }
+}
+END_TEST
+
 START_TEST(test_backend_cpu_threads_default_and_explicit) {
   ddp_backend_config_t cfg = {.device = "cpu", .threads = 0, .local_size = 1};
   ddp_backend_t *be = NULL;
@@ -194,6 +214,7 @@ static Suite *backend_suite(void) {
   tcase_add_test(tc, test_backend_device_parse);
   tcase_add_test(tc, test_backend_auto_picks_an_available_backend);
   tcase_add_test(tc, test_backend_explicit_cuda_without_gpu_is_an_error);
+  tcase_add_test(tc, test_backend_auto_skips_backends_without_model_ops);
   tcase_add_test(tc, test_backend_cpu_threads_default_and_explicit);
   tcase_add_test(tc, test_backend_alloc_accounting);
   tcase_add_test(tc, test_backend_fill_copy_convert_every_dtype);

@@ -69,6 +69,33 @@ hdr = [20240520, 1, len(toks), 99, 100] + [0] * 251
 open(sys.argv[1], "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
 PY
 bad "token outside the vocabulary" 1 "150" --data "$dir/oob.bin"
+# Byte-level shards (EOT 256, vocabulary 257) of varied documents: two train
+# shards through a glob, one validation shard; then a shard that disagrees on
+# the vocabulary.
+python3 - "$dir" <<'PY'
+import struct, sys
+def shard(path, docs, eot=256, vocab=257):
+    toks = []
+    for d in docs:
+        toks += [eot] + list(d.encode())
+    hdr = [20240520, 1, len(toks), eot, vocab] + [0] * 251
+    open(path, "wb").write(struct.pack("<256i", *hdr) + struct.pack("<%dH" % len(toks), *toks))
+lines = ["the quick brown fox %d jumps over the lazy dog" % i * (1 + i % 3) for i in range(60)]
+shard(sys.argv[1] + "/text_train_000000.bin", lines[:30])
+shard(sys.argv[1] + "/text_train_000001.bin", lines[30:50])
+shard(sys.argv[1] + "/text_val_000000.bin", lines[50:])
+shard(sys.argv[1] + "/other_000000.bin", lines[:5], eot=999, vocab=1000)
+PY
+# shellcheck disable=SC2086
+if "$DDPTRAIN" $TINY --data "$dir/text_train_*.bin" --val-data "$dir/text_val_*.bin" \
+     > "$dir/out" 2>&1 && grep -q "data: 50 documents" "$dir/out" && grep -q "final: val loss" "$dir/out"; then
+  echo "ok: training on a shard glob with a validation shard"
+else
+  echo "FAIL: training on shards"; sed 's/^/  | /' "$dir/out"; fail=1
+fi
+cp "$dir/other_000000.bin" "$dir/text_train_000002.bin"
+bad "shards that disagree on the vocabulary" 1 "has EOT 999 and vocabulary 1000" \
+  --data "$dir/text_train_*.bin"
 bad "tokens-per-batch below seq-len" 1 "--tokens-per-batch 32 is smaller than --seq-len 48" \
   --tokens-per-batch 32
 exit $fail

@@ -99,6 +99,8 @@ typedef struct ddp_backend_config {
   int local_rank;     /* picks the GPU when device is "auto" or "cuda" */
   int threads;        /* CPU math threads; 0 = cores / ranks on this node */
   int local_size;     /* ranks on this node, for the default thread count */
+  int need_model_ops; /* the job trains a model: "auto" skips backends without
+                         nn kernels; naming one explicitly is an error */
 } ddp_backend_config_t;
 
 typedef struct ddp_backend_ops {

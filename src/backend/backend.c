@@ -51,7 +51,9 @@ ddp_status_t ddp_backend_create(const ddp_backend_config_t *cfg, ddp_backend_t *
     DDP_FAIL(DDP_ERR_INVALID_ARG, "device '%s' is not one of auto, cpu, cuda, cuda:N", cfg->device);
   const ddp_backend_ops_t *ops = NULL;
   for (const ddp_backend_ops_t *const *r = k_registry; *r && !ops; ++r) {
-    if (strcmp(name, "auto") == 0 ? (*r)->available(NULL, 0) : strcmp(name, (*r)->name) == 0)
+    const int usable = !cfg->need_model_ops || (*r)->nn;
+    if (strcmp(name, "auto") == 0 ? usable && (*r)->available(NULL, 0)
+                                  : strcmp(name, (*r)->name) == 0)
       ops = *r;
   }
   if (!ops) {
@@ -59,6 +61,9 @@ ddp_status_t ddp_backend_create(const ddp_backend_config_t *cfg, ddp_backend_t *
              "device '%s': this build has no %s backend (configure found no CUDA toolkit)",
              cfg->device, name);
   }
+  if (cfg->need_model_ops && !ops->nn)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED, "device '%s': the %s backend has no model kernels in this "
+             "build yet; use --device cpu", cfg->device, ops->name);
   char why[160] = "";
   if (!ops->available(why, sizeof why))
     DDP_FAIL(DDP_ERR_NO_DEVICE, "device '%s': no usable %s device on this host (%s)", cfg->device,

@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
   ddp_backend_config_t cfg = {.device = opts.device,
                               .local_rank = dist.local_rank,
                               .threads = (int)opts.threads,
-                              .local_size = dist.local_size};
+                              .local_size = dist.local_size,
+                              .need_model_ops = !opts.self_test};
   ddp_backend_t *be = NULL;
   ddp_status_t st = ddp_backend_create(&cfg, &be);
   if (st == DDP_OK) {
