@@ -1,0 +1,608 @@
+/* ddpprep: turns text into llm.c-compatible token shards (DESIGN.md §3),
+ * byte-level: token = byte 0..255, EOT = 256 starts each document, vocab 257.
+ *
+ * Inputs are files, directories (recursed, entries in strcmp order so the
+ * output does not depend on the file system or the locale) or stdin. A
+ * document is a whole file (default), the lines between --doc-sep lines, or
+ * the "text" field of each --jsonl line. Documents go to PREFIX_train_NNNNNN.bin
+ * or, chosen by a hash of their bytes (and --seed) against --val-frac, to
+ * PREFIX_val_NNNNNN.bin; the choice depends only on the document, never on its
+ * position, so adding files or changing --shard-tokens moves no document
+ * between splits. Shards are written by ddp_shard_write (atomic per shard).
+ *
+ * Memory: input is read as a stream; one document and, per split, at most
+ * one shard's tokens are held. The document has to be held whole because its
+ * split is known only once all its bytes are hashed.
+ *
+ * Exit codes: 0 success, 1 runtime failure (unreadable input, malformed
+ * JSONL, write failure, interrupted), 2 bad command line. On any failure the
+ * shards this run already wrote are removed: a half-converted corpus under
+ * final names would look complete to a training job. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "ddptrain/data.h"
+#include "ddptrain/log.h"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+enum { MODE_FILE, MODE_SEP, MODE_JSONL };
+
+#define EOT DDP_BUILTIN_EOT
+#define VOCAB DDP_BUILTIN_VOCAB
+
+/* Set by the signal handler, read between documents and between reads: a
+ * sig_atomic_t store is all a handler may safely do. */
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+  g_stop = sig;
+}
+
+static void say_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("ddpprep: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+typedef struct prep_opts {
+  const char *prefix;
+  const char *doc_sep;
+  int mode;
+  int64_t shard_tokens;
+  double val_frac;
+  uint64_t seed;
+  int help;
+} prep_opts_t;
+
+typedef enum { K_STR, K_INT, K_FRAC, K_FLAG } kind_t;
+
+typedef struct opt_row {
+  const char *name;
+  char short_name;
+  kind_t kind;
+  double min, max; /* K_INT: inclusive; K_FRAC: [min, max) */
+  const char *metavar, *help;
+} opt_row_t;
+
+/* The header's token count is an int32, hence the shard-tokens cap. */
+static const opt_row_t k_rows[] = {
+    {"output", 'o', K_STR, 0, 0, "PREFIX",
+     "write PREFIX_train_NNNNNN.bin (and PREFIX_val_*) (required)"},
+    {"doc-sep", 0, K_STR, 0, 0, "LINE", "a line exactly equal to LINE separates documents"},
+    {"jsonl", 0, K_FLAG, 0, 0, NULL,
+     "each input line is a JSON object; its \"text\" is a document"},
+    {"shard-tokens", 0, K_INT, 1, 2147483647.0, "N", "tokens per shard at most [100000000]"},
+    {"val-frac", 0, K_FRAC, 0, 1, "F", "fraction of documents for validation, in [0,1) [0]"},
+    {"seed", 0, K_INT, 0, 9007199254740991.0, "N", "mixed into the per-document split hash [0]"},
+    {"help", 'h', K_FLAG, 0, 0, NULL, "print this help and exit"},
+};
+#define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+
+static void print_help(FILE *out) {
+  fprintf(out,
+          "Usage: ddpprep -o PREFIX [OPTIONS] [PATH...]\n\n"
+          "Turns text into byte-level token shards (token = byte, EOT = 256, vocab 257).\n"
+          "PATHs are files or directories (recursed); none or '-' reads stdin.\n"
+          "By default each file is one document.\n\nOptions:\n");
+  for (int i = 0; i < N_ROWS; ++i) {
+    char left[40];
+    snprintf(left, sizeof left, "%s%c%s--%s%s%s", k_rows[i].short_name ? "-" : "   ",
+             k_rows[i].short_name ? k_rows[i].short_name : ' ', k_rows[i].short_name ? ", " : "",
+             k_rows[i].name, k_rows[i].metavar ? " " : "",
+             k_rows[i].metavar ? k_rows[i].metavar : "");
+    fprintf(out, "  %-26s %s\n", left, k_rows[i].help);
+  }
+  fprintf(out, "\nExit status: 0 success, 1 runtime failure, 2 bad command line.\n");
+}
+
+static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
+  char *end = NULL;
+  if (row->kind == K_INT) {
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end != '\0') {
+      say_error("option --%s: '%s' is not an integer", row->name, v);
+      return -1;
+    }
+    if (errno == ERANGE || (double)x < row->min || (double)x > row->max) {
+      say_error("option --%s: %s is out of range [%.0f, %.0f]", row->name, v, row->min, row->max);
+      return -1;
+    }
+    if (strcmp(row->name, "seed") == 0)
+      o->seed = (uint64_t)x;
+    else
+      o->shard_tokens = x;
+  } else if (row->kind == K_FRAC) {
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end != '\0' || !isfinite(x)) {
+      say_error("option --%s: '%s' is not a finite number", row->name, v);
+      return -1;
+    }
+    if (errno == ERANGE || x < row->min || x >= row->max) {
+      say_error("option --%s: %s is out of range [%g, %g)", row->name, v, row->min, row->max);
+      return -1;
+    }
+    o->val_frac = x;
+  } else if (row->kind == K_STR) {
+    if (row->short_name == 'o') {
+      if (!*v) {
+        say_error("option --output: the prefix is empty");
+        return -1;
+      }
+      o->prefix = v;
+    } else {
+      o->doc_sep = v;
+      o->mode = MODE_SEP;
+    }
+  } else if (row->short_name == 'h') {
+    o->help = 1;
+  } else {
+    o->mode = MODE_JSONL;
+  }
+  return 0;
+}
+
+/* Returns 0 and the positional arguments (paths) in paths[0..*n_paths). */
+static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *n_paths) {
+  int only_paths = 0, have_sep = 0, have_jsonl = 0;
+  *n_paths = 0;
+  for (int i = 1; i < argc; ++i) {
+    char *arg = argv[i];
+    const opt_row_t *row = NULL;
+    const char *value = NULL;
+    if (only_paths || arg[0] != '-' || arg[1] == '\0') {
+      paths[(*n_paths)++] = arg;
+      continue;
+    }
+    if (strcmp(arg, "--") == 0) {
+      only_paths = 1;
+      continue;
+    }
+    if (arg[1] == '-') {
+      const char *name = arg + 2, *eq = strchr(name, '=');
+      size_t len = eq ? (size_t)(eq - name) : strlen(name);
+      for (int r = 0; r < N_ROWS && !row; ++r)
+        if (strlen(k_rows[r].name) == len && strncmp(k_rows[r].name, name, len) == 0)
+          row = &k_rows[r];
+      if (row && eq) {
+        if (row->kind == K_FLAG) {
+          say_error("option --%s takes no value", row->name);
+          return -1;
+        }
+        value = eq + 1;
+      }
+    } else if (arg[2] == '\0') {
+      for (int r = 0; r < N_ROWS && !row; ++r)
+        if (k_rows[r].short_name == arg[1]) row = &k_rows[r];
+    }
+    if (!row) {
+      say_error("unknown option '%s' (see --help)", arg);
+      return -1;
+    }
+    if (row->kind != K_FLAG && !value) {
+      if (i + 1 >= argc) {
+        say_error("option --%s needs a value (%s)", row->name, row->metavar);
+        return -1;
+      }
+      value = argv[++i];
+    }
+    if (set_opt(o, row, value) != 0) return -1;
+    have_sep |= strcmp(row->name, "doc-sep") == 0;
+    have_jsonl |= strcmp(row->name, "jsonl") == 0;
+  }
+  if (o->help) return 0;
+  if (have_sep && have_jsonl) {
+    say_error("--doc-sep and --jsonl exclude each other");
+    return -1;
+  }
+  if (!o->prefix) {
+    say_error("missing -o PREFIX (see --help)");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- inputs ------------------------------------------------------------------- */
+
+typedef struct str_list {
+  char **v;
+  size_t n, cap;
+} str_list_t;
+
+static int list_push(str_list_t *l, const char *s) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    char **v = realloc(l->v, cap * sizeof *v);
+    if (!v) return -1;
+    l->v = v;
+    l->cap = cap;
+  }
+  if (!(l->v[l->n] = strdup(s))) return -1;
+  l->n++;
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Expands one argument into files, checking now that each can be opened so
+ * a typo fails before any shard is written. */
+static int expand_path(const char *path, str_list_t *out) {
+  struct stat sb;
+  if (strcmp(path, "-") == 0) return list_push(out, "-");
+  if (stat(path, &sb) != 0) {
+    say_error("cannot read input '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  if (!S_ISDIR(sb.st_mode)) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+      say_error("cannot read input '%s': %s", path, strerror(errno));
+      return -1;
+    }
+    fclose(f);
+    return list_push(out, path);
+  }
+  DIR *d = opendir(path);
+  if (!d) {
+    say_error("cannot read input directory '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  str_list_t names = {0};
+  int rc = 0;
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    rc = list_push(&names, e->d_name);
+  }
+  closedir(d);
+  if (rc == 0) qsort(names.v, names.n, sizeof *names.v, cmp_str);
+  for (size_t i = 0; i < names.n; ++i) {
+    if (rc == 0) {
+      size_t len = strlen(path) + strlen(names.v[i]) + 2;
+      char *child = malloc(len);
+      if (!child) {
+        rc = -1;
+      } else {
+        snprintf(child, len, "%s/%s", path, names.v[i]);
+        rc = expand_path(child, out);
+        free(child);
+      }
+    }
+    free(names.v[i]);
+  }
+  free(names.v);
+  return rc;
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+typedef struct bytes {
+  unsigned char *p;
+  size_t n, cap;
+} bytes_t;
+
+static int bytes_append(bytes_t *b, const void *src, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + n) cap *= 2;
+    unsigned char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, src, n);
+  b->n += n;
+  return 0;
+}
+
+typedef struct split_out {
+  const char *name; /* "train" / "val" */
+  int32_t *tok;
+  int64_t n, cap; /* cap grows up to shard_tokens */
+  int64_t docs, tokens;
+  int shards;
+} split_out_t;
+
+typedef struct prep {
+  prep_opts_t opt;
+  split_out_t split[2];
+  str_list_t written; /* shard paths, removed if the run fails */
+  int64_t *lens;      /* per kept document: tokens, EOT included */
+  size_t n_lens, cap_lens;
+  int64_t skipped;
+} prep_t;
+
+static int flush_shard(prep_t *p, split_out_t *s) {
+  if (s->n == 0) return 0;
+  char path[4096];
+  int len = snprintf(path, sizeof path, "%s_%s_%06d.bin", p->opt.prefix, s->name, s->shards);
+  if (len < 0 || (size_t)len >= sizeof path) {
+    say_error("output prefix is too long");
+    return -1;
+  }
+  if (ddp_shard_write(path, s->tok, s->n, EOT, VOCAB) != DDP_OK) {
+    say_error("cannot write shard '%s'", path);
+    return -1;
+  }
+  if (list_push(&p->written, path) != 0) {
+    unlink(path);
+    say_error("out of memory");
+    return -1;
+  }
+  s->shards++;
+  s->n = 0;
+  return 0;
+}
+
+static int push_token(prep_t *p, split_out_t *s, int32_t t) {
+  if (s->n == p->opt.shard_tokens && flush_shard(p, s) != 0) return -1;
+  if (s->n == s->cap) {
+    int64_t cap = s->cap ? 2 * s->cap : 65536;
+    if (cap > p->opt.shard_tokens) cap = p->opt.shard_tokens;
+    int32_t *tok = realloc(s->tok, (size_t)cap * sizeof *tok);
+    if (!tok) {
+      say_error("out of memory for a shard of %lld tokens", (long long)cap);
+      return -1;
+    }
+    s->tok = tok;
+    s->cap = cap;
+  }
+  s->tok[s->n++] = t;
+  return 0;
+}
+
+/* FNV-1a over the seed then the bytes, then a splitmix64 finaliser so the
+ * top bits used for the fraction are well mixed even for short documents. */
+static int is_val(const prep_t *p, const unsigned char *b, size_t n) {
+  if (p->opt.val_frac <= 0) return 0;
+  uint64_t h = 14695981039346656037ULL;
+  for (int i = 0; i < 8; ++i) h = (h ^ ((p->opt.seed >> (8 * i)) & 0xff)) * 1099511628211ULL;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  h ^= h >> 31;
+  return (double)(h >> 11) * (1.0 / 9007199254740992.0) < p->opt.val_frac;
+}
+
+/* A shard boundary falls between documents unless the document alone is
+ * longer than a shard; then it continues in the next shard(s). */
+static int emit_doc(prep_t *p, const unsigned char *b, size_t n) {
+  if (n == 0) {
+    p->skipped++;
+    return 0;
+  }
+  split_out_t *s = &p->split[is_val(p, b, n)];
+  int64_t len = (int64_t)n + 1;
+  if (s->n > 0 && s->n + len > p->opt.shard_tokens && flush_shard(p, s) != 0) return -1;
+  if (push_token(p, s, EOT) != 0) return -1;
+  for (size_t i = 0; i < n; ++i)
+    if (push_token(p, s, b[i]) != 0) return -1;
+  s->docs++;
+  s->tokens += len;
+  if (p->n_lens == p->cap_lens) {
+    size_t cap = p->cap_lens ? 2 * p->cap_lens : 1024;
+    int64_t *l = realloc(p->lens, cap * sizeof *l);
+    if (!l) {
+      say_error("out of memory");
+      return -1;
+    }
+    p->lens = l;
+    p->cap_lens = cap;
+  }
+  p->lens[p->n_lens++] = len;
+  return 0;
+}
+
+/* ---- reading ----------------------------------------------------------------------- */
+
+static int interrupted(void) {
+  if (!g_stop) return 0;
+  say_error("interrupted by signal %d", (int)g_stop);
+  return 1;
+}
+
+static int read_error(FILE *f, const char *name) {
+  if (g_stop) {
+    interrupted();
+    return -1;
+  }
+  if (ferror(f)) {
+    say_error("cannot read '%s': %s", name, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* The "text" of one JSONL line; blank lines are allowed (editors leave them). */
+static int jsonl_line(prep_t *p, const char *name, long lineno, const char *line, size_t n) {
+  size_t k = 0;
+  while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) ++k;
+  if (k == n) return 0;
+  json_error_t err;
+  json_t *obj = json_loadb(line, n, 0, &err);
+  if (!obj) {
+    say_error("%s:%ld: malformed JSON: %s", name, lineno, err.text);
+    return -1;
+  }
+  json_t *text = json_is_object(obj) ? json_object_get(obj, "text") : NULL;
+  if (!json_is_string(text)) {
+    say_error("%s:%ld: expected a JSON object with a string \"text\" field", name, lineno);
+    json_decref(obj);
+    return -1;
+  }
+  int rc = emit_doc(p, (const unsigned char *)json_string_value(text), json_string_length(text));
+  json_decref(obj);
+  return rc;
+}
+
+static int read_input(prep_t *p, const char *path, bytes_t *doc) {
+  int is_stdin = strcmp(path, "-") == 0;
+  const char *name = is_stdin ? "<stdin>" : path;
+  FILE *f = is_stdin ? stdin : fopen(path, "rb");
+  if (!f) {
+    say_error("cannot read input '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = 0;
+  doc->n = 0;
+  if (p->opt.mode == MODE_FILE) {
+    unsigned char buf[65536];
+    size_t got;
+    while (!g_stop && (got = fread(buf, 1, sizeof buf, f)) > 0)
+      if (bytes_append(doc, buf, got) != 0) {
+        say_error("out of memory reading '%s'", name);
+        rc = -1;
+        break;
+      }
+    if (rc == 0) rc = read_error(f, name);
+    if (rc == 0) rc = emit_doc(p, doc->p, doc->n);
+  } else {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    long lineno = 0;
+    size_t sep_len = p->opt.doc_sep ? strlen(p->opt.doc_sep) : 0;
+    while (rc == 0 && !g_stop && (got = getline(&line, &cap, f)) >= 0) {
+      ++lineno;
+      if (p->opt.mode == MODE_JSONL) {
+        rc = jsonl_line(p, name, lineno, line, (size_t)got);
+        continue;
+      }
+      size_t body = (size_t)got - (got > 0 && line[got - 1] == '\n');
+      if (body == sep_len && memcmp(line, p->opt.doc_sep, sep_len) == 0) {
+        rc = emit_doc(p, doc->p, doc->n);
+        doc->n = 0;
+      } else if (bytes_append(doc, line, (size_t)got) != 0) {
+        say_error("out of memory reading '%s'", name);
+        rc = -1;
+      }
+    }
+    free(line);
+    if (rc == 0) rc = read_error(f, name);
+    /* The end of a file ends its last document: documents never span files. */
+    if (rc == 0 && p->opt.mode == MODE_SEP) rc = emit_doc(p, doc->p, doc->n);
+  }
+  if (!is_stdin) fclose(f);
+  if (rc == 0 && interrupted()) rc = -1;
+  return rc;
+}
+
+/* ---- summary ---------------------------------------------------------------------- */
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of the sorted lengths. */
+static int64_t pct(const int64_t *v, size_t n, double q) {
+  size_t r = (size_t)ceil(q * (double)n);
+  return v[r ? r - 1 : 0];
+}
+
+static void summary(prep_t *p) {
+  split_out_t *t = &p->split[0], *v = &p->split[1];
+  fprintf(stderr,
+          "ddpprep: documents: %lld (train %lld, val %lld); tokens: %lld (train %lld, val %lld); "
+          "skipped empty: %lld; shards: %d train, %d val\n",
+          (long long)(t->docs + v->docs), (long long)t->docs, (long long)v->docs,
+          (long long)(t->tokens + v->tokens), (long long)t->tokens, (long long)v->tokens,
+          (long long)p->skipped, t->shards, v->shards);
+  if (p->n_lens == 0) return;
+  qsort(p->lens, p->n_lens, sizeof *p->lens, cmp_i64);
+  fprintf(stderr,
+          "ddpprep: document length in tokens (EOT included): p10 %lld, p50 %lld, p90 %lld, "
+          "p99 %lld, max %lld\n",
+          (long long)pct(p->lens, p->n_lens, 0.10), (long long)pct(p->lens, p->n_lens, 0.50),
+          (long long)pct(p->lens, p->n_lens, 0.90), (long long)pct(p->lens, p->n_lens, 0.99),
+          (long long)p->lens[p->n_lens - 1]);
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+  prep_t p;
+  memset(&p, 0, sizeof p);
+  p.opt.shard_tokens = 100000000;
+  p.split[0].name = "train";
+  p.split[1].name = "val";
+  char **paths = calloc((size_t)argc + 1, sizeof *paths);
+  if (!paths) return EXIT_RUNTIME;
+  int n_paths = 0;
+  if (parse_args(&p.opt, argc, argv, paths, &n_paths) != 0) {
+    free(paths);
+    return EXIT_USAGE;
+  }
+  if (p.opt.help) {
+    print_help(stdout);
+    free(paths);
+    return 0;
+  }
+
+  /* No SA_RESTART: a read blocked on stdin returns EINTR, so Ctrl-C is seen
+   * without waiting for more input. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+
+  int rc = 0;
+  str_list_t inputs = {0};
+  if (n_paths == 0) rc = list_push(&inputs, "-");
+  for (int i = 0; i < n_paths && rc == 0; ++i) rc = expand_path(paths[i], &inputs);
+  free(paths);
+
+  bytes_t doc = {0};
+  for (size_t i = 0; i < inputs.n && rc == 0; ++i) rc = read_input(&p, inputs.v[i], &doc);
+  free(doc.p);
+  if (rc == 0 && p.split[0].docs + p.split[1].docs == 0) {
+    say_error("no documents in the input (%lld empty skipped)", (long long)p.skipped);
+    rc = -1;
+  }
+  if (rc == 0 && p.split[0].docs == 0) {
+    say_error("every document went to validation: lower --val-frac");
+    rc = -1;
+  }
+  for (int s = 0; s < 2 && rc == 0; ++s) rc = flush_shard(&p, &p.split[s]);
+  if (rc == 0 && interrupted()) rc = -1;
+
+  if (rc == 0) {
+    summary(&p);
+  } else {
+    for (size_t i = 0; i < p.written.n; ++i) unlink(p.written.v[i]);
+    if (p.written.n)
+      fprintf(stderr, "ddpprep: removed the %zu shard(s) this run had written\n", p.written.n);
+  }
+  for (size_t i = 0; i < inputs.n; ++i) free(inputs.v[i]);
+  free(inputs.v);
+  for (size_t i = 0; i < p.written.n; ++i) free(p.written.v[i]);
+  free(p.written.v);
+  free(p.split[0].tok);
+  free(p.split[1].tok);
+  free(p.lens);
+  return rc == 0 ? 0 : EXIT_RUNTIME;
+}
