@@ -34,6 +34,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
 #include "ddptrain/rng.h"
+#include "hash.h"
 
 #define MAX_LETTERS 8 /* operand length of copy/reverse/sort: 1..8 */
 #define MAX_DIGITS 4  /* addends: 1..4 digits */
@@ -62,11 +63,7 @@ typedef struct line {
  * the top bits are well mixed. Ten lines, fixed forever (changing it changes
  * the data set); a checksum library would add a dependency for no gain. */
 static int line_split(const line_t *ln) {
-  uint64_t h = UINT64_C(0xcbf29ce484222325);
-  for (int i = 0; i < ln->len; ++i) {
-    h ^= (unsigned char)ln->text[i];
-    h *= UINT64_C(0x100000001b3);
-  }
+  uint64_t h = ddp_fnv1a64(DDP_FNV1A64_INIT, ln->text, (size_t)ln->len);
   h ^= h >> 33;
   h *= UINT64_C(0xff51afd7ed558ccd);
   h ^= h >> 33;

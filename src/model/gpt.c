@@ -12,6 +12,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/gpt.h"
 #include "ddptrain/rng.h"
+#include "hash.h"
 
 /* One block's tensors; the same struct views parameters and gradients. */
 typedef struct block_views {
@@ -347,8 +348,7 @@ ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed) {
     }
     /* The stream tag is the tensor's position in the *forward* naming
      * (hash of the name), so init does not depend on the layout order. */
-    uint64_t tag = 1469598103934665603ull;
-    for (const char *c = t->name; *c; ++c) tag = (tag ^ (unsigned char)*c) * 1099511628211ull;
+    const uint64_t tag = ddp_fnv1a64(DDP_FNV1A64_INIT, t->name, strlen(t->name));
     ddp_rng_t sub;
     ddp_rng_derive(&root, tag, &sub);
     const int is_resid = strstr(t->name, "c_proj.weight") != NULL;

@@ -34,6 +34,7 @@
 
 #include "ddptrain/data.h"
 #include "ddptrain/log.h"
+#include "hash.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 enum { MODE_FILE, MODE_SEP, MODE_JSONL };
@@ -375,9 +376,9 @@ static int push_token(prep_t *p, split_out_t *s, int32_t t) {
  * top bits used for the fraction are well mixed even for short documents. */
 static int is_val(const prep_t *p, const unsigned char *b, size_t n) {
   if (p->opt.val_frac <= 0) return 0;
-  uint64_t h = 14695981039346656037ULL;
-  for (int i = 0; i < 8; ++i) h = (h ^ ((p->opt.seed >> (8 * i)) & 0xff)) * 1099511628211ULL;
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  unsigned char seed[8]; /* little-endian, whatever the host's byte order */
+  for (int i = 0; i < 8; ++i) seed[i] = (unsigned char)(p->opt.seed >> (8 * i));
+  uint64_t h = ddp_fnv1a64(ddp_fnv1a64(DDP_FNV1A64_INIT, seed, 8), b, n);
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ULL;
   h ^= h >> 27;

@@ -16,15 +16,9 @@
 #include "ddptrain/arena.h"
 #include "ddptrain/check.h"
 #include "ddptrain/rng.h"
+#include "hash.h"
 
 enum { SMOKE_M = 67, SMOKE_N = 45, SMOKE_K = 129 };
-
-static uint64_t fnv1a(const void *data, size_t bytes) {
-  const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 
 /* Largest |x - ref| / max(|ref|, 1) over n values. */
 static double max_rel_err(const float *x, const float *ref, size_t n) {
@@ -72,8 +66,9 @@ ddp_status_t ddp_smoke_run(const ddp_options_t *opts, const ddp_dist_t *dist, dd
   ddp_rng_init(&rng, (uint64_t)opts->seed, 0);
   ddp_rng_fill_normal(&rng, 0, 0.0f, 1.0f, a, na);
   ddp_rng_fill_normal(&rng, na, 0.0f, 1.0f, b, nb);
-  DDP_CHECK_GOTO(ddp_dist_agree_u64(dist, "the seeded RNG stream", fnv1a(a, (na + nb) * 4)), st,
-                 out);
+  DDP_CHECK_GOTO(ddp_dist_agree_u64(dist, "the seeded RNG stream",
+                                    ddp_fnv1a64(DDP_FNV1A64_INIT, a, (na + nb) * 4)),
+                 st, out);
 
   /* 2. GEMM on the backend against a host loop. */
   DDP_CHECK_GOTO(ddp_arena_init(&arena, be, "smoke", 8 * (na + nb + 4 * nc)), st, out);
