@@ -9,13 +9,6 @@
 #include "check_util.h"
 #include "ddptrain/backend.h"
 
-static ddp_backend_t *make_cpu(void) {
-  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
-  ddp_backend_t *be = NULL;
-  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
-  return be;
-}
-
 START_TEST(test_backend_registry_order_cuda_first_cpu_last) {
   const ddp_backend_ops_t *const *r = ddp_backend_registry();
   int n = 0;
@@ -115,7 +108,7 @@ START_TEST(test_backend_cpu_threads_default_and_explicit) {
 END_TEST
 
 START_TEST(test_backend_alloc_accounting) {
-  ddp_backend_t *be = make_cpu();
+  ddp_backend_t *be = ddp_test_cpu_backend();
   void *a, *b;
   ck_assert_int_eq(ddp_backend_alloc(be, 1000, &a), DDP_OK);
   ck_assert_int_eq(ddp_backend_alloc(be, 24, &b), DDP_OK);
@@ -139,7 +132,7 @@ START_TEST(test_backend_alloc_accounting) {
 END_TEST
 
 START_TEST(test_backend_fill_copy_convert_every_dtype) {
-  ddp_backend_t *be = make_cpu();
+  ddp_backend_t *be = ddp_test_cpu_backend();
   enum { N = 37 };
   void *d16, *d32;
   ck_assert_int_eq(ddp_backend_alloc(be, N * 4, &d32), DDP_OK);
@@ -173,7 +166,7 @@ START_TEST(test_backend_fill_copy_convert_every_dtype) {
 END_TEST
 
 START_TEST(test_backend_streams_and_events) {
-  ddp_backend_t *be = make_cpu();
+  ddp_backend_t *be = ddp_test_cpu_backend();
   ddp_stream_t s = NULL;
   ddp_event_t e = NULL;
   ck_assert_int_eq(be->ops->stream_create(be, &s), DDP_OK);
@@ -194,7 +187,7 @@ START_TEST(test_backend_streams_and_events) {
 END_TEST
 
 START_TEST(test_backend_measure_gemm_gflops) {
-  ddp_backend_t *be = make_cpu();
+  ddp_backend_t *be = ddp_test_cpu_backend();
   double gf = 0.0;
   ck_assert_int_eq(ddp_backend_measure_gemm_gflops(be, 64, 0.01, &gf), DDP_OK);
   ck_assert(gf > 0.01 && gf < 1e6);

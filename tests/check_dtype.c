@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/log.h"
 #include "ddptrain/tensor.h"
@@ -55,22 +56,12 @@ static uint32_t rng_u32(void) {
   return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
 }
 
-/* Captures log output so tests can count the lines an error produced. */
-static FILE *log_capture;
-
-static void log_capture_begin(void) {
-  log_capture = tmpfile();
-  ck_assert_ptr_nonnull(log_capture);
-  ddp_log_set_stream(log_capture);
-}
-
+/* Lines logged since ddp_test_log_start(): an error is logged once. */
 static int log_capture_end(void) {
-  ddp_log_set_stream(NULL);
-  int lines = 0, c;
-  rewind(log_capture);
-  while ((c = fgetc(log_capture)) != EOF) lines += c == '\n';
-  fclose(log_capture);
-  log_capture = NULL;
+  char *text = ddp_test_log_stop();
+  int lines = 0;
+  for (const char *c = text; *c; ++c) lines += *c == '\n';
+  free(text);
   return lines;
 }
 
@@ -498,7 +489,7 @@ END_TEST
 START_TEST(test_dtype_convert_host_invalid_args) {
   float f[4] = {0};
   uint16_t h[4] = {0};
-  log_capture_begin();
+  ddp_test_log_start();
   ck_assert_int_eq(ddp_convert_host(h, DDP_DTYPE_BF16, f, DDP_DTYPE_I32, 4), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_convert_host(f, DDP_DTYPE_I32, h, DDP_DTYPE_F16, 4), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_convert_host(f, DDP_DTYPE_I32, f, DDP_DTYPE_I32, 4), DDP_ERR_INVALID_ARG);
@@ -515,7 +506,7 @@ START_TEST(test_dtype_convert_host_invalid_args) {
 
   /* n == 0 is a no-op that needs no buffers, but the types are still checked. */
   ck_assert_int_eq(ddp_convert_host(NULL, DDP_DTYPE_F16, NULL, DDP_DTYPE_F32, 0), DDP_OK);
-  log_capture_begin();
+  ddp_test_log_start();
   ck_assert_int_eq(ddp_convert_host(NULL, DDP_DTYPE_I32, NULL, DDP_DTYPE_F32, 0),
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(log_capture_end(), 1);
@@ -572,7 +563,7 @@ START_TEST(test_dtype_tensor_init_rejects_bad_shapes) {
   const int64_t neg[] = {2, -1, 3};
   const int64_t huge[] = {INT64_MAX / 2, 4};
   const int64_t huge_zero[] = {INT64_MAX, INT64_MAX, 0};
-  log_capture_begin();
+  ddp_test_log_start();
   ck_assert_int_eq(ddp_tensor_init(&t, NULL, DDP_DTYPE_F32, 5, shape5), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_tensor_init(&t, NULL, DDP_DTYPE_F32, -1, shape5), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_tensor_init(&t, NULL, DDP_DTYPE_F32, 3, neg), DDP_ERR_INVALID_ARG);
@@ -662,9 +653,5 @@ static Suite *dtype_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(dtype_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return ddp_test_run_suite(dtype_suite());
 }

@@ -17,6 +17,7 @@
 #include "ddptrain/backend.h"
 #include "ddptrain/rng.h"
 #include "ddptrain/status.h"
+#include "check_util.h"
 #include "gemm_layout.h"
 
 #define SENTINEL (-777.25f)
@@ -25,9 +26,7 @@ static ddp_backend_t *g_be;
 static uint64_t g_case_id; /* gives every case its own random inputs */
 
 static void setup(void) {
-  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
-  ck_assert_int_eq(ddp_backend_create(&cfg, &g_be), DDP_OK);
-  ck_assert_ptr_nonnull(g_be);
+  g_be = ddp_test_cpu_backend();
 }
 
 static void teardown(void) {
@@ -576,9 +575,5 @@ static Suite *gemm_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(gemm_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return ddp_test_run_suite(gemm_suite());
 }

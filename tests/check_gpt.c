@@ -8,14 +8,15 @@
 #include "ddptrain/gpt.h"
 
 static ddp_backend_t *g_be;
-static const ddp_gpt_config_t k_cfg = {.n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 12,
-                                       .vocab = 29};
+static const ddp_gpt_config_t k_cfg = {
+    .n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 12, .vocab = 29};
 
 static void setup(void) {
-  ddp_backend_config_t bc = {.device = "cpu", .threads = 1};
-  ck_assert_int_eq(ddp_backend_create(&bc, &g_be), DDP_OK);
+  g_be = ddp_test_cpu_backend();
 }
-static void teardown(void) { ddp_backend_destroy(g_be); }
+static void teardown(void) {
+  ddp_backend_destroy(g_be);
+}
 
 static ddp_gpt_t *make(void) {
   ddp_gpt_t *m = NULL;
@@ -71,8 +72,8 @@ END_TEST
 START_TEST(test_gpt_layout_counts_and_init_statistics) {
   ddp_gpt_t *m = make();
   const int64_t C = k_cfg.n_embd, L = k_cfg.n_layer;
-  const size_t expect = (size_t)(k_cfg.vocab * C + k_cfg.max_seq_len * C + 2 * C +
-                                 L * (12 * C * C + 13 * C));
+  const size_t expect =
+      (size_t)(k_cfg.vocab * C + k_cfg.max_seq_len * C + 2 * C + L * (12 * C * C + 13 * C));
   ck_assert_uint_eq(ddp_gpt_num_params(m), expect);
   ck_assert_int_eq(ddp_gpt_num_tensors(m), 4 + 12 * (int)L);
   ck_assert_str_eq(ddp_gpt_tensor(m, 0)->name, "transformer.ln_f.weight");
@@ -86,7 +87,8 @@ START_TEST(test_gpt_layout_counts_and_init_statistics) {
     ck_assert_uint_eq(t->offset, next); /* contiguous, in table order */
     next += t->count;
     double s = 0, s2 = 0;
-    for (size_t k = 0; k < t->count; ++k) s += p[t->offset + k], s2 += (double)p[t->offset + k] * p[t->offset + k];
+    for (size_t k = 0; k < t->count; ++k)
+      s += p[t->offset + k], s2 += (double)p[t->offset + k] * p[t->offset + k];
     const double mean = s / t->count, sd = sqrt(s2 / t->count - mean * mean);
     if (strstr(t->name, ".bias")) {
       ck_assert(s2 == 0.0);
@@ -200,4 +202,6 @@ static Suite *gpt_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(gpt_suite()); }
+int main(void) {
+  return ddp_test_run_suite(gpt_suite());
+}

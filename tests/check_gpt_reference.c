@@ -46,8 +46,7 @@ static double rel_diff(const float *x, const float *ref, size_t n) {
 static void setup(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/ddp_gptref_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(g_dir));
-  ddp_backend_config_t bc = {.device = "cpu", .threads = 1};
-  ck_assert_int_eq(ddp_backend_create(&bc, &g_be), DDP_OK);
+  g_be = ddp_test_cpu_backend();
   ddp_gpt_config_t cfg = {.n_layer = L, .n_head = NH, .n_embd = C, .max_seq_len = TMAX, .vocab = V};
   ck_assert_int_eq(ddp_gpt_create(&g_model, g_be, &cfg, B * TMAX), DDP_OK);
   ck_assert_int_eq(ddp_gpt_init_weights(g_model, 7), DDP_OK);
@@ -130,13 +129,14 @@ START_TEST(test_gpt_matches_pytorch_logits_loss_and_gradients) {
   /* Logits from an eval forward. */
   ck_assert_int_eq(ddp_gpt_forward(g_model, g_inputs, g_targets, B, TMAX, 0, 0.0f), DDP_OK);
   float *logits = malloc(sizeof(float) * B * TMAX * V);
-  ck_assert_int_eq(ddp_backend_copy(g_be, logits, ddp_gpt_logits(g_model),
-                                    sizeof(float) * B * TMAX * V, DDP_COPY_KIND_DEVICE_TO_HOST,
-                                    NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      ddp_backend_copy(g_be, logits, ddp_gpt_logits(g_model), sizeof(float) * B * TMAX * V,
+                       DDP_COPY_KIND_DEVICE_TO_HOST, NULL),
+      DDP_OK);
   double eval_loss = 0.0;
   ck_assert_int_eq(ddp_gpt_take_loss(g_model, &eval_loss), DDP_OK);
-  double d_logits = rel_diff(logits, ref_tensor(ref, "logits", (size_t)B * TMAX * V), (size_t)B * TMAX * V);
+  double d_logits =
+      rel_diff(logits, ref_tensor(ref, "logits", (size_t)B * TMAX * V), (size_t)B * TMAX * V);
   ck_assert_msg(d_logits <= 1e-4, "logits differ by %.3g", d_logits);
   free(logits);
   /* Training forward + backward: loss and every gradient. */
@@ -151,7 +151,8 @@ START_TEST(test_gpt_matches_pytorch_logits_loss_and_gradients) {
   double loss = 0.0;
   ck_assert_int_eq(ddp_gpt_take_loss(g_model, &loss), DDP_OK);
   const double ref_loss = ref_tensor(ref, "loss_sum", 1)[0];
-  ck_assert_msg(fabs(loss - ref_loss) <= 1e-4 * fabs(ref_loss), "loss %.8g vs %.8g", loss, ref_loss);
+  ck_assert_msg(fabs(loss - ref_loss) <= 1e-4 * fabs(ref_loss), "loss %.8g vs %.8g", loss,
+                ref_loss);
   ck_assert_msg(fabs(eval_loss - loss) <= 1e-6 * fabs(loss), "eval loss %.8g vs train %.8g",
                 eval_loss, loss);
   float *grads = malloc(n * sizeof *grads);
@@ -180,8 +181,11 @@ START_TEST(test_gpt_matches_pytorch_over_ten_adamw_steps) {
     const ddp_gpt_tensor_t *t = ddp_gpt_tensor(g_model, i);
     segs[i] = (ddp_optim_segment_t){.offset = t->offset, .count = t->count, .decay = t->decay};
   }
-  ddp_optim_config_t oc = {.kind = DDP_OPTIM_KIND_ADAMW, .beta1 = 0.9f, .beta2 = 0.95f,
-                           .eps = 1e-8f, .weight_decay = k_wd};
+  ddp_optim_config_t oc = {.kind = DDP_OPTIM_KIND_ADAMW,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.95f,
+                           .eps = 1e-8f,
+                           .weight_decay = k_wd};
   float *state = calloc(n * ddp_optim_state_per_param(&oc), sizeof *state);
   for (int s = 0; s < STEPS; ++s) {
     ck_assert_int_eq(ddp_gpt_forward(g_model, g_inputs, g_targets, B, TMAX, 1, 1.0f / g_n_targets),
@@ -192,10 +196,16 @@ START_TEST(test_gpt_matches_pytorch_over_ten_adamw_steps) {
     loss /= g_n_targets;
     ck_assert_msg(fabs(loss - ref_losses[s]) <= 1e-4 * fabs(ref_losses[s]),
                   "step %d: loss %.8g vs PyTorch %.8g", s, loss, (double)ref_losses[s]);
-    ddp_optim_step_args_t a = {.cfg = &oc, .params = ddp_gpt_params(g_model),
-                               .grads = ddp_gpt_grads(g_model), .state = state,
-                               .segments = segs, .n_segments = nt, .n = n, .t = s + 1,
-                               .lr = k_lr, .grad_scale = 1.0f};
+    ddp_optim_step_args_t a = {.cfg = &oc,
+                               .params = ddp_gpt_params(g_model),
+                               .grads = ddp_gpt_grads(g_model),
+                               .state = state,
+                               .segments = segs,
+                               .n_segments = nt,
+                               .n = n,
+                               .t = s + 1,
+                               .lr = k_lr,
+                               .grad_scale = 1.0f};
     ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
   }
   free(state);

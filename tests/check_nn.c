@@ -70,8 +70,7 @@ static void *g_bufs[MAX_BUFS];
 static int g_nbufs;
 
 static void setup(void) {
-  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
-  ck_assert_int_eq(ddp_backend_create(&cfg, &g_be), DDP_OK);
+  g_be = ddp_test_cpu_backend();
   ddp_rng_t base;
   ddp_rng_init(&base, 20240520, 7);
   ddp_rng_derive(&base, 1, &g_rng_u);

@@ -20,8 +20,7 @@
 static ddp_backend_t *g_be;
 
 static void setup(void) {
-  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
-  ck_assert_int_eq(ddp_backend_create(&cfg, &g_be), DDP_OK);
+  g_be = ddp_test_cpu_backend();
 }
 
 static void teardown(void) {

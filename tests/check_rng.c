@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_util.h"
 #include "ddptrain/rng.h"
 
 #define N_STAT 1000000
@@ -570,9 +571,5 @@ static Suite *rng_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(rng_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return ddp_test_run_suite(rng_suite());
 }

@@ -22,7 +22,9 @@ static void teardown(void) {
   ck_assert_int_eq(system(cmd), 0);
 }
 
-static void path(char *out, const char *name) { snprintf(out, 256, "%s/%s", g_dir, name); }
+static void path(char *out, const char *name) {
+  snprintf(out, 256, "%s/%s", g_dir, name);
+}
 
 static void write_bytes(const char *p, const void *data, size_t n) {
   FILE *f = fopen(p, "wb");
@@ -134,8 +136,10 @@ START_TEST(test_safetensors_corrupt_files_are_named_errors) {
   log = open_fails(p, DDP_ERR_UNSUPPORTED);
   ddp_assert_contains(log, "dtype F64");
   free(log);
-  write_raw(p, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-               "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+  write_raw(p,
+            "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+            8);
   log = open_fails(p, DDP_ERR_FORMAT);
   ddp_assert_contains(log, "overlap");
   free(log);
@@ -208,4 +212,6 @@ static Suite *st_suite(void) {
   return s;
 }
 
-int main(void) { return ddp_test_run_suite(st_suite()); }
+int main(void) {
+  return ddp_test_run_suite(st_suite());
+}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddptrain/backend.h"
 #include "ddptrain/log.h"
 
 /* Runs one suite; the exit code follows Automake (0 pass, 1 fail). */
@@ -16,6 +17,16 @@ static inline int ddp_test_run_suite(Suite *s) {
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* The CPU backend with one math thread: the fixture most suites share (one
+ * thread keeps timings and summation order independent of the machine). */
+static inline ddp_backend_t *ddp_test_cpu_backend(void) {
+  ddp_backend_config_t cfg = {.device = "cpu", .threads = 1};
+  ddp_backend_t *be = NULL;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &be), DDP_OK);
+  ck_assert_ptr_nonnull(be);
+  return be;
 }
 
 /* Log capture: start() points the logger at a temporary file; stop() returns
