@@ -101,17 +101,6 @@ ddp_status_t ddp_dist_agree_u64(const ddp_dist_t *dist, const char *what, uint64
   return DDP_OK;
 }
 
-ddp_status_t ddp_dist_all_ok(const ddp_dist_t *dist, ddp_status_t local) {
-#if DDP_HAVE_MPI
-  if (dist->world > 1) {
-    int bad = local != DDP_OK, any = 0;
-    DDP_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    if (any && local == DDP_OK) return DDP_ERR_MISMATCH;
-  }
-#endif
-  (void)dist;
-  return local;
-}
 
 ddp_status_t ddp_dist_sum_double(const ddp_dist_t *dist, double *value) {
 #if DDP_HAVE_MPI

@@ -88,9 +88,17 @@ START_TEST(test_safetensors_round_trip_all_dtypes_and_metadata) {
     }
     if (n) ck_assert_int_eq(memcmp(r.data, t[i].data, (size_t)n * ddp_dtype_size(r.dtype)), 0);
   }
+  /* By index: every tensor once, in file (write) order. */
+  for (int i = 0; i < 6; ++i) {
+    ddp_st_tensor_t r;
+    ck_assert_int_eq(ddp_safetensors_get(st, i, &r), DDP_OK);
+    ck_assert_str_eq(r.name, t[i].name);
+  }
   ddp_test_log_start();
   ddp_st_tensor_t r;
   ck_assert_int_eq(ddp_safetensors_find(st, "missing", &r), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_safetensors_get(st, 6, &r), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_safetensors_get(st, -1, &r), DDP_ERR_INVALID_ARG);
   free(ddp_test_log_stop());
   ddp_safetensors_close(st);
 }

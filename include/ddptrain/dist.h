@@ -36,10 +36,6 @@ void ddp_dist_abort(const ddp_dist_t *dist, int code) __attribute__((noreturn));
  * and highest values and a rank holding each. */
 ddp_status_t ddp_dist_agree_u64(const ddp_dist_t *dist, const char *what, uint64_t value);
 
-/* Collective: DDP_OK on every rank only if every rank passed DDP_OK; lets all
- * ranks take the same exit path after a local failure. */
-ddp_status_t ddp_dist_all_ok(const ddp_dist_t *dist, ddp_status_t local);
-
 /* Collective: sum of a double over ranks (the world-size-1 sum is the value). */
 ddp_status_t ddp_dist_sum_double(const ddp_dist_t *dist, double *value);
 
