@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ascii.h"
+#include "hash.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
 #include "ddptrain/optim.h"
+#include "ddptrain/sampler.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 
@@ -27,6 +30,9 @@ typedef struct opt_row {
   const char *help;
   /* Extra validation for strings: silent, the parser reports with the flag. */
   ddp_status_t (*validate)(const char *value);
+  /* Nonzero: may differ between ranks (paths of per-rank outputs, local
+   * hardware settings); every other flag must agree across ranks. */
+  int per_rank;
 } opt_row_t;
 
 static ddp_status_t validate_device(const char *value) {
@@ -42,80 +48,138 @@ static ddp_status_t validate_optimizer(const char *value) {
   return ddp_optim_kind_parse(value, &kind);
 }
 
+static ddp_status_t validate_sampler(const char *value) {
+  ddp_sampler_kind_t kind;
+  return ddp_sampler_kind_parse(value, &kind);
+}
+
+static ddp_status_t validate_progress(const char *value) {
+  return ddp_ascii_ieq(value, "auto") || ddp_ascii_ieq(value, "thread") ||
+                 ddp_ascii_ieq(value, "test")
+             ? DDP_OK
+             : DDP_ERR_INVALID_ARG;
+}
+
 static const opt_row_t k_rows[] = {
     {"data", 0, OPT_STRING, OFF(data), "", 0, 0, "GLOB", "Data",
-     "training shards (llm.c .bin format); empty = the built-in task data set", NULL},
+     "training shards (llm.c .bin format); empty = the built-in task data set", NULL, 0},
     {"val-data", 0, OPT_STRING, OFF(val_data), "", 0, 0, "GLOB", "Data",
-     "held-out shards; empty = the built-in validation split (or none with --data)", NULL},
+     "held-out shards; empty = the built-in validation split (or none with --data)", NULL, 0},
     {"seq-len", 0, OPT_INT, OFF(seq_len), "128", 2, 1 << 20, "T", "Model",
-     "maximum sequence length (longer documents are split)", NULL},
-    {"n-layer", 0, OPT_INT, OFF(n_layer), "2", 1, 1000, "L", "Model", "transformer blocks", NULL},
-    {"n-head", 0, OPT_INT, OFF(n_head), "4", 1, 4096, "H", "Model", "attention heads", NULL},
+     "maximum sequence length (longer documents are split)", NULL, 0},
+    {"n-layer", 0, OPT_INT, OFF(n_layer), "2", 1, 1000, "L", "Model", "transformer blocks", NULL,
+     0},
+    {"n-head", 0, OPT_INT, OFF(n_head), "4", 1, 4096, "H", "Model", "attention heads", NULL, 0},
     {"n-embd", 0, OPT_INT, OFF(n_embd), "128", 1, 65536, "C", "Model",
-     "embedding width (a multiple of --n-head)", NULL},
+     "embedding width (a multiple of --n-head)", NULL, 0},
     {"tokens-per-batch", 0, OPT_INT, OFF(tokens_per_batch), "4096", 2, 1 << 30, "N", "Batching",
-     "padded tokens per micro-batch (rows x longest row)", NULL},
+     "padded tokens per micro-batch (rows x longest row)", NULL, 0},
     {"accum", 0, OPT_INT, OFF(accum), "1", 1, 1 << 20, "K", "Batching",
-     "micro-batches per optimizer step (gradient accumulation)", NULL},
+     "micro-batches per optimizer step (gradient accumulation)", NULL, 0},
     {"steps", 0, OPT_INT, OFF(steps), "150", 0, 1e15, "N", "Batching",
-     "optimizer steps; 0 = derive from --epochs", NULL},
+     "optimizer steps; 0 = derive from --epochs", NULL, 0},
     {"epochs", 0, OPT_INT, OFF(epochs), "0", 0, 1e9, "E", "Batching",
-     "epochs over the training data, used when --steps is 0", NULL},
+     "epochs over the training data, used when --steps is 0", NULL, 0},
+    {"sampler", 0, OPT_STRING, OFF(sampler), "bucket", 0, 0, "KIND", "Batching",
+     "bucket: length-bucketed micro-batches dealt to ranks by cost (little padding, balanced "
+     "ranks); random: shuffled, a fixed tokens-per-batch/seq-len rows padded to the longest, "
+     "dealt round-robin (the common baseline)",
+     validate_sampler, 0},
+    {"bucket-chunk", 0, OPT_INT, OFF(bucket_chunk), "65536", 1, 2147483647.0, "N", "Batching",
+     "bucket sampler: windows per length-sorted chunk (larger: less padding, less mixing)", NULL,
+     0},
     {"optimizer", 0, OPT_STRING, OFF(optimizer), "adamw", 0, 0, "NAME", "Optimisation",
-     "adamw, sgd (momentum, optionally Nesterov) or lamb", validate_optimizer},
-    {"lr", 0, OPT_FLOAT, OFF(lr), "3e-3", 0, 1e3, "X", "Optimisation", "peak learning rate", NULL},
+     "adamw, sgd (momentum, optionally Nesterov) or lamb", validate_optimizer, 0},
+    {"lr", 0, OPT_FLOAT, OFF(lr), "3e-3", 0, 1e3, "X", "Optimisation", "peak learning rate", NULL,
+     0},
     {"min-lr", 0, OPT_FLOAT, OFF(min_lr), "3e-4", 0, 1e3, "X", "Optimisation",
-     "learning rate at the end of the cosine decay", NULL},
+     "learning rate at the end of the cosine decay", NULL, 0},
     {"warmup", 0, OPT_INT, OFF(warmup), "15", 0, 1e15, "N", "Optimisation", "linear warmup steps",
-     NULL},
+     NULL, 0},
     {"weight-decay", 0, OPT_FLOAT, OFF(weight_decay), "0.1", 0, 10, "X", "Optimisation",
-     "weight decay (2-D weights only; decoupled for adamw/lamb)", NULL},
+     "weight decay (2-D weights only; decoupled for adamw/lamb)", NULL, 0},
     {"grad-clip", 0, OPT_FLOAT, OFF(grad_clip), "1.0", 0, 1e9, "X", "Optimisation",
-     "clip the global gradient norm to this; 0 = off", NULL},
+     "clip the global gradient norm to this; 0 = off", NULL, 0},
     {"beta1", 0, OPT_FLOAT, OFF(beta1), "0.9", 0, 0.999999, "X", "Optimisation",
-     "adamw/lamb first-moment decay", NULL},
+     "adamw/lamb first-moment decay", NULL, 0},
     {"beta2", 0, OPT_FLOAT, OFF(beta2), "0.95", 0, 0.999999, "X", "Optimisation",
-     "adamw/lamb second-moment decay", NULL},
+     "adamw/lamb second-moment decay", NULL, 0},
     {"momentum", 0, OPT_FLOAT, OFF(momentum), "0.9", 0, 0.999999, "X", "Optimisation",
-     "sgd momentum", NULL},
+     "sgd momentum", NULL, 0},
     {"nesterov", 0, OPT_INT, OFF(nesterov), "1", 0, 1, "0|1", "Optimisation",
-     "sgd: Nesterov momentum", NULL},
+     "sgd: Nesterov momentum", NULL, 0},
+    {"bucket-mb", 0, OPT_FLOAT, OFF(bucket_mb), "25", 0.001, 1e6, "MB", "Data parallelism",
+     "gradient all-reduce bucket size in MiB; a bucket's reduction starts as soon as "
+     "backward has produced it",
+     NULL, 0},
+    {"first-bucket-mb", 0, OPT_FLOAT, OFF(first_bucket_mb), "1", 0.001, 1e6, "MB",
+     "Data parallelism", "size of the first bucket (small, so communication starts early)", NULL,
+     0},
+    {"comm-progress", 0, OPT_STRING, OFF(comm_progress), "auto", 0, 0, "MODE", "Data parallelism",
+     "how MPI reductions advance during backward: thread (a progress thread), test "
+     "(non-blocking collectives polled between layers) or auto",
+     validate_progress, 0},
+    {"check-replicas", 0, OPT_INT, OFF(check_replicas), "0", 0, 1e15, "N", "Data parallelism",
+     "every N steps compare a hash of the parameters across ranks and stop if they differ; "
+     "0 = off",
+     NULL, 0},
     {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
      "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
-     validate_device},
+     validate_device, 1},
     {"threads", 0, OPT_INT, OFF(threads), "0", 0, 4096, "N", "Run control",
-     "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL},
+     "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL, 1},
     {"seed", 0, OPT_INT, OFF(seed), "1337", 0, 9007199254740991.0, "N", "Run control",
-     "random seed; every rank and every resume draws the same numbers from it", NULL},
+     "random seed; every rank and every resume draws the same numbers from it", NULL, 0},
     {"peak-gflops", 0, OPT_FLOAT, OFF(peak_gflops), "0", 0, 1e9, "X", "Run control",
-     "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL},
+     "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL, 1},
     {"log-every", 0, OPT_INT, OFF(log_every), "10", 1, 1e15, "N", "Logging and evaluation",
-     "a progress line (and metrics record) every N steps: the only host sync", NULL},
+     "a progress line (and metrics record) every N steps: the only host sync", NULL, 0},
     {"eval-every", 0, OPT_INT, OFF(eval_every), "50", 0, 1e15, "N", "Logging and evaluation",
-     "validation loss every N steps; 0 = only at the end", NULL},
+     "validation loss every N steps; 0 = only at the end", NULL, 0},
     {"eval-tokens", 0, OPT_INT, OFF(eval_tokens), "16384", 1, 1e15, "N", "Logging and evaluation",
-     "target tokens per validation pass", NULL},
+     "target tokens per validation pass", NULL, 0},
     {"metrics", 0, OPT_STRING, OFF(metrics), "", 0, 0, "FILE", "Logging and evaluation",
-     "append one JSON object per log line (and a final record) to FILE", NULL},
+     "append one JSON object per log line (and a final record) to FILE", NULL, 1},
     {"export", 0, OPT_STRING, OFF(export_path), "", 0, 0, "FILE", "Logging and evaluation",
-     "write the trained weights to FILE (safetensors, PyTorch state_dict names)", NULL},
+     "write the trained weights to FILE (safetensors, PyTorch state_dict names)", NULL, 1},
     {"dump-batches", 0, OPT_STRING, OFF(dump_batches), "", 0, 0, "FILE", "Logging and evaluation",
      "write every micro-batch this run trained on to FILE (safetensors: batch.K.inputs/targets), "
      "to replay them elsewhere, e.g. in a PyTorch comparison",
-     NULL},
+     NULL, 1},
+    {"plan-only", 0, OPT_ACTION, OFF(plan_only), NULL, 0, 0, NULL, "Information",
+     "build the first epoch's sampler plan for --world-size ranks, print its padding, balance "
+     "and build time, and exit without training",
+     NULL, 1},
+    {"world-size", 0, OPT_INT, OFF(world_size), "0", 0, 1 << 24, "N", "Information",
+     "with --plan-only: the number of ranks to plan for; 0 = the ranks of this job", NULL, 1},
+    {"json", 0, OPT_ACTION, OFF(json), NULL, 0, 0, NULL, "Information",
+     "with --plan-only: print one JSON object instead of text", NULL, 1},
     {"help", 'h', OPT_ACTION, OFF(help), NULL, 0, 0, NULL, "Information",
-     "print this help and exit", NULL},
+     "print this help and exit", NULL, 1},
     {"version", 'V', OPT_ACTION, OFF(version), NULL, 0, 0, NULL, "Information",
-     "print the version and exit", NULL},
+     "print the version and exit", NULL, 1},
     {"build-info", 0, OPT_ACTION, OFF(build_info), NULL, 0, 0, NULL, "Information",
-     "print the backends and dependencies of this build and exit", NULL},
+     "print the backends and dependencies of this build and exit", NULL, 1},
     {"self-test", 0, OPT_ACTION, OFF(self_test), NULL, 0, 0, NULL, "Information",
      "check this node instead of training: seeded RNG agreement across ranks, a GEMM and "
      "half-precision round trips on the backend, the GEMM peak",
-     NULL},
+     NULL, 0},
 };
 
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+
+int ddp_options_must_agree(int index) {
+  return index >= 0 && index < N_ROWS && !k_rows[index].per_rank;
+}
+
+uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index) {
+  if (index < 0 || index >= N_ROWS) return 0;
+  const opt_row_t *row = &k_rows[index];
+  const char *field = (const char *)opts + row->offset;
+  /* strings up to their NUL (bytes after it are not part of the value) */
+  const size_t n = row->kind == OPT_STRING ? strnlen(field, row->size) : row->size;
+  return ddp_fnv1a64(DDP_FNV1A64_INIT, field, n);
+}
 
 int ddp_options_count(void) {
   return N_ROWS;

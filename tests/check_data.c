@@ -1,33 +1,29 @@
-/* The data side: shard round trips and every malformed-shard error, atomic
- * writes, the corpus's document and window tables, the built-in data set
- * (determinism, disjoint splits, length distribution, correct answers) and
- * the micro-batch plan (budget, padding, coverage, shuffling, purity). */
+/* The data side below the sampler: shard round trips and every
+ * malformed-shard error (each message names the file and the byte offset),
+ * atomic writes, memory-mapped corpora over a glob of shards (name order,
+ * windows that never cross shards, disagreeing shards, headless shards, the
+ * fingerprint ranks compare), a shard over 2 GiB read through 64-bit offsets,
+ * the window index (long documents cut into windows overlapping by one
+ * token, every target exactly once) and the built-in data set (determinism,
+ * disjoint splits, length distribution, correct answers). Micro-batches and
+ * the distributed plan are tested in check_sampler.c. */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_util.h"
 #include "ddptrain/data.h"
 
-/* ck_assert records a mark point on every call (a write to the parent
- * process in fork mode), which turns per-token checks over a corpus into
- * seconds; hot loops use these, which call into Check only on failure. */
-#define expect(cond)                                                    \
-  do {                                                                  \
-    if (!(cond)) ck_abort_msg("line %d: '%s' failed", __LINE__, #cond); \
-  } while (0)
-#define expect_eq(a, b)                                                                    \
-  do {                                                                                     \
-    const long long expect_a_ = (long long)(a), expect_b_ = (long long)(b);                \
-    if (expect_a_ != expect_b_)                                                            \
-      ck_abort_msg("line %d: %s == %s failed (%lld != %lld)", __LINE__, #a, #b, expect_a_, \
-                   expect_b_);                                                             \
-  } while (0)
-
+/* One scratch directory per test case, made and removed in the parent
+ * process (an unchecked fixture), so that it goes even when a test fails
+ * in its forked child; the tests use distinct file names. */
 static char g_dir[64];
 
 static void setup(void) {
@@ -35,19 +31,29 @@ static void setup(void) {
   ck_assert_ptr_nonnull(mkdtemp(g_dir));
 }
 
-static void teardown(void) {
-  DIR *d = opendir(g_dir);
+/* Removes dir and everything in it (one level of subdirectories is all the
+ * tests make, but recursion costs nothing). */
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
   if (d) {
     struct dirent *e;
     char path[512];
     while ((e = readdir(d)) != NULL) {
       if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-      snprintf(path, sizeof path, "%s/%s", g_dir, e->d_name);
-      unlink(path);
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      struct stat sb;
+      if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        remove_tree(path);
+      else
+        unlink(path);
     }
     closedir(d);
   }
-  rmdir(g_dir);
+  rmdir(dir);
+}
+
+static void teardown(void) {
+  remove_tree(g_dir);
 }
 
 static void path_in_dir(char *out, size_t n, const char *name) {
@@ -80,18 +86,41 @@ static void write_raw(const char *path, const int32_t h[5], const void *payload,
   ck_assert_int_eq(fclose(f), 0);
 }
 
+/* A corpus left as a failed constructor must leave it: zeroed. */
+static void assert_zeroed(const ddp_corpus_t *c) {
+  ck_assert_ptr_null(c->segs);
+  ck_assert_ptr_null(c->windows);
+  ck_assert_int_eq(c->n_segs, 0);
+  ck_assert_int_eq(c->n_windows, 0);
+}
+
 /* Reads `path`, expects `want`, and returns the log (caller frees) after
  * checking that it names the file. */
 static char *read_expect_error(const char *path, ddp_status_t want) {
   ddp_corpus_t c;
+  memset(&c, 0xA5, sizeof c); /* garbage in: the reader must zero it */
   ddp_test_log_start();
   ddp_status_t st = ddp_shard_read(&c, path, 64);
   char *log = ddp_test_log_stop();
   ck_assert_msg(st == want, "read of %s gave %s, want %s; log: %s", path, ddp_status_name(st),
                 ddp_status_name(want), log);
-  ck_assert_ptr_null(c.tokens);
+  assert_zeroed(&c);
   ddp_assert_contains(log, path);
   return log;
+}
+
+/* All tokens of a corpus, read segment by segment (caller frees). */
+static int32_t *corpus_tokens(const ddp_corpus_t *c) {
+  int32_t *all = malloc((size_t)c->n_tokens * sizeof *all);
+  ck_assert_ptr_nonnull(all);
+  int64_t at = 0;
+  for (int32_t s = 0; s < c->n_segs; ++s) {
+    expect_eq(c->segs[s].first, at);
+    ddp_corpus_read(c, s, c->segs[s].first, c->segs[s].n_tokens, all + at);
+    at += c->segs[s].n_tokens;
+  }
+  expect_eq(at, c->n_tokens);
+  return all;
 }
 
 /* ---- shards ------------------------------------------------------------------ */
@@ -127,9 +156,19 @@ static void round_trip(int32_t vocab, int64_t n, int32_t magic, int32_t version,
   ck_assert_int_eq(c.eot, eot);
   ck_assert_int_eq(c.vocab, vocab);
   ck_assert_int_eq(c.seq_len, 128);
-  ck_assert_int_eq(memcmp(c.tokens, tok, (size_t)n * sizeof *tok), 0);
+  /* one segment, mapped in place at its width */
+  ck_assert_int_eq(c.n_segs, 1);
+  ck_assert_ptr_nonnull(c.segs[0].map);
+  ck_assert_int_eq(c.segs[0].width, tsize);
+  ck_assert_int_eq(c.segs[0].file_bytes, DDP_SHARD_HEADER_BYTES + n * tsize);
+  ck_assert_str_eq(c.segs[0].name, path);
+  int32_t *back = corpus_tokens(&c);
+  ck_assert_int_eq(memcmp(back, tok, (size_t)n * sizeof *tok), 0);
+  expect_eq(ddp_corpus_token(&c, n - 1), vocab - 2);
   ck_assert_int_gt(c.n_windows, 0);
+  free(back);
   ddp_corpus_destroy(&c);
+  assert_zeroed(&c);
   free(tok);
 }
 
@@ -157,7 +196,8 @@ START_TEST(test_data_shard_without_vocab_fields_is_gpt2) {
   ck_assert_int_eq(c.eot, DDP_SHARD_GPT2_EOT);
   ck_assert_int_eq(c.vocab, DDP_SHARD_GPT2_VOCAB);
   ck_assert_int_eq(c.n_docs, 2);
-  ck_assert_int_eq(c.tokens[1], 15496);
+  ck_assert_int_eq(ddp_corpus_token(&c, 1), 15496);
+  ck_assert_int_eq(ddp_corpus_token(&c, 5), 1101);
   ddp_corpus_destroy(&c);
 }
 END_TEST
@@ -173,6 +213,7 @@ START_TEST(test_data_shard_eot_id_zero_round_trips) {
   ck_assert_int_eq(c.eot, 0);
   ck_assert_int_eq(c.vocab, 10);
   ck_assert_int_eq(c.n_docs, 2);
+  ck_assert_int_eq(c.n_headless, 0);
   ddp_corpus_destroy(&c);
 }
 END_TEST
@@ -239,13 +280,19 @@ START_TEST(test_data_shard_count_disagreeing_with_size_is_format_error) {
   const int32_t h[5] = {DDP_SHARD_MAGIC_U16, 1, 10, 256, 257};
   write_raw(path, h, tok, sizeof tok); /* says 10 tokens, holds 4 */
   char *log = read_expect_error(path, DDP_ERR_FORMAT);
-  ddp_assert_contains(log, "says 10 tokens = 20 bytes after the header, but the file has 8");
+  ddp_assert_contains(log, "(byte 8) says 10 tokens = 20 bytes after the header");
+  ddp_assert_contains(log, "but the file has 8");
   ddp_assert_contains(log, "truncated");
   free(log);
   const int32_t h2[5] = {DDP_SHARD_MAGIC_U16, 1, 3, 256, 257};
   write_raw(path, h2, tok, sizeof tok); /* says 3, holds 4 */
   log = read_expect_error(path, DDP_ERR_FORMAT);
   ddp_assert_contains(log, "trailing data");
+  free(log);
+  const int32_t h3[5] = {DDP_SHARD_MAGIC_U16, 1, -4, 256, 257};
+  write_raw(path, h3, tok, sizeof tok);
+  log = read_expect_error(path, DDP_ERR_FORMAT);
+  ddp_assert_contains(log, "negative token count -4 at byte 8");
   free(log);
 }
 END_TEST
@@ -295,7 +342,7 @@ START_TEST(test_data_shard_eot_not_below_vocab_is_format_error) {
   const int32_t h[5] = {DDP_SHARD_MAGIC_U16, 1, 2, 300, 257};
   write_raw(path, h, tok, sizeof tok);
   char *log = read_expect_error(path, DDP_ERR_FORMAT);
-  ddp_assert_contains(log, "EOT id 300 (byte 12) is outside the vocabulary [0, 257)");
+  ddp_assert_contains(log, "EOT id 300 (byte 12) is outside the vocabulary [0, 257) (byte 16)");
   free(log);
   const int32_t h2[5] = {DDP_SHARD_MAGIC_U16, 1, 2, 0, -5};
   write_raw(path, h2, tok, sizeof tok);
@@ -364,7 +411,7 @@ START_TEST(test_data_shard_failed_write_leaves_no_file) {
   ddp_corpus_t c;
   ck_assert_int_eq(ddp_shard_read(&c, path, 8), DDP_OK);
   ck_assert_int_eq(c.n_tokens, 3);
-  ck_assert_int_eq(c.tokens[2], 8);
+  ck_assert_int_eq(ddp_corpus_token(&c, 2), 8);
   ddp_corpus_destroy(&c);
 
   /* No directory to write in. */
@@ -379,6 +426,394 @@ START_TEST(test_data_shard_failed_write_leaves_no_file) {
 }
 END_TEST
 
+/* ---- a shard over 2 GiB ----------------------------------------------------- */
+
+/* Big enough that byte offsets of the last tokens pass 2^31 (and token
+ * indices pass 2^30): N uint16 tokens are 2.2 GB. The file is sparse (one
+ * ftruncate), so it costs no disk, only page cache while it is read. */
+enum { BIG_SEQ = 1 << 20, BIG_DOC = 12 };
+#define BIG_N INT64_C(1100003333)
+#define BIG_MARK_AT (INT64_C(1) << 30) /* token index: byte offset 2^31 + 1024 */
+
+static int pwrite_u16(int fd, int64_t token_index, uint16_t v) {
+  const unsigned char b[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
+  return pwrite(fd, b, 2, (off_t)(DDP_SHARD_HEADER_BYTES + 2 * token_index)) == 2 ? 0 : -1;
+}
+
+START_TEST(test_data_shard_over_2_gib_reads_through_64_bit_offsets) {
+  if (sizeof(size_t) < 8 || sizeof(off_t) < 8) {
+    printf("SKIP shard over 2 GiB: a 32-bit build cannot map it\n");
+    return;
+  }
+  const char *tmp_root = getenv("TMPDIR");
+  if (!tmp_root || !*tmp_root) tmp_root = "/tmp";
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/ddp_check_big_XXXXXX", tmp_root);
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/big.bin", dir);
+  const int64_t doc_at = BIG_N - BIG_DOC; /* the known document: EOT + 11 tokens */
+  const uint16_t known[BIG_DOC] = {256, 'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'};
+
+  /* Made without ck_assert, so that nothing can leave the file behind. */
+  const char *failed = NULL;
+  int err = 0;
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    failed = "open";
+  } else {
+    unsigned char hdr[DDP_SHARD_HEADER_BYTES] = {0};
+    const int32_t h[5] = {DDP_SHARD_MAGIC_U16, DDP_SHARD_VERSION_U16, (int32_t)BIG_N, 256, 257};
+    for (int i = 0; i < 5; ++i) put32(hdr + 4 * i, (uint32_t)h[i]);
+    if (ftruncate(fd, (off_t)(DDP_SHARD_HEADER_BYTES + 2 * BIG_N)) != 0)
+      failed = "ftruncate";
+    else if (pwrite(fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+      failed = "pwrite header";
+    else if (pwrite_u16(fd, 0, 256) != 0 || pwrite_u16(fd, BIG_MARK_AT, 77) != 0 ||
+             pwrite_u16(fd, doc_at - 1, 99) != 0)
+      failed = "pwrite tokens";
+    for (int i = 0; !failed && i < BIG_DOC; ++i)
+      if (pwrite_u16(fd, doc_at + i, known[i]) != 0) failed = "pwrite document";
+    err = errno;
+    close(fd);
+  }
+  if (failed) {
+    unlink(path);
+    rmdir(dir);
+    if (err == ENOSPC || err == EFBIG || err == EDQUOT || err == EOPNOTSUPP) {
+      printf("SKIP shard over 2 GiB: %s in %s refused a 2.2 GB sparse file: %s\n", failed, dir,
+             strerror(err));
+      return;
+    }
+    ck_abort_msg("making the sparse shard %s failed at %s: %s", path, failed, strerror(err));
+  }
+
+  const double t0 = (double)clock() / CLOCKS_PER_SEC;
+  ddp_corpus_t c;
+  const ddp_status_t st = ddp_shard_read(&c, path, BIG_SEQ);
+  /* The mapping keeps the data; the name can go before anything can fail. */
+  unlink(path);
+  rmdir(dir);
+  ck_assert_int_eq(st, DDP_OK);
+  printf("shard over 2 GiB: indexed %lld tokens in %.2f s of CPU\n", (long long)c.n_tokens,
+         (double)clock() / CLOCKS_PER_SEC - t0);
+  ck_assert_int_eq(c.n_tokens, BIG_N);
+  ck_assert_int_eq(c.segs[0].file_bytes, DDP_SHARD_HEADER_BYTES + 2 * BIG_N);
+  ck_assert_int_eq(c.n_docs, 2);
+  ck_assert_int_eq(c.n_headless, 0);
+  /* the giant document [0, doc_at) in windows of BIG_SEQ targets, then ours */
+  const int64_t giant = (doc_at - 1 + BIG_SEQ - 1) / BIG_SEQ;
+  ck_assert_int_eq(c.n_windows, giant + 1);
+  const ddp_window_t *last = &c.windows[c.n_windows - 1];
+  ck_assert_int_eq(last->start, doc_at);
+  ck_assert_int_eq(last->len, BIG_DOC);
+  ck_assert_int_eq(last->seg, 0);
+  int32_t got[BIG_DOC];
+  ddp_corpus_read(&c, last->seg, last->start, last->len, got);
+  for (int i = 0; i < BIG_DOC; ++i) {
+    ck_assert_int_eq(got[i], known[i]);
+    ck_assert_int_eq(ddp_corpus_token(&c, doc_at + i), known[i]);
+  }
+  /* the giant document's last window ends where ours starts */
+  const ddp_window_t *before = &c.windows[c.n_windows - 2];
+  ck_assert_int_eq(before->start + before->len, doc_at);
+  ck_assert_int_eq(before->start, (giant - 1) * BIG_SEQ);
+  ck_assert_int_le(before->len, BIG_SEQ + 1);
+  int32_t tail[2];
+  ddp_corpus_read(&c, 0, doc_at - 2, 2, tail);
+  ck_assert_int_eq(tail[0], 0);
+  ck_assert_int_eq(tail[1], 99);
+  /* past 2^31 bytes inside the giant document */
+  ck_assert_int_eq(ddp_corpus_token(&c, BIG_MARK_AT), 77);
+  ck_assert_int_eq(ddp_corpus_token(&c, BIG_MARK_AT - 1), 0);
+  ck_assert_int_eq(ddp_corpus_token(&c, BIG_MARK_AT + 1), 0);
+  const ddp_window_t *holder = &c.windows[BIG_MARK_AT / BIG_SEQ];
+  ck_assert_int_le(holder->start, BIG_MARK_AT);
+  ck_assert_int_gt(holder->start + holder->len, BIG_MARK_AT);
+  int32_t *row = malloc((size_t)holder->len * sizeof *row);
+  ddp_corpus_read(&c, holder->seg, holder->start, holder->len, row);
+  ck_assert_int_eq(row[BIG_MARK_AT - holder->start], 77);
+  free(row);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+/* ---- corpora over globs of shards ------------------------------------------- */
+
+enum { GE = 256, GV = 257 };
+
+/* Writes `name` in g_dir; the path goes to path (256 bytes). */
+static void write_shard(char *path, const char *name, const int32_t *tok, int64_t n, int32_t eot,
+                        int32_t vocab) {
+  path_in_dir(path, 256, name);
+  ck_assert_int_eq(ddp_shard_write(path, tok, n, eot, vocab), DDP_OK);
+}
+
+static void glob_pattern(char *out, size_t n, const char *tail) {
+  snprintf(out, n, "%s/%s", g_dir, tail);
+}
+
+/* Checks every window against the segment table: inside one segment, in
+ * token order, targets covered at most once. */
+static void check_windows_in_segments(const ddp_corpus_t *c) {
+  int64_t prev_end = 0;
+  for (int64_t i = 0; i < c->n_windows; ++i) {
+    const ddp_window_t *w = &c->windows[i];
+    expect(w->seg >= 0);
+    expect(w->seg < c->n_segs);
+    const ddp_token_seg_t *s = &c->segs[w->seg];
+    expect(w->start >= s->first);
+    expect(w->start + w->len <= s->first + s->n_tokens); /* never crosses a shard */
+    expect(w->len >= 2);
+    expect(w->len <= c->seq_len + 1);
+    expect(w->start >= prev_end - 1); /* in order; at most the one-token overlap */
+    prev_end = w->start + w->len;
+  }
+}
+
+START_TEST(test_data_corpus_open_concatenates_shards_in_name_order) {
+  enum { T = 5 };
+  /* Made out of name order; documents of many lengths, some over T + 1. */
+  const int32_t s2[] = {GE, 20, 21, 22, GE, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+  const int32_t s0[] = {GE, 1, 2, 3, 4, 5, 6, 7, 8, GE, 9};
+  const int32_t s1[] = {GE, 10, 11, GE, GE, 12, 13, 14, 15, 16, 17};
+  const int32_t *parts[3] = {s0, s1, s2};
+  const int64_t lens[3] = {11, 11, 15};
+  char path[256];
+  write_shard(path, "s2.bin", s2, 15, GE, GV);
+  write_shard(path, "s0.bin", s0, 11, GE, GV);
+  write_shard(path, "s1.bin", s1, 11, GE, GV);
+  write_shard(path, "other.dat", s0, 11, GE, GV); /* not matched */
+  char pattern[256];
+  glob_pattern(pattern, sizeof pattern, "s*.bin");
+  ddp_corpus_t c;
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, T), DDP_OK);
+  ck_assert_int_eq(c.n_segs, 3);
+  ck_assert_int_eq(c.n_tokens, 11 + 11 + 15);
+  ck_assert_int_eq(c.eot, GE);
+  ck_assert_int_eq(c.vocab, GV);
+  ck_assert_int_eq(c.n_headless, 0);
+  int64_t at = 0;
+  for (int s = 0; s < 3; ++s) {
+    char want[16];
+    snprintf(want, sizeof want, "/s%d.bin", s);
+    ddp_assert_contains(c.segs[s].name, want);
+    ck_assert_int_eq(c.segs[s].first, at);
+    ck_assert_int_eq(c.segs[s].n_tokens, lens[s]);
+    ck_assert_int_eq(c.segs[s].file_bytes, DDP_SHARD_HEADER_BYTES + 2 * lens[s]);
+    for (int64_t i = 0; i < lens[s]; ++i) expect_eq(ddp_corpus_token(&c, at + i), parts[s][i]);
+    at += lens[s];
+  }
+  check_windows_in_segments(&c);
+  /* Documents (T + 1 = 6 tokens a window): s0 {9 tokens: windows 6 + 4},
+   * {GE, 9}; s1 {GE, 10, 11}, a lone EOT, {7: windows 6 + 2}; s2 {4},
+   * {11: windows 6 + 6}. */
+  ck_assert_int_eq(c.n_docs, 6);
+  ck_assert_int_eq(c.n_skipped, 1);
+  const ddp_window_t want[] = {{0, 6, 0},  {5, 4, 0},  {9, 2, 0},  {11, 3, 1}, {15, 6, 1},
+                               {20, 2, 1}, {22, 4, 2}, {26, 6, 2}, {31, 6, 2}};
+  ck_assert_int_eq(c.n_windows, (int64_t)(sizeof want / sizeof want[0]));
+  for (int64_t i = 0; i < c.n_windows; ++i) {
+    ck_assert_int_eq(c.windows[i].start, want[i].start);
+    ck_assert_int_eq(c.windows[i].len, want[i].len);
+    ck_assert_int_eq(c.windows[i].seg, want[i].seg);
+  }
+  /* s0's last document {GE, 9} ends with its shard: it does not take s1's head */
+  ck_assert_int_eq(c.windows[2].start + c.windows[2].len, c.segs[1].first);
+  ddp_corpus_destroy(&c);
+
+  /* a plain path matches itself */
+  path_in_dir(pattern, sizeof pattern, "s1.bin");
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, T), DDP_OK);
+  ck_assert_int_eq(c.n_segs, 1);
+  ck_assert_int_eq(c.n_tokens, 11);
+  ck_assert_int_eq(ddp_corpus_token(&c, 5), 12);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_data_corpus_open_glob_without_match_is_io_error) {
+  char pattern[256];
+  glob_pattern(pattern, sizeof pattern, "train_*.bin");
+  ddp_corpus_t c;
+  memset(&c, 0xA5, sizeof c);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 64), DDP_ERR_IO);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "no file matches");
+  ddp_assert_contains(log, pattern);
+  free(log);
+  assert_zeroed(&c);
+  /* One bad shard among good ones fails the whole corpus, naming it. */
+  const int32_t ok[] = {GE, 1, 2};
+  char path[256];
+  write_shard(path, "train_0.bin", ok, 3, GE, GV);
+  path_in_dir(path, sizeof path, "train_1.bin");
+  const int32_t h[5] = {DDP_SHARD_MAGIC_U16, 1, 9, GE, GV};
+  write_raw(path, h, ok, 2 * 3); /* says 9 tokens, holds 3 */
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 64), DDP_ERR_FORMAT);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, path);
+  ddp_assert_contains(log, "truncated");
+  free(log);
+  assert_zeroed(&c);
+}
+END_TEST
+
+START_TEST(test_data_corpus_open_shards_that_disagree_are_format_errors) {
+  const int32_t tok[] = {GE, 1, 2, 3};
+  const int32_t tok_e[] = {255, 1, 2, 3};
+  char a[256], b[256], pattern[256];
+  write_shard(a, "d0.bin", tok, 4, GE, GV);
+  write_shard(b, "d1.bin", tok_e, 4, 255, GV); /* another EOT */
+  glob_pattern(pattern, sizeof pattern, "d*.bin");
+  ddp_corpus_t c;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 64), DDP_ERR_FORMAT);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "shards disagree");
+  ddp_assert_contains(log, a);
+  ddp_assert_contains(log, b);
+  ddp_assert_contains(log, "EOT 255");
+  ddp_assert_contains(log, "EOT 256");
+  free(log);
+  assert_zeroed(&c);
+
+  write_shard(b, "d1.bin", tok, 4, GE, 300); /* another vocabulary */
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 64), DDP_ERR_FORMAT);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, a);
+  ddp_assert_contains(log, b);
+  ddp_assert_contains(log, "vocabulary 300");
+  ddp_assert_contains(log, "vocabulary 257");
+  free(log);
+  assert_zeroed(&c);
+
+  write_shard(b, "d1.bin", tok, 4, GE, GV); /* agreeing now */
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 64), DDP_OK);
+  ck_assert_int_eq(c.n_segs, 2);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+/* Occurrences of needle in text. */
+static int count_in(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) ++n;
+  return n;
+}
+
+START_TEST(test_data_corpus_open_headless_shard_head_is_a_document) {
+  /* h1 starts mid-document (as llm.c's writers cut shards): its 3 tokens
+   * before the first EOT are a document of their own, never glued to h0's
+   * last document, and several EOTs after the head do not change its size. */
+  const int32_t h0[] = {GE, 1, 2, 3, GE, 4, 5};
+  const int32_t h1[] = {6, 7, 8, GE, 9, 9, GE, 10, 11, GE, 12};
+  char path[256], pattern[256];
+  write_shard(path, "h0.bin", h0, 7, GE, GV);
+  write_shard(path, "h1.bin", h1, 11, GE, GV);
+  glob_pattern(pattern, sizeof pattern, "h*.bin");
+  ddp_corpus_t c;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 16), DDP_OK);
+  char *log = ddp_test_log_stop();
+  ck_assert_int_eq(count_in(log, "did not start with EOT"), 1); /* one warning in all */
+  ddp_assert_contains(log, "1 segment did not start with EOT (id 256)");
+  ddp_assert_contains(log, "the 3 tokens before their first EOT are kept");
+  free(log);
+  ck_assert_int_eq(c.n_headless, 1);
+  ck_assert_int_eq(c.headless_tokens, 3);
+  ck_assert_int_eq(c.n_docs, 6);
+  const ddp_window_t want[] = {{0, 4, 0}, {4, 3, 0}, {7, 3, 1}, {10, 3, 1}, {13, 3, 1}, {16, 2, 1}};
+  ck_assert_int_eq(c.n_windows, 6);
+  for (int i = 0; i < 6; ++i) {
+    ck_assert_int_eq(c.windows[i].start, want[i].start);
+    ck_assert_int_eq(c.windows[i].len, want[i].len);
+    ck_assert_int_eq(c.windows[i].seg, want[i].seg);
+  }
+  ck_assert_int_eq(ddp_corpus_token(&c, 7), 6); /* the head's first token, an input */
+  ddp_corpus_destroy(&c);
+
+  /* Two headless shards (one without any EOT): still one warning, summed. */
+  const int32_t h2[] = {13, 14, 15, 16};
+  write_shard(path, "h2.bin", h2, 4, GE, GV);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 16), DDP_OK);
+  log = ddp_test_log_stop();
+  ck_assert_int_eq(count_in(log, "did not start with EOT"), 1);
+  ddp_assert_contains(log, "2 segments did not start with EOT");
+  ddp_assert_contains(log, "the 7 tokens before their first EOT are kept");
+  ddp_assert_contains(log, pattern); /* names the data */
+  free(log);
+  ck_assert_int_eq(c.n_headless, 2);
+  ck_assert_int_eq(c.headless_tokens, 7);
+  ck_assert_int_eq(c.n_windows, 7);
+  ck_assert_int_eq(c.windows[6].start, 18);
+  ck_assert_int_eq(c.windows[6].len, 4);
+  ck_assert_int_eq(c.windows[6].seg, 2);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_data_corpus_fingerprint_follows_names_and_sizes_only) {
+  const int32_t a[] = {GE, 1, 2, 3, GE, 4};
+  const int32_t b[] = {GE, 5, 6, 7, 8};
+  char path[256], pattern[256];
+  write_shard(path, "f0.bin", a, 6, GE, GV);
+  write_shard(path, "f1.bin", b, 5, GE, GV);
+  glob_pattern(pattern, sizeof pattern, "f*.bin");
+  ddp_corpus_t c;
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  const uint64_t base = ddp_corpus_fingerprint(&c);
+  ddp_corpus_destroy(&c);
+
+  /* the same files again, and the same names in another directory */
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  ck_assert(ddp_corpus_fingerprint(&c) == base);
+  ddp_corpus_destroy(&c);
+  char sub[256], moved[300], sub_pattern[300];
+  path_in_dir(sub, sizeof sub, "elsewhere");
+  ck_assert_int_eq(mkdir(sub, 0755), 0);
+  snprintf(moved, sizeof moved, "%s/f0.bin", sub);
+  ck_assert_int_eq(ddp_shard_write(moved, a, 6, GE, GV), DDP_OK);
+  snprintf(moved, sizeof moved, "%s/f1.bin", sub);
+  ck_assert_int_eq(ddp_shard_write(moved, b, 5, GE, GV), DDP_OK);
+  snprintf(sub_pattern, sizeof sub_pattern, "%s/f*.bin", sub);
+  ck_assert_int_eq(ddp_corpus_open(&c, sub_pattern, 32), DDP_OK);
+  ck_assert(ddp_corpus_fingerprint(&c) == base);
+  ddp_corpus_destroy(&c);
+
+  /* another seq_len cuts other windows: another fingerprint */
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 2), DDP_OK);
+  ck_assert(ddp_corpus_fingerprint(&c) != base);
+  ddp_corpus_destroy(&c);
+
+  /* a shard's name changes (same bytes, same order) */
+  char from[256], to[256];
+  path_in_dir(from, sizeof from, "f1.bin");
+  path_in_dir(to, sizeof to, "f2.bin");
+  ck_assert_int_eq(rename(from, to), 0);
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  const uint64_t renamed = ddp_corpus_fingerprint(&c);
+  ck_assert(renamed != base);
+  ddp_corpus_destroy(&c);
+  ck_assert_int_eq(rename(to, from), 0);
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  ck_assert(ddp_corpus_fingerprint(&c) == base); /* and back */
+  ddp_corpus_destroy(&c);
+
+  /* a shard's size changes (one more token, same windows count) */
+  const int32_t b2[] = {GE, 5, 6, 7, 8, 9};
+  write_shard(path, "f1.bin", b2, 6, GE, GV);
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  ck_assert_int_eq(c.n_windows, 3);
+  ck_assert(ddp_corpus_fingerprint(&c) != base);
+  ck_assert(ddp_corpus_fingerprint(&c) != renamed);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
 /* ---- corpus ------------------------------------------------------------------ */
 
 START_TEST(test_data_corpus_skips_lone_eot_documents) {
@@ -388,11 +823,14 @@ START_TEST(test_data_corpus_skips_lone_eot_documents) {
   ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 9, E, 10, 16, "t"), DDP_OK);
   ck_assert_int_eq(c.n_docs, 2);
   ck_assert_int_eq(c.n_skipped, 4); /* three lone EOTs inside, one at the end */
-  ck_assert_int_eq(c.docs[0].start, 1);
-  ck_assert_int_eq(c.docs[0].len, 3);
-  ck_assert_int_eq(c.docs[1].start, 6);
-  ck_assert_int_eq(c.docs[1].len, 2);
   ck_assert_int_eq(c.n_windows, 2);
+  ck_assert_int_eq(c.windows[0].start, 1);
+  ck_assert_int_eq(c.windows[0].len, 3);
+  ck_assert_int_eq(c.windows[1].start, 6);
+  ck_assert_int_eq(c.windows[1].len, 2);
+  ck_assert_int_eq(c.n_segs, 1);
+  ck_assert_ptr_null(c.segs[0].map); /* a host array, not a mapping */
+  ck_assert_int_eq(c.segs[0].file_bytes, 0);
   ddp_corpus_destroy(&c);
 
   const int32_t only_eot[] = {E, E};
@@ -401,23 +839,39 @@ START_TEST(test_data_corpus_skips_lone_eot_documents) {
   char *log = ddp_test_log_stop();
   ddp_assert_contains(log, "lonely: no document has a token to predict");
   free(log);
-  ck_assert_ptr_null(c.tokens);
+  assert_zeroed(&c);
 }
 END_TEST
 
 START_TEST(test_data_corpus_keeps_tokens_before_the_first_eot) {
   enum { E = 0 };
-  const int32_t tok[] = {4, 5, 6, E, 7};
+  const int32_t tok[] = {4, 5, 6, E, 7, E, 8};
   ddp_corpus_t c;
   ddp_test_log_start();
-  ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 5, E, 10, 16, "mid.bin"), DDP_OK);
+  ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 7, E, 10, 16, "mid.bin"), DDP_OK);
   char *log = ddp_test_log_stop();
-  ddp_assert_contains(log, "mid.bin: does not start with EOT");
-  ddp_assert_contains(log, "the 3 tokens before the first EOT are kept");
+  ddp_assert_contains(log, "mid.bin: 1 segment did not start with EOT (id 0)");
+  ddp_assert_contains(log, "the 3 tokens before their first EOT are kept");
   free(log);
-  ck_assert_int_eq(c.n_docs, 2);
-  ck_assert_int_eq(c.docs[0].start, 0);
-  ck_assert_int_eq(c.docs[0].len, 3);
+  ck_assert_int_eq(c.n_docs, 3);
+  ck_assert_int_eq(c.n_headless, 1);
+  ck_assert_int_eq(c.headless_tokens, 3);
+  ck_assert_int_eq(c.windows[0].start, 0);
+  ck_assert_int_eq(c.windows[0].len, 3);
+  ck_assert_int_eq(c.windows[1].start, 3);
+  ck_assert_int_eq(c.windows[1].len, 2);
+  ddp_corpus_destroy(&c);
+
+  /* No EOT at all: everything is the head. */
+  const int32_t none[] = {4, 5, 6, 7};
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_corpus_from_tokens(&c, none, 4, E, 10, 16, "raw"), DDP_OK);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "the 4 tokens before their first EOT are kept");
+  free(log);
+  ck_assert_int_eq(c.n_windows, 1);
+  ck_assert_int_eq(c.windows[0].len, 4);
+  ck_assert_int_eq(c.headless_tokens, 4);
   ddp_corpus_destroy(&c);
 }
 END_TEST
@@ -428,10 +882,14 @@ START_TEST(test_data_corpus_rejects_tokens_outside_the_vocabulary) {
   ddp_test_log_start();
   ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 4, 9, 10, 16, "neg"), DDP_ERR_FORMAT);
   ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 4, 10, 10, 16, "eot"), DDP_ERR_INVALID_ARG);
+  const int32_t big[] = {9, 1, 10, 3};
+  ck_assert_int_eq(ddp_corpus_from_tokens(&c, big, 4, 9, 10, 16, "big"), DDP_ERR_FORMAT);
   char *log = ddp_test_log_stop();
   ddp_assert_contains(log, "neg: token 2 has value -2, outside the vocabulary [0, 10)");
   ddp_assert_contains(log, "EOT id 10 is outside the vocabulary");
+  ddp_assert_contains(log, "big: token 2 has value 10, outside the vocabulary [0, 10)");
   free(log);
+  assert_zeroed(&c);
 }
 END_TEST
 
@@ -442,8 +900,9 @@ START_TEST(test_data_corpus_long_documents_become_windows_covering_every_target_
                       2 * S, 2 * S + 1, 2 * S + 2, 5 * S + 3, 1,     40,    8 * S + 1};
   const int nd = (int)(sizeof lens / sizeof lens[0]);
   int32_t tok[512];
-  int n = 0;
+  int doc_start[32], n = 0;
   for (int d = 0; d < nd; ++d) {
+    doc_start[d] = n;
     tok[n++] = E;
     for (int k = 1; k < lens[d]; ++k) tok[n++] = (d * 31 + k * 7) % E;
   }
@@ -456,26 +915,31 @@ START_TEST(test_data_corpus_long_documents_become_windows_covering_every_target_
   int64_t expect_windows = 0;
   for (int d = 0; d < nd; ++d) expect_windows += lens[d] > 1 ? (lens[d] - 1 + S - 1) / S : 0;
   expect_eq(c.n_windows, expect_windows);
+  int d = -1, doc_windows = 0;
   for (int64_t i = 0; i < c.n_windows; ++i) {
     const ddp_window_t *w = &c.windows[i];
-    const ddp_doc_t *doc = &c.docs[w->doc];
+    expect_eq(w->seg, 0);
     expect(w->len >= 2);
     expect(w->len <= S + 1);
-    expect(w->start >= doc->start);
-    expect(w->start + w->len <= doc->start + doc->len); /* never crosses documents */
-    if (w->part == 0) {
-      expect_eq(w->start, doc->start);
+    if (d + 1 < nd && w->start == doc_start[d + 1 + (lens[d + 1] == 1)]) {
+      /* the first window of the next trainable document starts at its EOT */
+      if (d >= 0) expect_eq(doc_windows, lens[d] > 1 ? (lens[d] - 1 + S - 1) / S : 0);
+      d += 1 + (lens[d + 1] == 1);
+      doc_windows = 0;
       expect_eq(tok[w->start], E);
     } else {
       /* overlap by one: this window's first input was the last target before */
       const ddp_window_t *prev = &c.windows[i - 1];
-      expect_eq(prev->doc, w->doc);
-      expect_eq(prev->part + 1, w->part);
+      expect(i > 0);
       expect_eq(prev->len, S + 1);
       expect_eq(w->start, prev->start + prev->len - 1);
+      expect(tok[w->start] != E);
     }
+    ++doc_windows;
+    expect(w->start + w->len <= doc_start[d] + lens[d]); /* never crosses documents */
     for (int t = 1; t < w->len; ++t) covered[w->start + t]++;
   }
+  expect_eq(d, nd - 1);
   /* Every non-EOT token is a target exactly once; EOTs (document starts) never. */
   for (int p = 0; p < n; ++p) expect_eq(covered[p], tok[p] == E ? 0 : 1);
   ddp_corpus_destroy(&c);
@@ -489,22 +953,29 @@ START_TEST(test_data_builtin_is_deterministic) {
   ck_assert_int_eq(ddp_builtin_corpus(&a, 42, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
   ck_assert_int_eq(ddp_builtin_corpus(&b, 42, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
   ck_assert_int_eq(a.n_tokens, b.n_tokens);
-  ck_assert_int_eq(memcmp(a.tokens, b.tokens, (size_t)a.n_tokens * 4), 0);
+  int32_t *ta = corpus_tokens(&a), *tb = corpus_tokens(&b);
+  ck_assert_int_eq(memcmp(ta, tb, (size_t)a.n_tokens * 4), 0);
   ck_assert_int_eq(memcmp(a.answer_at, b.answer_at, 500 * sizeof(int32_t)), 0);
   /* Document i does not depend on how many are made. */
   ck_assert_int_eq(ddp_builtin_corpus(&d, 42, DDP_SPLIT_TRAIN, 200, 256, 256), DDP_OK);
-  ck_assert_int_eq(memcmp(a.tokens, d.tokens, (size_t)d.n_tokens * 4), 0);
+  int32_t *td = corpus_tokens(&d);
+  ck_assert_int_eq(memcmp(ta, td, (size_t)d.n_tokens * 4), 0);
   /* The single-document generator is the same function. */
   int32_t doc[256];
   int len, eq;
   ck_assert_int_eq(ddp_builtin_document(42, DDP_SPLIT_TRAIN, 137, 256, doc, &len, &eq), DDP_OK);
-  ck_assert_int_eq(len, a.docs[137].len);
+  ck_assert_int_eq(a.n_windows, 500); /* max_len <= seq_len + 1: one window each */
+  ck_assert_int_eq(len, a.windows[137].len);
   ck_assert_int_eq(eq, a.answer_at[137]);
-  ck_assert_int_eq(memcmp(doc, a.tokens + a.docs[137].start, (size_t)len * 4), 0);
+  ck_assert_int_eq(memcmp(doc, ta + a.windows[137].start, (size_t)len * 4), 0);
   /* Another seed, other data. */
   ck_assert_int_eq(ddp_builtin_corpus(&other, 43, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
-  ck_assert(other.n_tokens != a.n_tokens ||
-            memcmp(other.tokens, a.tokens, (size_t)a.n_tokens * 4) != 0);
+  int32_t *to = corpus_tokens(&other);
+  ck_assert(other.n_tokens != a.n_tokens || memcmp(to, ta, (size_t)a.n_tokens * 4) != 0);
+  free(ta);
+  free(tb);
+  free(td);
+  free(to);
   ddp_corpus_destroy(&a);
   ddp_corpus_destroy(&b);
   ddp_corpus_destroy(&d);
@@ -522,21 +993,23 @@ static int cmp_line(const void *a, const void *b) {
 
 /* Every task line of a corpus as a string (without EOTs). */
 static text_line_t *corpus_lines(const ddp_corpus_t *c, int64_t *count) {
+  int32_t *tok = corpus_tokens(c);
   int64_t n = 0;
-  for (int64_t i = 0; i < c->n_tokens; ++i) n += c->tokens[i] == '\n';
+  for (int64_t i = 0; i < c->n_tokens; ++i) n += tok[i] == '\n';
   text_line_t *lines = calloc((size_t)n, sizeof *lines);
   int64_t k = 0;
   int at = 0;
   for (int64_t i = 0; i < c->n_tokens; ++i) {
-    if (c->tokens[i] == DDP_BUILTIN_EOT) continue;
+    if (tok[i] == DDP_BUILTIN_EOT) continue;
     expect(at < 31);
-    lines[k].s[at++] = (char)c->tokens[i];
-    if (c->tokens[i] == '\n') {
+    lines[k].s[at++] = (char)tok[i];
+    if (tok[i] == '\n') {
       ++k;
       at = 0;
     }
   }
   expect_eq(k, n);
+  free(tok);
   *count = n;
   return lines;
 }
@@ -545,7 +1018,10 @@ START_TEST(test_data_builtin_train_and_val_share_no_line) {
   ddp_corpus_t tr, va;
   ck_assert_int_eq(ddp_builtin_corpus(&tr, 7, DDP_SPLIT_TRAIN, 4000, 256, 256), DDP_OK);
   ck_assert_int_eq(ddp_builtin_corpus(&va, 7, DDP_SPLIT_VAL, 1000, 256, 256), DDP_OK);
-  ck_assert(memcmp(tr.tokens, va.tokens, 64 * 4) != 0);
+  int32_t *ttr = corpus_tokens(&tr), *tva = corpus_tokens(&va);
+  ck_assert(memcmp(ttr, tva, 64 * 4) != 0);
+  free(ttr);
+  free(tva);
   int64_t nt, nv;
   text_line_t *lt = corpus_lines(&tr, &nt), *lv = corpus_lines(&va, &nv);
   qsort(lv, (size_t)nv, sizeof *lv, cmp_line);
@@ -569,21 +1045,24 @@ START_TEST(test_data_builtin_documents_are_well_formed) {
   const int max_len = 200;
   for (int split = 0; split < 2; ++split) {
     ddp_corpus_t c;
-    expect_eq(ddp_builtin_corpus(&c, 3, split, 3000, max_len, 128), DDP_OK);
+    /* seq_len >= max_len - 1: every document is exactly one window */
+    expect_eq(ddp_builtin_corpus(&c, 3, split, 3000, max_len, max_len - 1), DDP_OK);
     expect_eq(c.eot, DDP_BUILTIN_EOT);
     expect_eq(c.vocab, DDP_BUILTIN_VOCAB);
     expect_eq(c.n_docs, 3000);
     expect_eq(c.n_skipped, 0);
+    expect_eq(c.n_windows, 3000);
     ck_assert_ptr_nonnull(c.answer_at);
+    int32_t *tok = corpus_tokens(&c);
     for (int64_t i = 0; i < c.n_tokens; ++i) {
-      expect(c.tokens[i] >= 0);
-      expect(c.tokens[i] < DDP_BUILTIN_VOCAB);
+      expect(tok[i] >= 0);
+      expect(tok[i] < DDP_BUILTIN_VOCAB);
     }
     int64_t expect_start = 0;
     for (int64_t d = 0; d < c.n_docs; ++d) {
-      const int32_t *t = c.tokens + c.docs[d].start;
-      const int64_t len = c.docs[d].len;
-      expect_eq(c.docs[d].start, expect_start); /* documents tile the tokens */
+      const int32_t *t = tok + c.windows[d].start;
+      const int64_t len = c.windows[d].len;
+      expect_eq(c.windows[d].start, expect_start); /* documents tile the tokens */
       expect_start += len;
       expect_eq(t[0], DDP_BUILTIN_EOT);
       expect(len <= max_len);
@@ -602,6 +1081,7 @@ START_TEST(test_data_builtin_documents_are_well_formed) {
       expect_eq(t[k + 1], ':'); /* k is the start of the last line */
     }
     expect_eq(expect_start, c.n_tokens);
+    free(tok);
     ddp_corpus_destroy(&c);
   }
 }
@@ -621,10 +1101,11 @@ START_TEST(test_data_builtin_lengths_are_heavy_tailed) {
   const int64_t n = 5000;
   ddp_corpus_t c;
   ck_assert_int_eq(ddp_builtin_corpus(&c, 1234, DDP_SPLIT_TRAIN, n, max_len, max_len), DDP_OK);
+  ck_assert_int_eq(c.n_windows, n);
   int64_t *len = malloc((size_t)n * sizeof *len);
   int64_t near_max = 0, max_seen = 0;
   for (int64_t i = 0; i < n; ++i) {
-    len[i] = c.docs[i].len;
+    len[i] = c.windows[i].len;
     near_max += len[i] > max_len - DDP_BUILTIN_MIN_LEN;
     if (len[i] > max_seen) max_seen = len[i];
   }
@@ -706,7 +1187,7 @@ START_TEST(test_data_builtin_rejects_bad_arguments) {
   ddp_assert_contains(log, "max_len 20 is below 21");
   ddp_assert_contains(log, "split 2 is neither train (0) nor val (1)");
   free(log);
-  ck_assert_ptr_null(c.tokens);
+  assert_zeroed(&c);
   /* max_len == DDP_BUILTIN_MIN_LEN works: every line fits after the EOT. */
   ck_assert_int_eq(ddp_builtin_corpus(&c, 1, DDP_SPLIT_VAL, 300, DDP_BUILTIN_MIN_LEN, 20), DDP_OK);
   ck_assert_int_eq(c.n_windows, 300);
@@ -714,244 +1195,10 @@ START_TEST(test_data_builtin_rejects_bad_arguments) {
 }
 END_TEST
 
-/* ---- micro-batches ------------------------------------------------------------ */
-
-enum { TPB = 512, ROWS = 12, SEQ = 64 };
-
-/* Builtin documents up to 160 tokens cut into windows of <= 65. */
-static void batch_corpus(ddp_corpus_t *c) {
-  ck_assert_int_eq(ddp_builtin_corpus(c, 5, DDP_SPLIT_TRAIN, 600, 160, SEQ), DDP_OK);
-  ck_assert_int_gt(c->n_windows, c->n_docs); /* some documents were split */
-}
-
-START_TEST(test_data_batch_rows_are_windows_shifted_by_one_with_padding) {
-  ddp_corpus_t c;
-  batch_corpus(&c);
-  ddp_plan_t plan;
-  expect_eq(ddp_plan_create(&plan, &c, 11, TPB, ROWS, SEQ), DDP_OK);
-  ddp_batch_t b;
-  expect_eq(ddp_batch_init(&b, &plan), DDP_OK);
-  int64_t per_epoch;
-  expect_eq(ddp_plan_micro_batches_per_epoch(&plan, 0, &per_epoch), DDP_OK);
-  int64_t padded = 0, real = 0;
-  for (int64_t g = 0; g < per_epoch; ++g) {
-    expect_eq(ddp_plan_fill(&plan, g, &b), DDP_OK);
-    expect(b.B >= 1);
-    expect(b.B <= ROWS);
-    expect((int64_t)b.B * b.T <= TPB); /* the budget is never exceeded */
-    expect(b.T <= SEQ);
-    expect_eq(b.n_padded, (int64_t)b.B * b.T);
-    int longest = 0;
-    int64_t n_targets = 0;
-    for (int r = 0; r < b.B; ++r) {
-      const ddp_window_t *w = &c.windows[b.windows[r]];
-      const int tw = w->len - 1;
-      if (tw > longest) longest = tw;
-      for (int t = 0; t < b.T; ++t) {
-        const int32_t in = b.inputs[r * b.T + t], tg = b.targets[r * b.T + t];
-        if (t < tw) {
-          expect_eq(in, c.tokens[w->start + t]);
-          expect_eq(tg, c.tokens[w->start + t + 1]);
-          expect(tg != -1);
-          ++n_targets;
-        } else {
-          expect_eq(in, c.eot);
-          expect_eq(tg, -1);
-        }
-      }
-    }
-    expect_eq(b.T, longest); /* padded to the longest row, no further */
-    expect_eq(b.n_targets, n_targets);
-    padded += b.n_padded;
-    real += n_targets;
-  }
-  /* Shuffled packing pads a lot; recorded so the bucketing sampler can show
-   * its gain (about half of the computed tokens here). */
-  expect(real > padded / 4);
-  ddp_batch_destroy(&b);
-  ddp_plan_destroy(&plan);
-  ddp_corpus_destroy(&c);
-}
-END_TEST
-
-/* The window order of one epoch, read through fills. */
-static int64_t *epoch_order(ddp_plan_t *plan, ddp_batch_t *b, int64_t epoch, int64_t n_windows) {
-  int64_t first = 0, count = 0;
-  for (int64_t e = 0; e <= epoch; ++e) {
-    first += count;
-    expect_eq(ddp_plan_micro_batches_per_epoch(plan, e, &count), DDP_OK);
-  }
-  int64_t *order = malloc((size_t)n_windows * sizeof *order);
-  int64_t k = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    expect_eq(ddp_plan_fill(plan, first + j, b), DDP_OK);
-    expect_eq(b->epoch, epoch);
-    expect_eq(b->index_in_epoch, j);
-    for (int r = 0; r < b->B; ++r) {
-      expect(k < n_windows);
-      order[k++] = b->windows[r];
-    }
-  }
-  expect_eq(k, n_windows);
-  return order;
-}
-
-START_TEST(test_data_batch_every_window_once_per_epoch_in_a_new_order) {
-  ddp_corpus_t c;
-  batch_corpus(&c);
-  ddp_plan_t plan;
-  expect_eq(ddp_plan_create(&plan, &c, 11, TPB, ROWS, SEQ), DDP_OK);
-  ddp_batch_t b;
-  expect_eq(ddp_batch_init(&b, &plan), DDP_OK);
-  int64_t *order[3];
-  char *seen = malloc((size_t)c.n_windows);
-  for (int e = 0; e < 3; ++e) {
-    order[e] = epoch_order(&plan, &b, e, c.n_windows);
-    memset(seen, 0, (size_t)c.n_windows);
-    for (int64_t k = 0; k < c.n_windows; ++k) {
-      expect_eq(seen[order[e][k]], 0);
-      seen[order[e][k]] = 1;
-    }
-  }
-  expect(memcmp(order[0], order[1], (size_t)c.n_windows * sizeof(int64_t)) != 0);
-  expect(memcmp(order[1], order[2], (size_t)c.n_windows * sizeof(int64_t)) != 0);
-  /* Not merely a rotation or the identity: most positions change. */
-  int64_t same = 0;
-  for (int64_t k = 0; k < c.n_windows; ++k) same += order[0][k] == order[1][k] || order[0][k] == k;
-  expect(same < c.n_windows / 20);
-  /* Epochs wrap: the index after epoch 0's last is epoch 1's first. */
-  int64_t n0;
-  expect_eq(ddp_plan_micro_batches_per_epoch(&plan, 0, &n0), DDP_OK);
-  expect_eq(ddp_plan_fill(&plan, n0 - 1, &b), DDP_OK);
-  expect_eq(b.epoch, 0);
-  expect_eq(ddp_plan_fill(&plan, n0, &b), DDP_OK);
-  expect_eq(b.epoch, 1);
-  expect_eq(b.index_in_epoch, 0);
-  expect_eq(b.windows[0], order[1][0]);
-  for (int e = 0; e < 3; ++e) free(order[e]);
-  free(seen);
-  ddp_batch_destroy(&b);
-  ddp_plan_destroy(&plan);
-  ddp_corpus_destroy(&c);
-}
-END_TEST
-
-static uint64_t batch_hash(const ddp_batch_t *b) {
-  uint64_t h = 1469598103934665603u ^ (uint64_t)b->B ^ ((uint64_t)b->T << 20);
-  for (int64_t i = 0; i < (int64_t)b->B * b->T; ++i) {
-    h = (h ^ (uint32_t)b->inputs[i]) * 1099511628211u;
-    h = (h ^ (uint32_t)b->targets[i]) * 1099511628211u;
-  }
-  return h ^ (uint64_t)b->epoch << 40;
-}
-
-START_TEST(test_data_batch_fill_is_a_pure_function_of_the_index) {
-  ddp_corpus_t c;
-  batch_corpus(&c);
-  ddp_plan_t p1, p2;
-  ck_assert_int_eq(ddp_plan_create(&p1, &c, 11, TPB, ROWS, SEQ), DDP_OK);
-  ck_assert_int_eq(ddp_plan_create(&p2, &c, 11, TPB, ROWS, SEQ), DDP_OK);
-  ddp_batch_t b;
-  ck_assert_int_eq(ddp_batch_init(&b, &p1), DDP_OK);
-  int32_t *const inputs = b.inputs, *const targets = b.targets;
-  enum { N = 400 }; /* spans a few epochs */
-  uint64_t want[N];
-  for (int g = 0; g < N; ++g) {
-    ck_assert_int_eq(ddp_plan_fill(&p1, g, &b), DDP_OK);
-    want[g] = batch_hash(&b);
-  }
-  ck_assert_int_ge(b.epoch, 2);
-  /* A fresh plan (another rank, a resumed run) visiting in a scrambled order,
-   * jumping far ahead first, then back. */
-  for (int k = 0; k < N; ++k) {
-    const int g = (int)(((int64_t)k * 173 + 91) % N);
-    ck_assert_int_eq(ddp_plan_fill(&p2, g, &b), DDP_OK);
-    ck_assert_msg(batch_hash(&b) == want[g], "micro-batch %d differs", g);
-  }
-  /* The same buffers throughout: no allocation per micro-batch. */
-  ck_assert_ptr_eq(b.inputs, inputs);
-  ck_assert_ptr_eq(b.targets, targets);
-  /* Another seed, another plan. */
-  ddp_plan_t p3;
-  ck_assert_int_eq(ddp_plan_create(&p3, &c, 12, TPB, ROWS, SEQ), DDP_OK);
-  ck_assert_int_eq(ddp_plan_fill(&p3, 0, &b), DDP_OK);
-  ck_assert(batch_hash(&b) != want[0]);
-  ddp_plan_destroy(&p3);
-  ddp_batch_destroy(&b);
-  ddp_plan_destroy(&p1);
-  ddp_plan_destroy(&p2);
-  ddp_corpus_destroy(&c);
-}
-END_TEST
-
-START_TEST(test_data_batch_step_target_count_matches_the_fills) {
-  ddp_corpus_t c;
-  batch_corpus(&c);
-  ddp_plan_t plan;
-  ck_assert_int_eq(ddp_plan_create(&plan, &c, 3, TPB, 0, SEQ), DDP_OK);
-  ddp_batch_t b;
-  ck_assert_int_eq(ddp_batch_init(&b, &plan), DDP_OK);
-  int64_t n0;
-  ck_assert_int_eq(ddp_plan_micro_batches_per_epoch(&plan, 0, &n0), DDP_OK);
-  const int accum = 4;
-  for (int64_t step = n0 / accum - 2; step < n0 / accum + 2; ++step) { /* across the wrap */
-    int64_t counted, filled = 0;
-    ck_assert_int_eq(ddp_plan_count_targets(&plan, step * accum, accum, &counted), DDP_OK);
-    for (int k = 0; k < accum; ++k) {
-      ddp_batch_info_t info;
-      ck_assert_int_eq(ddp_plan_peek(&plan, step * accum + k, &info), DDP_OK);
-      ck_assert_int_eq(ddp_plan_fill(&plan, step * accum + k, &b), DDP_OK);
-      ck_assert_int_eq(info.B, b.B);
-      ck_assert_int_eq(info.T, b.T);
-      ck_assert_int_eq(info.epoch, b.epoch);
-      filled += b.n_targets;
-    }
-    ck_assert_int_eq(counted, filled);
-  }
-  /* No row cap: only the budget limits rows. */
-  ck_assert_int_eq(plan.max_rows, TPB);
-  ddp_batch_destroy(&b);
-  ddp_plan_destroy(&plan);
-  ddp_corpus_destroy(&c);
-}
-END_TEST
-
-START_TEST(test_data_batch_rejects_a_window_longer_than_the_budget) {
-  int32_t tok[60];
-  tok[0] = 9;
-  for (int i = 1; i < 50; ++i) tok[i] = i % 9;
-  tok[50] = 9;
-  for (int i = 51; i < 60; ++i) tok[i] = 1;
-  ddp_corpus_t c;
-  ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 60, 9, 10, 100, "t"), DDP_OK);
-  ddp_plan_t plan;
-  ddp_test_log_start();
-  ck_assert_int_eq(ddp_plan_create(&plan, &c, 1, 40, 0, 100), DDP_ERR_INVALID_ARG);
-  ck_assert_int_eq(ddp_plan_create(&plan, &c, 1, 4096, 0, 64), DDP_ERR_INVALID_ARG);
-  char *log = ddp_test_log_stop();
-  ddp_assert_contains(log,
-                      "window 0 has 49 tokens per row, more than the budget of "
-                      "--tokens-per-batch 40");
-  ddp_assert_contains(log, "--seq-len 64, but the corpus was cut into windows for seq_len 100");
-  free(log);
-  ck_assert_ptr_null(plan.perm);
-  ck_assert_int_eq(ddp_plan_create(&plan, &c, 1, 49, 0, 100), DDP_OK); /* exactly fits */
-  ddp_batch_t b;
-  ck_assert_int_eq(ddp_batch_init(&b, &plan), DDP_OK);
-  for (int g = 0; g < 6; ++g) {
-    ck_assert_int_eq(ddp_plan_fill(&plan, g, &b), DDP_OK);
-    ck_assert_int_le((int64_t)b.B * b.T, 49);
-  }
-  ddp_batch_destroy(&b);
-  ddp_plan_destroy(&plan);
-  ddp_corpus_destroy(&c);
-}
-END_TEST
-
 static Suite *data_suite(void) {
   Suite *s = suite_create("data");
   TCase *tc = tcase_create("shard");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_unchecked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_data_shard_round_trip_uint16);
   tcase_add_test(tc, test_data_shard_round_trip_uint32);
   tcase_add_test(tc, test_data_shard_without_vocab_fields_is_gpt2);
@@ -968,6 +1215,20 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_data_shard_failed_write_leaves_no_file);
   suite_add_tcase(s, tc);
 
+  tc = tcase_create("big_shard");
+  tcase_add_test(tc, test_data_shard_over_2_gib_reads_through_64_bit_offsets);
+  tcase_set_timeout(tc, 60); /* reads 2.2 GB of (sparse) page cache once */
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("corpus_open");
+  tcase_add_unchecked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_data_corpus_open_concatenates_shards_in_name_order);
+  tcase_add_test(tc, test_data_corpus_open_glob_without_match_is_io_error);
+  tcase_add_test(tc, test_data_corpus_open_shards_that_disagree_are_format_errors);
+  tcase_add_test(tc, test_data_corpus_open_headless_shard_head_is_a_document);
+  tcase_add_test(tc, test_data_corpus_fingerprint_follows_names_and_sizes_only);
+  suite_add_tcase(s, tc);
+
   tc = tcase_create("corpus");
   tcase_add_test(tc, test_data_corpus_skips_lone_eot_documents);
   tcase_add_test(tc, test_data_corpus_keeps_tokens_before_the_first_eot);
@@ -982,14 +1243,6 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_data_builtin_lengths_are_heavy_tailed);
   tcase_add_test(tc, test_data_builtin_answers_are_correct);
   tcase_add_test(tc, test_data_builtin_rejects_bad_arguments);
-  suite_add_tcase(s, tc);
-
-  tc = tcase_create("batch");
-  tcase_add_test(tc, test_data_batch_rows_are_windows_shifted_by_one_with_padding);
-  tcase_add_test(tc, test_data_batch_every_window_once_per_epoch_in_a_new_order);
-  tcase_add_test(tc, test_data_batch_fill_is_a_pure_function_of_the_index);
-  tcase_add_test(tc, test_data_batch_step_target_count_matches_the_fills);
-  tcase_add_test(tc, test_data_batch_rejects_a_window_longer_than_the_budget);
   suite_add_tcase(s, tc);
   return s;
 }

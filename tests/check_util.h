@@ -1,4 +1,5 @@
-/* Shared helpers for the Check suites: a main() runner and log capture. */
+/* Shared helpers for the Check suites: cheap assertions for hot loops, a
+ * main() runner and log capture. */
 #ifndef DDPTRAIN_TESTS_CHECK_UTIL_H
 #define DDPTRAIN_TESTS_CHECK_UTIL_H
 
@@ -9,6 +10,21 @@
 
 #include "ddptrain/backend.h"
 #include "ddptrain/log.h"
+
+/* ck_assert records a mark point on every call (a write to the parent
+ * process in fork mode), which turns per-row or per-token checks into
+ * seconds; hot loops use these, which call into Check only on failure. */
+#define expect(cond)                                                    \
+  do {                                                                  \
+    if (!(cond)) ck_abort_msg("line %d: '%s' failed", __LINE__, #cond); \
+  } while (0)
+#define expect_eq(a, b)                                                                    \
+  do {                                                                                     \
+    const long long expect_a_ = (long long)(a), expect_b_ = (long long)(b);                \
+    if (expect_a_ != expect_b_)                                                            \
+      ck_abort_msg("line %d: %s == %s failed (%lld != %lld)", __LINE__, #a, #b, expect_a_, \
+                   expect_b_);                                                             \
+  } while (0)
 
 /* Runs one suite; the exit code follows Automake (0 pass, 1 fail). */
 static inline int ddp_test_run_suite(Suite *s) {

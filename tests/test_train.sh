@@ -88,7 +88,7 @@ shard(sys.argv[1] + "/other_000000.bin", lines[:5], eot=999, vocab=1000)
 PY
 # shellcheck disable=SC2086
 if "$DDPTRAIN" $TINY --data "$dir/text_train_*.bin" --val-data "$dir/text_val_*.bin" \
-     > "$dir/out" 2>&1 && grep -q "data: 50 documents" "$dir/out" && grep -q "final: val loss" "$dir/out"; then
+     > "$dir/out" 2>&1 && grep -q "data: 50 documents" "$dir/out" && grep -q "summary: final train loss .* | val loss" "$dir/out"; then
   echo "ok: training on a shard glob with a validation shard"
 else
   echo "FAIL: training on shards"; sed 's/^/  | /' "$dir/out"; fail=1

@@ -1,13 +1,10 @@
 /* The data side of training: token corpora, llm.c-compatible shards, the
  * built-in synthetic data set, and the micro-batch plan.
  *
- * This is the first, simple version, enough for an end-to-end CPU run: a
- * corpus is one array of tokens in host memory, a shard is read with fread,
- * and the plan shuffles windows per epoch and packs them in that order under a
- * padded-token budget. Memory-mapped multi-shard globs, a document index, the
- * length-bucketing distributed sampler and a loader thread replace pieces of
- * this later; the types below are kept plain so that can happen without
- * changing what the trainer sees: a ddp_batch_t filled by index.
+ * A corpus is a set of token segments (memory-mapped shards, or arrays in
+ * host memory) with one window index over all of them; the sampler
+ * (ddptrain/sampler.h) plans micro-batches of windows and fills ddp_batch_t
+ * buffers; the loader (ddptrain/loader.h) does that ahead of the step loop.
  *
  * Vocabulary used throughout:
  *   document  the tokens from one EOT up to (not including) the next EOT; the
@@ -41,53 +38,81 @@ extern "C" {
 
 /* ---- corpus ---------------------------------------------------------------- */
 
-typedef struct ddp_doc {
-  int64_t start; /* index of the document's EOT in corpus->tokens (of its first
-                    token for tokens before a corpus's first EOT) */
-  int64_t len;   /* tokens, EOT included; >= 2 */
-} ddp_doc_t;
+/* One run of tokens: a memory-mapped shard or an array in host memory.
+ * Tokens are `width` bytes (2 or 4), little-endian (the host's order; see
+ * corpus.c), so a mapped shard is read in place, without a copy. */
+typedef struct ddp_token_seg {
+  const void *data; /* n_tokens tokens */
+  int64_t n_tokens;
+  int64_t first; /* global index of data[0] in the corpus */
+  int width;
+  char *name; /* the file, or the corpus's source */
+  void *map;  /* mmap'ed region to unmap (NULL for host arrays) */
+  size_t map_bytes;
+  int64_t file_bytes; /* the shard's size (0 for host arrays) */
+} ddp_token_seg_t;
 
+/* The document index: one 16-byte entry per window (a document that fits in
+ * one window costs exactly that; longer ones one entry per window). */
 typedef struct ddp_window {
-  int64_t start; /* index of the window's first token in corpus->tokens */
-  int64_t doc;   /* index into corpus->docs */
+  int64_t start; /* global token index of the window's first token */
   int32_t len;   /* tokens, 2 .. seq_len + 1: len - 1 targets */
-  int32_t part;  /* 0 for the window that starts at the document's EOT */
+  int32_t seg;   /* segment holding it: windows never cross segments */
 } ddp_window_t;
 
 typedef struct ddp_corpus {
-  int32_t *tokens; /* n_tokens, each in [0, vocab) */
-  int64_t n_tokens;
+  ddp_token_seg_t *segs;
+  int n_segs;
+  int64_t n_tokens; /* over all segments */
   int32_t eot;
   int32_t vocab;
-  int seq_len; /* windows hold at most seq_len + 1 tokens; 0 until indexed */
+  int seq_len; /* windows hold at most seq_len + 1 tokens */
 
-  ddp_doc_t *docs; /* trainable documents (>= 2 tokens), in token order */
-  int64_t n_docs;
-  ddp_window_t *windows; /* in token order; the plan shuffles indices into it */
+  int64_t n_docs;        /* trainable documents (>= 2 tokens) */
+  ddp_window_t *windows; /* in token order; a document's windows are adjacent */
   int64_t n_windows;
-  int64_t n_skipped; /* lone-EOT documents left out */
+  int64_t n_skipped;       /* lone-EOT documents left out */
+  int64_t n_headless;      /* segments that did not start with EOT */
+  int64_t headless_tokens; /* tokens before the first EOT of those segments */
 
   /* Optional, for held-out accuracy (the built-in data set fills it; NULL
-   * otherwise): per document, the offset from docs[i].start of the '=' of its
-   * last task line, or -1. The prompt is tokens [start, start + answer_at]
-   * ('=' included) and the expected answer is the rest of the document, which
-   * ends with '\n'. */
+   * otherwise): per document, the offset from its start of the '=' of its
+   * last task line, or -1. The built-in documents never exceed one window,
+   * so document i is windows[i]. The prompt is tokens [start, start +
+   * answer_at] ('=' included) and the expected answer is the rest of the
+   * document, which ends with '\n'. */
   int32_t *answer_at;
 } ddp_corpus_t;
 
-/* Two-phase construction, so a reader can fill the token array in place:
- * alloc() takes the token storage (contents undefined), the caller writes
- * corpus->tokens[0 .. n_tokens), index() validates every token against the
- * vocabulary and builds the document and window tables. `source` names the
- * data in messages (a path, "builtin"). */
-ddp_status_t ddp_corpus_alloc(ddp_corpus_t *corpus, int64_t n_tokens, int32_t eot, int32_t vocab);
-ddp_status_t ddp_corpus_index(ddp_corpus_t *corpus, int seq_len, const char *source);
+/* Copies tokens [start, start + n) (global indices, inside one segment as
+ * every window is) into dst as int32. */
+void ddp_corpus_read(const ddp_corpus_t *corpus, int32_t seg, int64_t start, int64_t n,
+                     int32_t *dst);
 
-/* alloc + copy + index. */
+/* Token at global index i (a binary search over segments: for tests and
+ * tools, not for the batch path). */
+int32_t ddp_corpus_token(const ddp_corpus_t *corpus, int64_t i);
+
+/* Validates tokens (each below vocab), copies them into host memory and
+ * builds the window index for seq_len. `source` names the data in
+ * messages (a path, "builtin"). */
 ddp_status_t ddp_corpus_from_tokens(ddp_corpus_t *corpus, const int32_t *tokens, int64_t n_tokens,
                                     int32_t eot, int32_t vocab, int seq_len, const char *source);
 
-/* Frees everything; safe on a zeroed or half-built corpus. */
+/* Opens every shard matching the glob `pattern` (sorted by name; a plain
+ * path matches itself), memory-maps them, validates headers and tokens and
+ * builds one window index over all of them. Shards must agree on EOT and
+ * vocabulary. Documents do not continue across shards: tokens before a
+ * shard's first EOT form a document of their own (one warning sums them up).
+ * DDP_ERR_IO: no match, cannot open or map; DDP_ERR_FORMAT: see
+ * ddp_shard_read. */
+ddp_status_t ddp_corpus_open(ddp_corpus_t *corpus, const char *pattern, int seq_len);
+
+/* A 64-bit fingerprint of the data: shard names (without directories),
+ * sizes and token counts, EOT, vocab and seq_len; ranks compare it. */
+uint64_t ddp_corpus_fingerprint(const ddp_corpus_t *corpus);
+
+/* Frees or unmaps everything; safe on a zeroed or half-built corpus. */
 void ddp_corpus_destroy(ddp_corpus_t *corpus);
 
 /* ---- shards (DESIGN.md §3, a contract) ------------------------------------- */
@@ -101,10 +126,11 @@ void ddp_corpus_destroy(ddp_corpus_t *corpus);
 #define DDP_SHARD_GPT2_EOT 50256 /* what a shard without [3]/[4] means */
 #define DDP_SHARD_GPT2_VOCAB 50257
 
-/* Reads one .bin shard fully into `corpus` and indexes it with seq_len.
- * DDP_ERR_IO: cannot open or read; DDP_ERR_FORMAT: bad magic or version,
- * truncated header, token count disagreeing with the file size, no tokens,
- * a bad EOT id or vocab size, a token >= vocab. On error `corpus` is left
+/* Opens one .bin shard (memory-mapped, 64-bit offsets) as a corpus indexed
+ * with seq_len. DDP_ERR_IO: cannot open, stat or map; DDP_ERR_FORMAT: bad
+ * magic or version, truncated header, token count disagreeing with the file
+ * size, no tokens, a bad EOT id or vocab size, a token >= vocab; each
+ * message names the file and the byte offset. On error `corpus` is left
  * zeroed. */
 ddp_status_t ddp_shard_read(ddp_corpus_t *corpus, const char *path, int seq_len);
 
@@ -128,6 +154,9 @@ ddp_status_t ddp_shard_write(const char *path, const int32_t *tokens, int64_t n_
 
 enum { DDP_SPLIT_TRAIN = 0, DDP_SPLIT_VAL = 1 };
 
+/* Documents in the built-in set's splits as the trainer uses it. */
+enum { DDP_BUILTIN_TRAIN_DOCS = 20000, DDP_BUILTIN_VAL_DOCS = 1000 };
+
 /* One document of the built-in set, a pure function of (seed, split, index):
  * EOT followed by one or more task lines (copy "c:abc=abc\n", reverse
  * "r:abc=cba\n", sort "s:cab=abc\n", add "a:12+345=357\n"); the number of
@@ -140,92 +169,51 @@ ddp_status_t ddp_builtin_document(uint64_t seed, int split, int64_t index, int m
                                   int32_t *out, int *len, int *answer_at);
 
 /* Documents 0 .. n_docs-1 of a split, indexed with seq_len, with
- * corpus->answer_at filled (docs[i] is document i: none is ever skipped).
+ * corpus->answer_at filled when max_len <= seq_len + 1 (then windows[i] is
+ * document i: none is skipped or cut); longer documents leave it NULL.
  * Document i does not depend on n_docs. */
 ddp_status_t ddp_builtin_corpus(ddp_corpus_t *corpus, uint64_t seed, int split, int64_t n_docs,
                                 int max_len, int seq_len);
 
 /* ---- micro-batches ------------------------------------------------------------ */
 
+/* What every rank knows about one optimizer step (the sampler computes the
+ * whole plan on every rank, so none of this needs communication). */
+typedef struct ddp_step_info {
+  int64_t step;          /* global optimizer step */
+  int64_t epoch;         /* of the step's micro-batches */
+  int64_t step_in_epoch; /* 0 .. steps in the epoch - 1 */
+  int64_t n_targets;     /* target tokens over all ranks and micro-batches:
+                            the loss normaliser (DESIGN.md) */
+  int64_t n_padded;      /* B * T summed over all ranks and micro-batches */
+  double cost_max;       /* per-rank cost (a * B*T + b * B*T^2) of the step: */
+  double cost_mean;      /* the imbalance is cost_max / cost_mean */
+  int32_t slowest_rank;  /* the rank with cost_max */
+  int32_t wrapped;       /* micro-batches of the step that repeat ones from
+                            the epoch's start (the epoch tail, see sampler.h) */
+} ddp_step_info_t;
+
 /* inputs/targets are (B,T) row-major with row stride T, in host memory.
- * Row r holds window w = windows[r]: inputs[r,t] = tokens[w.start + t] and
- * targets[r,t] = tokens[w.start + t + 1] for t < w.len - 1; beyond that the
+ * Row r holds window w = windows[r]: inputs[r,t] = token[w.start + t] and
+ * targets[r,t] = token[w.start + t + 1] for t < w.len - 1; beyond that the
  * row is padding: inputs EOT, targets -1 (the cross-entropy ignore index). */
 typedef struct ddp_batch {
   int32_t *inputs;  /* (B,T) */
   int32_t *targets; /* (B,T) */
   int64_t *windows; /* (B) corpus window index of each row */
   int B, T;
-  int64_t n_targets; /* targets != -1 */
-  int64_t n_padded;  /* B * T: the tokens the model computes on */
-  int64_t epoch;
-  int64_t index;          /* global micro-batch index */
-  int64_t index_in_epoch; /* 0 .. micro-batches in this epoch - 1 */
-  int64_t capacity;       /* tokens each of inputs/targets can hold */
-  int max_rows;           /* rows windows can hold */
+  int64_t n_targets;    /* targets != -1 */
+  int64_t n_padded;     /* B * T: the tokens the model computes on */
+  int micro;            /* 0 .. accum - 1 within the step */
+  ddp_step_info_t info; /* the step this micro-batch belongs to */
+  int64_t capacity;     /* tokens each of inputs/targets can hold */
+  int max_rows;         /* rows `windows` can hold */
 } ddp_batch_t;
 
-typedef struct ddp_batch_info {
-  int64_t epoch, index_in_epoch;
-  int B, T;
-  int64_t n_targets;
-} ddp_batch_info_t;
-
-/* The plan: per epoch e, the corpus windows are shuffled with the RNG keyed by
- * (seed, e) and packed in that order into micro-batches while
- * B * T <= tokens_per_batch and B <= max_rows. Micro-batches are numbered
- * globally across epochs (epoch e + 1 follows epoch e), so a step with
- * gradient accumulation takes micro-batches step*accum .. step*accum+accum-1
- * and may span an epoch boundary. Filling is a pure function of the global
- * index: a resumed run or another rank computes any micro-batch directly.
- * The plan caches the packing of one epoch and the first index of every
- * epoch seen so far, so it is not safe to share between threads. */
-typedef struct ddp_plan {
-  const ddp_corpus_t *corpus; /* borrowed; must outlive the plan */
-  uint64_t seed;
-  int64_t tokens_per_batch;
-  int max_rows;
-  int seq_len;
-
-  /* cache of one epoch's packing */
-  int64_t cached_epoch; /* -1: none */
-  int64_t *perm;        /* (n_windows) window order of cached_epoch */
-  int64_t *batch_first; /* (n_windows + 1) first perm slot of each micro-batch */
-  int32_t *batch_T;     /* (n_windows) */
-  int64_t *batch_targets;
-  int64_t n_batches;
-
-  /* epoch_first[e] = global index of epoch e's first micro-batch, known for
-   * e <= n_epochs_known (so the count of epoch e is known for e < that). */
-  int64_t *epoch_first;
-  int64_t n_epochs_known;
-  int64_t epoch_first_cap;
-} ddp_plan_t;
-
-/* max_rows <= 0: no row cap beyond the budget. Every window must fit alone:
- * one whose length exceeds tokens_per_batch or seq_len + 1 is an error here,
- * not at step 10000. */
-ddp_status_t ddp_plan_create(ddp_plan_t *plan, const ddp_corpus_t *corpus, uint64_t seed,
-                             int64_t tokens_per_batch, int max_rows, int seq_len);
-void ddp_plan_destroy(ddp_plan_t *plan);
-
-ddp_status_t ddp_plan_micro_batches_per_epoch(ddp_plan_t *plan, int64_t epoch, int64_t *count);
-
-/* Shape and target count of micro-batch `index` without filling anything. */
-ddp_status_t ddp_plan_peek(ddp_plan_t *plan, int64_t index, ddp_batch_info_t *info);
-
-/* Sum of n_targets over micro-batches first .. first + count - 1: the
- * normaliser of a step's loss (DESIGN.md, loss normalisation), which every
- * rank can compute alone. */
-ddp_status_t ddp_plan_count_targets(ddp_plan_t *plan, int64_t first, int64_t count,
-                                    int64_t *n_targets);
-
-/* Buffers sized from the plan's budget, allocated once. */
-ddp_status_t ddp_batch_init(ddp_batch_t *batch, const ddp_plan_t *plan);
+/* Buffers for micro-batches of up to `tokens` padded tokens and `max_rows`
+ * rows, allocated once. */
+ddp_status_t ddp_batch_init(ddp_batch_t *batch, int64_t tokens, int max_rows);
 void ddp_batch_destroy(ddp_batch_t *batch);
-
-/* Fills `batch` with micro-batch `index` (no allocation). */
-ddp_status_t ddp_plan_fill(ddp_plan_t *plan, int64_t index, ddp_batch_t *batch);
 
 #ifdef __cplusplus
 }

@@ -18,11 +18,16 @@ extern "C" {
 #endif
 
 /* X(ID, "DEFAULT", "help") -> variable DDPTRAIN_<ID> */
-#define DDP_ENV_LIST(X)                                                                \
-  X(LOG_LEVEL, "info", "log verbosity: error, warn, info or debug")                    \
-  X(LOG_ALL_RANKS, "0", "1: every rank prints info and debug lines, not only rank 0")  \
-  X(DEBUG_CHECKS, "0", "1: poison fresh arena memory and check arena bounds (slower)") \
-  X(CPU_PEAK_GFLOPS, "0", "CPU peak GFLOP/s per rank for MFU; 0 measures it at start-up")
+#define DDP_ENV_LIST(X)                                                                   \
+  X(LOG_LEVEL, "info", "log verbosity: error, warn, info or debug")                       \
+  X(LOG_ALL_RANKS, "0", "1: every rank prints info and debug lines, not only rank 0")     \
+  X(DEBUG_CHECKS, "0", "1: poison fresh arena memory and check arena bounds (slower)")    \
+  X(CPU_PEAK_GFLOPS, "0", "CPU peak GFLOP/s per rank for MFU; 0 measures it at start-up") \
+  X(LOADER_SYNC, "0",                                                                     \
+    "1: fill micro-batches on the step loop's thread, not the loader thread (debugging)") \
+  X(FAULT_PERTURB_RANK, "-1",                                                             \
+    "fault injection for tests: this rank nudges one weight after step 1, which "         \
+    "--check-replicas must catch")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,

@@ -37,8 +37,8 @@ extern "C" {
 
 typedef struct ddp_gpt_config {
   int n_layer, n_head, n_embd;
-  int max_seq_len;  /* T max: rows of wpe */
-  int vocab;        /* V */
+  int max_seq_len; /* T max: rows of wpe */
+  int vocab;       /* V */
 } ddp_gpt_config_t;
 
 /* Checks the configuration: positive sizes, n_embd % n_head == 0, ... */
@@ -46,12 +46,12 @@ ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *cfg);
 
 /* One parameter tensor in the flat buffers. */
 typedef struct ddp_gpt_tensor {
-  char name[48];     /* PyTorch state_dict key, e.g. "transformer.h.0.attn.c_attn.weight" */
+  char name[48]; /* PyTorch state_dict key, e.g. "transformer.h.0.attn.c_attn.weight" */
   int ndim;
   int64_t shape[2];
-  size_t offset;     /* elements into the flat buffers */
+  size_t offset; /* elements into the flat buffers */
   size_t count;
-  int decay;         /* 2-D weights other than wpe: weight decay applies */
+  int decay; /* 2-D weights other than wpe: weight decay applies */
 } ddp_gpt_tensor_t;
 
 typedef void (*ddp_grad_ready_fn)(void *ctx, size_t offset, size_t count);
@@ -65,6 +65,13 @@ void ddp_gpt_destroy(ddp_gpt_t *m);
 
 const ddp_gpt_config_t *ddp_gpt_config(const ddp_gpt_t *m);
 size_t ddp_gpt_num_params(const ddp_gpt_t *m);
+
+/* Parameters of a configuration (without creating a model), and the FLOP
+ * model MFU and the sampler's cost use: a micro-batch of B rows padded to T
+ * executes B*T*(a + b*T) FLOPs, forward and backward, with a = 6N and
+ * b = 6 L C (the causal attention products). */
+size_t ddp_gpt_config_params(const ddp_gpt_config_t *cfg);
+void ddp_gpt_cost_model(const ddp_gpt_config_t *cfg, double *a, double *b);
 int ddp_gpt_num_tensors(const ddp_gpt_t *m);
 const ddp_gpt_tensor_t *ddp_gpt_tensor(const ddp_gpt_t *m, int index);
 /* Flat buffers in backend memory. */

@@ -27,10 +27,16 @@ typedef struct ddp_options {
   int64_t seq_len, n_layer, n_head, n_embd;
   /* batching */
   int64_t tokens_per_batch, accum, steps, epochs;
+  char sampler[16];
+  int64_t bucket_chunk;
   /* optimisation */
   char optimizer[16];
   double lr, min_lr, weight_decay, grad_clip, beta1, beta2, momentum;
   int64_t warmup, nesterov;
+  /* data parallelism */
+  double bucket_mb, first_bucket_mb;
+  char comm_progress[16];
+  int64_t check_replicas;
   /* run control */
   char device[32];
   int64_t threads;
@@ -40,7 +46,8 @@ typedef struct ddp_options {
   int64_t log_every, eval_every, eval_tokens;
   char metrics[1024], export_path[1024], dump_batches[1024];
   /* actions */
-  int help, version, build_info, self_test;
+  int help, version, build_info, self_test, plan_only, json;
+  int64_t world_size;
 } ddp_options_t;
 
 /* Fills every field with its declared default. */
@@ -51,6 +58,12 @@ ddp_status_t ddp_options_defaults(ddp_options_t *opts);
 ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv);
 
 void ddp_options_print_help(FILE *out);
+
+/* Whether row `index` must have the same value on every rank (all but
+ * per-rank outputs and local hardware settings), and a hash of its value
+ * in `opts`: the trainer compares these across ranks at start-up. */
+int ddp_options_must_agree(int index);
+uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index);
 
 /* Number of table rows, and a row's long name (for tests). */
 int ddp_options_count(void);

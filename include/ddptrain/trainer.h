@@ -10,6 +10,8 @@
 #ifndef DDPTRAIN_TRAINER_H
 #define DDPTRAIN_TRAINER_H
 
+#include <stdio.h>
+
 #include "ddptrain/backend.h"
 #include "ddptrain/dist.h"
 #include "ddptrain/options.h"
@@ -19,6 +21,12 @@ extern "C" {
 #endif
 
 ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_backend_t *be);
+
+/* --plan-only: builds epoch 0's plan for --world-size ranks (0: this job's)
+ * and prints its figures to `out` on rank 0, as text or (--json) as one JSON
+ * object with docs, micro_batches, steps, pad_frac, imbalance_mean,
+ * imbalance_max and plan_seconds among others. */
+ddp_status_t ddp_plan_report(const ddp_options_t *opts, const ddp_dist_t *dist, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -216,8 +216,12 @@ ddp_status_t ddp_builtin_corpus(ddp_corpus_t *c, uint64_t seed, int split, int64
                   "builtin data: %lld documents generated but %lld indexed", (long long)n_docs,
                   indexed);
   }
-  c->answer_at = answer;
-  answer = NULL;
+  /* answer_at[i] describes windows[i], which holds only while no document
+   * is cut into several windows; otherwise there is no task accuracy. */
+  if (max_len <= seq_len + 1) {
+    c->answer_at = answer;
+    answer = NULL;
+  }
 
 free_buffers:
   free(all);

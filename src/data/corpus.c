@@ -1,155 +1,236 @@
-/* In-memory token corpus: validation, the document table and the window table
- * (see ddptrain/data.h for the vocabulary).
+/* Token corpus: segments (mapped shards or host arrays), validation and the
+ * window index (see ddptrain/data.h for the vocabulary).
  *
- * Documents are found by their leading EOT (DESIGN.md §3). Tokens before the
- * first EOT — a shard cut in the middle of a document — are kept as a
- * document of their own with a warning rather than dropped: losing data
- * silently is the one thing a reader must not do. A lone EOT has no target
- * and is skipped (counted in n_skipped). Documents longer than seq_len + 1
- * tokens become consecutive windows overlapping by one token, so every target
- * lands in exactly one window. */
+ * Documents are found by their leading EOT (DESIGN.md §3). Tokens before a
+ * segment's first EOT (a shard cut in the middle of a document, as llm.c's
+ * writers do) are kept as a document of their own rather than dropped:
+ * losing data silently is the one thing a reader must not do. One warning
+ * for the whole corpus says how many segments and tokens that concerns. A
+ * lone EOT has no target and is skipped (counted in n_skipped). Documents
+ * longer than seq_len + 1 tokens become consecutive windows overlapping by
+ * one token, so every target lands in exactly one window.
+ *
+ * The index is built in one pass per segment that also checks every token
+ * against the vocabulary, so a bad token is found at start-up, with its file
+ * and byte offset, and never at step 10000. Tokens are read in the host's
+ * byte order straight from the mapping; shards are little-endian, so a
+ * big-endian host is refused at compile time rather than misreading data. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
+#include "data/corpus_impl.h"
+#include "hash.h"
 
-static const char *name_of(const char *source) {
-  return source ? source : "corpus";
-}
-
-static void free_tables(ddp_corpus_t *c) {
-  free(c->docs);
-  free(c->windows);
-  c->docs = NULL;
-  c->windows = NULL;
-  c->n_docs = c->n_windows = c->n_skipped = 0;
-  c->seq_len = 0;
-}
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ddptrain reads little-endian token shards in place and needs a little-endian host"
+#endif
 
 void ddp_corpus_destroy(ddp_corpus_t *c) {
   if (!c) return;
-  free_tables(c);
-  free(c->tokens);
+  for (int i = 0; c->segs && i < c->n_segs; ++i) {
+    ddp_token_seg_t *s = &c->segs[i];
+    if (s->map)
+      munmap(s->map, s->map_bytes);
+    else
+      free((void *)s->data);
+    free(s->name);
+  }
+  free(c->segs);
+  free(c->windows);
   free(c->answer_at);
   memset(c, 0, sizeof *c);
 }
 
-ddp_status_t ddp_corpus_alloc(ddp_corpus_t *c, int64_t n_tokens, int32_t eot, int32_t vocab) {
-  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus_alloc: NULL corpus");
-  memset(c, 0, sizeof *c);
-  if (n_tokens <= 0)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus: %lld tokens; a corpus needs at least one",
-             (long long)n_tokens);
-  if (vocab < 1 || eot < 0 || eot >= vocab)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus: EOT id %d is outside the vocabulary [0, %d)", (int)eot,
-             (int)vocab);
-  if ((uint64_t)n_tokens > SIZE_MAX / sizeof(int32_t))
-    DDP_FAIL(DDP_ERR_OOM, "corpus: %lld tokens do not fit in memory", (long long)n_tokens);
-  c->tokens = malloc((size_t)n_tokens * sizeof(int32_t));
-  if (!c->tokens)
-    DDP_FAIL(DDP_ERR_OOM, "corpus: cannot allocate %.1f MiB for %lld tokens",
-             (double)n_tokens * 4 / 1048576.0, (long long)n_tokens);
-  c->n_tokens = n_tokens;
-  c->eot = eot;
-  c->vocab = vocab;
+void ddp_corpus_read(const ddp_corpus_t *c, int32_t seg, int64_t start, int64_t n, int32_t *dst) {
+  const ddp_token_seg_t *s = &c->segs[seg];
+  const int64_t at = start - s->first;
+  if (s->width == 2) {
+    const uint16_t *p = (const uint16_t *)s->data + at;
+    for (int64_t i = 0; i < n; ++i) dst[i] = p[i];
+  } else {
+    memcpy(dst, (const uint32_t *)s->data + at, (size_t)n * sizeof *dst);
+  }
+}
+
+int32_t ddp_corpus_token(const ddp_corpus_t *c, int64_t i) {
+  int lo = 0, hi = c->n_segs - 1; /* the last segment with first <= i */
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (c->segs[mid].first <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  int32_t t;
+  ddp_corpus_read(c, lo, i, 1, &t);
+  return t;
+}
+
+/* ---- the index ------------------------------------------------------------- */
+
+typedef struct index_builder {
+  ddp_corpus_t *c;
+  int64_t cap;
+} index_builder_t;
+
+static ddp_status_t push_document(index_builder_t *b, int32_t seg, int64_t start, int64_t len) {
+  ddp_corpus_t *c = b->c;
+  if (len < 2) {
+    ++c->n_skipped;
+    return DDP_OK;
+  }
+  const int64_t T = c->seq_len;
+  const int64_t nw = (len - 1 + T - 1) / T; /* len - 1 targets, at most T per window */
+  if (c->n_windows + nw > b->cap) {
+    int64_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap < c->n_windows + nw) cap *= 2;
+    ddp_window_t *grown = realloc(c->windows, (size_t)cap * sizeof *grown);
+    if (!grown)
+      DDP_FAIL(DDP_ERR_OOM, "corpus: out of memory for an index of %lld windows", (long long)cap);
+    c->windows = grown;
+    b->cap = cap;
+  }
+  const int64_t end = start + len;
+  for (int64_t k = 0; k < nw; ++k) {
+    const int64_t ws = start + k * T;
+    const int64_t wl = end - ws < T + 1 ? end - ws : T + 1;
+    c->windows[c->n_windows++] = (ddp_window_t){.start = ws, .len = (int32_t)wl, .seg = seg};
+  }
+  ++c->n_docs;
   return DDP_OK;
 }
 
-/* Walks the documents twice: the first pass counts, the second fills, so the
- * tables are allocated once at their final size. */
-typedef struct scan {
-  int64_t n_docs, n_windows, n_skipped, head_len;
-} scan_t;
+/* One pass over a segment: checks tokens and cuts documents at EOTs. A
+ * macro body so that the uint16 and uint32 loops are each tight. */
+#define SCAN_SEGMENT(type)                                                      \
+  do {                                                                          \
+    const type *p = (const type *)s->data;                                      \
+    for (int64_t i = 0; i < s->n_tokens; ++i) {                                 \
+      const uint32_t v = p[i];                                                  \
+      if (v >= (uint32_t)c->vocab) {                                            \
+        bad_index = i;                                                          \
+        bad_value = v;                                                          \
+        break;                                                                  \
+      }                                                                         \
+      if (v == (uint32_t)c->eot) {                                              \
+        if (i > doc) DDP_CHECK(push_document(b, seg, s->first + doc, i - doc)); \
+        if (first_eot < 0) first_eot = i;                                       \
+        doc = i;                                                                \
+      }                                                                         \
+    }                                                                           \
+  } while (0)
 
-static int64_t windows_of(int64_t len, int seq_len) {
-  /* len - 1 targets, at most seq_len per window */
-  return (len - 1 + seq_len - 1) / seq_len;
-}
-
-static void scan_docs(ddp_corpus_t *c, int seq_len, scan_t *s, int fill) {
-  memset(s, 0, sizeof *s);
-  const int32_t *tok = c->tokens;
-  const int64_t n = c->n_tokens;
-  int64_t start = 0;
-  while (start < n) {
-    int64_t end = start + 1;
-    while (end < n && tok[end] != c->eot) ++end;
-    const int64_t len = end - start;
-    if (start == 0 && tok[0] != c->eot) s->head_len = len;
-    if (len < 2) {
-      ++s->n_skipped;
-    } else {
-      const int64_t nw = windows_of(len, seq_len);
-      if (fill) {
-        c->docs[s->n_docs] = (ddp_doc_t){.start = start, .len = len};
-        for (int64_t k = 0; k < nw; ++k) {
-          const int64_t w_start = start + k * seq_len;
-          const int64_t w_len = end - w_start < seq_len + 1 ? end - w_start : seq_len + 1;
-          c->windows[s->n_windows + k] = (ddp_window_t){
-              .start = w_start, .doc = s->n_docs, .len = (int32_t)w_len, .part = (int32_t)k};
-        }
-      }
-      ++s->n_docs;
-      s->n_windows += nw;
-    }
-    start = end;
+static ddp_status_t index_segment(index_builder_t *b, int32_t seg) {
+  ddp_corpus_t *c = b->c;
+  const ddp_token_seg_t *s = &c->segs[seg];
+  int64_t doc = 0, bad_index = -1, first_eot = -1;
+  uint32_t bad_value = 0;
+  if (s->width == 2)
+    SCAN_SEGMENT(uint16_t);
+  else
+    SCAN_SEGMENT(uint32_t);
+  if (bad_index >= 0) {
+    if (s->map)
+      DDP_FAIL(DDP_ERR_FORMAT,
+               "shard '%s': token %lld (byte %lld) has value %lu, not below the vocab size %d",
+               s->name, (long long)bad_index,
+               (long long)DDP_SHARD_HEADER_BYTES + (long long)bad_index * s->width,
+               (unsigned long)bad_value, (int)c->vocab);
+    DDP_FAIL(DDP_ERR_FORMAT, "%s: token %lld has value %lu, outside the vocabulary [0, %d)",
+             s->name, (long long)(s->first + bad_index), (unsigned long)bad_value, (int)c->vocab);
   }
+  if (s->n_tokens > 0 && ((s->width == 2 ? ((const uint16_t *)s->data)[0]
+                                         : ((const uint32_t *)s->data)[0]) != (uint32_t)c->eot)) {
+    const int64_t head = first_eot >= 0 ? first_eot : s->n_tokens; /* no EOT: all head */
+    ++c->n_headless;
+    c->headless_tokens += head;
+  }
+  return push_document(b, seg, s->first + doc, s->n_tokens - doc);
 }
 
-ddp_status_t ddp_corpus_index(ddp_corpus_t *c, int seq_len, const char *source) {
-  if (!c || !c->tokens) DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus_index: corpus not allocated");
-  const char *name = name_of(source);
+ddp_status_t ddp_corpus_build_index(ddp_corpus_t *c, int seq_len, const char *source) {
   if (seq_len < 1 || seq_len > INT32_MAX - 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: seq_len %d must be at least 1", name, seq_len);
-  for (int64_t i = 0; i < c->n_tokens; ++i) {
-    const int32_t t = c->tokens[i];
-    if (t < 0 || t >= c->vocab)
-      DDP_FAIL(DDP_ERR_FORMAT, "%s: token %lld has value %d, outside the vocabulary [0, %d)", name,
-               (long long)i, (int)t, (int)c->vocab);
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: seq_len %d must be at least 1", source, seq_len);
+  c->seq_len = seq_len;
+  c->n_tokens = 0;
+  for (int i = 0; i < c->n_segs; ++i) {
+    c->segs[i].first = c->n_tokens;
+    c->n_tokens += c->segs[i].n_tokens;
   }
-  free_tables(c);
-
-  scan_t s;
-  scan_docs(c, seq_len, &s, 0);
-  if (s.n_docs == 0)
+  index_builder_t b = {.c = c};
+  for (int32_t i = 0; i < c->n_segs; ++i) DDP_CHECK(index_segment(&b, i));
+  if (c->n_docs == 0)
     DDP_FAIL(DDP_ERR_FORMAT,
              "%s: no document has a token to predict (%lld tokens, %lld lone EOTs); "
              "is EOT id %d right?",
-             name, (long long)c->n_tokens, (long long)s.n_skipped, (int)c->eot);
-  c->docs = malloc((size_t)s.n_docs * sizeof *c->docs);
-  c->windows = malloc((size_t)s.n_windows * sizeof *c->windows);
-  if (!c->docs || !c->windows) {
-    free_tables(c);
-    DDP_FAIL(DDP_ERR_OOM, "%s: cannot allocate the tables of %lld documents and %lld windows", name,
-             (long long)s.n_docs, (long long)s.n_windows);
+             source, (long long)c->n_tokens, (long long)c->n_skipped, (int)c->eot);
+  if (b.cap > c->n_windows) { /* give back the doubling slack */
+    ddp_window_t *fit = realloc(c->windows, (size_t)c->n_windows * sizeof *fit);
+    if (fit) c->windows = fit;
   }
-  scan_docs(c, seq_len, &s, 1);
-  c->n_docs = s.n_docs;
-  c->n_windows = s.n_windows;
-  c->n_skipped = s.n_skipped;
-  c->seq_len = seq_len;
-  if (s.head_len > 1)
+  if (c->n_headless > 0)
     DDP_LOG_WARN(
-        "%s: does not start with EOT (id %d); the %lld tokens before the first EOT are "
-        "kept as a document of their own",
-        name, (int)c->eot, (long long)s.head_len);
-  else if (s.head_len == 1)
-    DDP_LOG_WARN(
-        "%s: does not start with EOT (id %d); the one token before the first EOT has "
-        "no target and is skipped",
-        name, (int)c->eot);
+        "%s: %lld segment%s did not start with EOT (id %d); the %lld tokens before "
+        "their first EOT are kept as documents of their own",
+        source, (long long)c->n_headless, c->n_headless == 1 ? "" : "s", (int)c->eot,
+        (long long)c->headless_tokens);
   return DDP_OK;
 }
 
 ddp_status_t ddp_corpus_from_tokens(ddp_corpus_t *c, const int32_t *tokens, int64_t n_tokens,
                                     int32_t eot, int32_t vocab, int seq_len, const char *source) {
-  if (!c || (!tokens && n_tokens > 0))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus_from_tokens: NULL argument");
-  DDP_CHECK(ddp_corpus_alloc(c, n_tokens, eot, vocab));
-  memcpy(c->tokens, tokens, (size_t)n_tokens * sizeof(int32_t));
-  ddp_status_t st = ddp_corpus_index(c, seq_len, source);
-  if (st != DDP_OK) ddp_corpus_destroy(c);
+  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus_from_tokens: NULL corpus");
+  memset(c, 0, sizeof *c);
+  const char *name = source ? source : "corpus";
+  if (!tokens || n_tokens <= 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: %lld tokens; a corpus needs at least one", name,
+             (long long)n_tokens);
+  if (vocab < 1 || eot < 0 || eot >= vocab)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: EOT id %d is outside the vocabulary [0, %d)", name, (int)eot,
+             (int)vocab);
+  if ((uint64_t)n_tokens > SIZE_MAX / sizeof(int32_t))
+    DDP_FAIL(DDP_ERR_OOM, "%s: %lld tokens do not fit in memory", name, (long long)n_tokens);
+  /* Negative values would turn into huge ones when read as uint32; refuse
+   * them here with their true value. */
+  for (int64_t i = 0; i < n_tokens; ++i)
+    if (tokens[i] < 0)
+      DDP_FAIL(DDP_ERR_FORMAT, "%s: token %lld has value %d, outside the vocabulary [0, %d)", name,
+               (long long)i, (int)tokens[i], (int)vocab);
+  ddp_status_t st = DDP_OK;
+  c->eot = eot;
+  c->vocab = vocab;
+  c->segs = calloc(1, sizeof *c->segs);
+  void *copy = malloc((size_t)n_tokens * sizeof(int32_t));
+  char *dup = strdup(name);
+  if (!c->segs || !copy || !dup) {
+    free(copy);
+    free(dup);
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "%s: cannot allocate %.1f MiB for %lld tokens", name,
+                  (double)n_tokens * 4 / 1048576.0, (long long)n_tokens);
+  }
+  memcpy(copy, tokens, (size_t)n_tokens * sizeof(int32_t));
+  c->segs[0] = (ddp_token_seg_t){.data = copy, .n_tokens = n_tokens, .width = 4, .name = dup};
+  c->n_segs = 1;
+  DDP_CHECK_GOTO(ddp_corpus_build_index(c, seq_len, name), st, fail);
+  return DDP_OK;
+fail:
+  ddp_corpus_destroy(c);
   return st;
+}
+
+uint64_t ddp_corpus_fingerprint(const ddp_corpus_t *c) {
+  uint64_t h = DDP_FNV1A64_INIT;
+  for (int i = 0; i < c->n_segs; ++i) {
+    const char *slash = strrchr(c->segs[i].name, '/');
+    const char *base = slash ? slash + 1 : c->segs[i].name;
+    h = ddp_fnv1a64(h, base, strlen(base) + 1);
+    h = ddp_fnv1a64(h, &c->segs[i].file_bytes, sizeof c->segs[i].file_bytes);
+    h = ddp_fnv1a64(h, &c->segs[i].n_tokens, sizeof c->segs[i].n_tokens);
+  }
+  const int64_t tail[4] = {c->eot, c->vocab, c->seq_len, c->n_windows};
+  return ddp_fnv1a64(h, tail, sizeof tail);
 }

@@ -1,5 +1,6 @@
-/* llm.c-compatible token shards (DESIGN.md §3, a contract): a first reader
- * that loads one file fully into a corpus, and an atomic writer.
+/* llm.c-compatible token shards (DESIGN.md §3, a contract): a reader that
+ * memory-maps one shard or a glob of them into a corpus, and an atomic
+ * writer.
  *
  * Layout: 256 little-endian int32 header words — [0] magic, [1] version,
  * [2] token count, [3] EOT id, [4] vocab size, the rest zero — then the
@@ -8,20 +9,23 @@
  * buffer, so the format means the same on every host and no read is
  * misaligned.
  *
- * The reader uses fread into the corpus's int32 array; memory mapping (and
- * keeping uint16 tokens at two bytes in memory) comes with the multi-shard
- * loader. Every check names the file and, where a single place in it is at
- * fault, the byte offset, because "bad shard" without a location sends the
- * user to a hex editor. */
+ * Every check names the file and, where a single place in it is at fault,
+ * the byte offset, because "bad shard" without a location sends the user to
+ * a hex editor. Token values are checked while the index is built
+ * (corpus.c), which reads every token once anyway. */
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ddptrain/check.h"
+#include "data/corpus_impl.h"
 #include "ddptrain/data.h"
 
 /* Tokens converted per read/write call: 64 Ki tokens, at most 256 KiB. */
@@ -55,63 +59,37 @@ static void header_vocab(const int32_t h[5], int32_t *eot, int32_t *vocab) {
   }
 }
 
-static ddp_status_t read_tokens(FILE *f, const char *path, ddp_corpus_t *c, int wide) {
-  const size_t tsize = wide ? 4 : 2;
-  unsigned char *buf = malloc(CHUNK_TOKENS * tsize);
-  if (!buf) DDP_FAIL(DDP_ERR_OOM, "shard '%s': cannot allocate a read buffer", path);
+/* Maps one shard and checks its header against its size. The whole file is
+ * mapped read-only and private: the tokens are used in place, offsets are
+ * 64-bit, and the page cache (not the heap) holds the data, so several ranks
+ * on one node share it. */
+static ddp_status_t map_shard(const char *path, ddp_token_seg_t *seg, int32_t *eot,
+                              int32_t *vocab) {
   ddp_status_t st = DDP_OK;
-  for (int64_t done = 0; done < c->n_tokens;) {
-    const int64_t left = c->n_tokens - done;
-    const size_t n = left < CHUNK_TOKENS ? (size_t)left : CHUNK_TOKENS;
-    const long long byte = DDP_SHARD_HEADER_BYTES + (long long)done * (long long)tsize;
-    if (fread(buf, tsize, n, f) != n)
-      DDP_FAIL_GOTO(st, DDP_ERR_IO, free_buf, "shard '%s': read failed near byte %lld: %s", path,
-                    byte, ferror(f) ? strerror(errno) : "unexpected end of file (file shrank?)");
-    for (size_t i = 0; i < n; ++i) {
-      const unsigned char *p = buf + i * tsize;
-      const uint32_t v = wide ? (uint32_t)le32(p) : (uint32_t)p[0] | (uint32_t)p[1] << 8;
-      if (v >= (uint32_t)c->vocab)
-        DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, free_buf,
-                      "shard '%s': token %lld (byte %lld) has value %lu, not below the vocab "
-                      "size %d",
-                      path, (long long)(done + (int64_t)i), byte + (long long)(i * tsize),
-                      (unsigned long)v, (int)c->vocab);
-      c->tokens[done + (int64_t)i] = (int32_t)v;
-    }
-    done += (int64_t)n;
-  }
-free_buf:
-  free(buf);
-  return st;
-}
-
-ddp_status_t ddp_shard_read(ddp_corpus_t *out, const char *path, int seq_len) {
-  if (!out || !path) DDP_FAIL(DDP_ERR_INVALID_ARG, "shard_read: NULL argument");
-  memset(out, 0, sizeof *out);
-  if (seq_len < 1) /* before reading what may be gigabytes */
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "shard '%s': seq_len %d must be at least 1", path, seq_len);
-  ddp_status_t st = DDP_OK;
-  FILE *f = fopen(path, "rb");
-  if (!f) DDP_FAIL(DDP_ERR_IO, "cannot open shard '%s': %s", path, strerror(errno));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DDP_FAIL(DDP_ERR_IO, "cannot open shard '%s': %s", path, strerror(errno));
   struct stat sb;
-  if (fstat(fileno(f), &sb) != 0)
-    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_file, "cannot stat shard '%s': %s", path, strerror(errno));
+  if (fstat(fd, &sb) != 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_fd, "cannot stat shard '%s': %s", path, strerror(errno));
   if (!S_ISREG(sb.st_mode))
-    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_file, "shard '%s' is not a regular file", path);
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_fd, "shard '%s' is not a regular file", path);
   const long long size = (long long)sb.st_size;
   if (size == 0)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_fd,
                   "shard '%s' is empty (0 bytes; a shard starts with a %d-byte header)", path,
                   DDP_SHARD_HEADER_BYTES);
   if (size < DDP_SHARD_HEADER_BYTES)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_fd,
                   "shard '%s': truncated header: the file has %lld bytes, the header needs %d",
                   path, size, DDP_SHARD_HEADER_BYTES);
-
-  unsigned char hb[DDP_SHARD_HEADER_BYTES];
-  if (fread(hb, 1, sizeof hb, f) != sizeof hb)
-    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_file, "shard '%s': cannot read the header: %s", path,
-                  ferror(f) ? strerror(errno) : "unexpected end of file");
+  if ((unsigned long long)size > SIZE_MAX)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_fd, "shard '%s': %lld bytes cannot be mapped here", path,
+                  size);
+  void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED)
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, close_fd, "cannot map shard '%s' (%lld bytes): %s", path, size,
+                  strerror(errno));
+  const unsigned char *hb = map;
   int32_t h[5];
   for (int i = 0; i < 5; ++i) h[i] = le32(hb + 4 * i);
 
@@ -121,51 +99,110 @@ ddp_status_t ddp_shard_read(ddp_corpus_t *out, const char *path, int seq_len) {
   } else if (h[0] == DDP_SHARD_MAGIC_U32) {
     wide = 1;
   } else {
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap,
                   "shard '%s': bad magic %d at byte 0 (expected %d or %d): not a token shard", path,
                   (int)h[0], DDP_SHARD_MAGIC_U16, DDP_SHARD_MAGIC_U32);
   }
   const int32_t want_version = wide ? DDP_SHARD_VERSION_U32 : DDP_SHARD_VERSION_U16;
   if (h[1] != want_version)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap,
                   "shard '%s': unsupported version %d at byte 4 (magic %d needs version %d)", path,
                   (int)h[1], (int)h[0], (int)want_version);
   const int32_t count = h[2];
   if (count < 0)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file, "shard '%s': negative token count %d at byte 8",
-                  path, (int)count);
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap, "shard '%s': negative token count %d at byte 8", path,
+                  (int)count);
   if (count == 0)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
-                  "shard '%s' is empty: the token count at byte 8 is 0", path);
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap, "shard '%s' is empty: the token count at byte 8 is 0",
+                  path);
   const long long tsize = wide ? 4 : 2;
   const long long have = size - DDP_SHARD_HEADER_BYTES;
   if (have != (long long)count * tsize)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap,
                   "shard '%s': the header (byte 8) says %d tokens = %lld bytes after the header, "
                   "but the file has %lld (%s)",
                   path, (int)count, (long long)count * tsize, have,
                   have < (long long)count * tsize ? "truncated" : "trailing data");
-
-  int32_t eot, vocab;
-  header_vocab(h, &eot, &vocab);
-  if (vocab < 1)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
-                  "shard '%s': vocab size %d at byte 16 is not positive", path, (int)vocab);
-  if (eot < 0 || eot >= vocab)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, close_file,
+  header_vocab(h, eot, vocab);
+  if (*vocab < 1)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap, "shard '%s': vocab size %d at byte 16 is not positive",
+                  path, (int)*vocab);
+  if (*eot < 0 || *eot >= *vocab)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap,
                   "shard '%s': EOT id %d (byte 12) is outside the vocabulary [0, %d) (byte 16)",
-                  path, (int)eot, (int)vocab);
-
-  DDP_CHECK_GOTO(ddp_corpus_alloc(out, count, eot, vocab), st, close_file);
-  DDP_CHECK_GOTO(read_tokens(f, path, out, wide), st, destroy_corpus);
-  DDP_CHECK_GOTO(ddp_corpus_index(out, seq_len, path), st, destroy_corpus);
-  fclose(f);
+                  path, (int)*eot, (int)*vocab);
+  char *name = strdup(path);
+  if (!name) DDP_FAIL_GOTO(st, DDP_ERR_OOM, unmap, "shard '%s': out of memory", path);
+  *seg = (ddp_token_seg_t){.data = hb + DDP_SHARD_HEADER_BYTES,
+                           .n_tokens = count,
+                           .width = wide ? 4 : 2,
+                           .name = name,
+                           .map = map,
+                           .map_bytes = (size_t)size,
+                           .file_bytes = size};
+  close(fd);
   return DDP_OK;
+unmap:
+  munmap(map, (size_t)size);
+close_fd:
+  close(fd);
+  return st;
+}
 
-destroy_corpus:
-  ddp_corpus_destroy(out);
-close_file:
-  fclose(f);
+/* Maps paths[0..n) into a fresh corpus and indexes it. */
+static ddp_status_t open_paths(ddp_corpus_t *c, char *const *paths, size_t n, int seq_len,
+                               const char *source) {
+  memset(c, 0, sizeof *c);
+  if (seq_len < 1) /* before mapping what may be gigabytes */
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: seq_len %d must be at least 1", source, seq_len);
+  if (n > INT32_MAX) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: %zu shards are too many", source, n);
+  ddp_status_t st = DDP_OK;
+  c->segs = calloc(n, sizeof *c->segs);
+  if (!c->segs) DDP_FAIL(DDP_ERR_OOM, "%s: out of memory for %zu shards", source, n);
+  for (size_t i = 0; i < n; ++i) {
+    int32_t eot, vocab;
+    DDP_CHECK_GOTO(map_shard(paths[i], &c->segs[i], &eot, &vocab), st, fail);
+    c->n_segs = (int)i + 1;
+    if (i == 0) {
+      c->eot = eot;
+      c->vocab = vocab;
+    } else if (eot != c->eot || vocab != c->vocab) {
+      DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail,
+                    "shards disagree: '%s' has EOT %d and vocabulary %d, but '%s' has EOT %d and "
+                    "vocabulary %d",
+                    paths[i], (int)eot, (int)vocab, paths[0], (int)c->eot, (int)c->vocab);
+    }
+  }
+  DDP_CHECK_GOTO(ddp_corpus_build_index(c, seq_len, source), st, fail);
+  return DDP_OK;
+fail:
+  ddp_corpus_destroy(c);
+  return st;
+}
+
+ddp_status_t ddp_shard_read(ddp_corpus_t *out, const char *path, int seq_len) {
+  if (!out || !path) DDP_FAIL(DDP_ERR_INVALID_ARG, "shard_read: NULL argument");
+  char *paths[1] = {(char *)path};
+  return open_paths(out, paths, 1, seq_len, path);
+}
+
+ddp_status_t ddp_corpus_open(ddp_corpus_t *c, const char *pattern, int seq_len) {
+  if (!c || !pattern || !*pattern) DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus_open: no data path");
+  memset(c, 0, sizeof *c);
+  glob_t g;
+  memset(&g, 0, sizeof g);
+  const int rc = glob(pattern, GLOB_ERR, NULL, &g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+    globfree(&g);
+    DDP_FAIL(DDP_ERR_IO, "no file matches '%s'", pattern);
+  }
+  if (rc != 0) {
+    globfree(&g);
+    DDP_FAIL(DDP_ERR_IO, "cannot expand '%s' (%s)", pattern,
+             rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+  }
+  const ddp_status_t st = open_paths(c, g.gl_pathv, g.gl_pathc, seq_len, pattern);
+  globfree(&g);
   return st;
 }
 

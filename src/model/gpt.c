@@ -282,6 +282,18 @@ void ddp_gpt_destroy(ddp_gpt_t *m) {
 const ddp_gpt_config_t *ddp_gpt_config(const ddp_gpt_t *m) {
   return &m->cfg;
 }
+size_t ddp_gpt_config_params(const ddp_gpt_config_t *c) {
+  const size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer;
+  /* wte + wpe + per block (ln 2C, qkv 3C^2+3C, proj C^2+C, ln 2C, fc 4C^2+4C,
+   * fc-proj 4C^2+C) + ln_f */
+  return (size_t)c->vocab * C + (size_t)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+void ddp_gpt_cost_model(const ddp_gpt_config_t *c, double *a, double *b) {
+  *a = 6.0 * (double)ddp_gpt_config_params(c);
+  *b = 6.0 * (double)c->n_layer * (double)c->n_embd;
+}
+
 size_t ddp_gpt_num_params(const ddp_gpt_t *m) {
   return m->n_params;
 }
@@ -529,6 +541,12 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     announce(m, notify, 2);
   }
   DDP_CHECK(nn->embed_bwd(be, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
+  /* The first micro-step writes dwpe rows 0..T-1 only; the positions this
+   * batch does not reach get exact zeros, or the last step's values would
+   * survive there (batches differ in T). */
+  if (!acc && T < m->cfg.max_seq_len)
+    DDP_CHECK(be->ops->fill(be, m->g.wpe + (size_t)T * C, DDP_DTYPE_F32, 0.0f,
+                            (size_t)(m->cfg.max_seq_len - T) * C, NULL));
   announce(m, notify, 2);
   m->have_train_acts = 0; /* activations are consumed (logits hold gradients) */
   return DDP_OK;

@@ -1,8 +1,8 @@
 /* The ddptrain program: parses the command line, starts the ranks, creates
- * the backend and trains (or, with --self-test, checks the node). Library code returns statuses; this is the
- * one place that turns a failure into an exit code, and with several ranks it
- * aborts the whole job (MPI_Abort) so no rank is left waiting for another.
- * Exit codes: 0 success, 1 runtime failure, 2 bad command line. */
+ * the backend and trains (or, with --self-test, checks the node). Library code returns statuses;
+ * this is the one place that turns a failure into an exit code, and with several ranks it aborts
+ * the whole job (MPI_Abort) so no rank is left waiting for another. Exit codes: 0 success, 1
+ * runtime failure, 2 bad command line. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,6 +41,14 @@ int main(int argc, char **argv) {
   ddp_dist_t dist;
   if (ddp_dist_init(&argc, &argv, &dist) != DDP_OK) return EXIT_RUNTIME;
   ddp_env_log_overrides();
+  if (opts.plan_only) { /* no backend, no model: the sampler alone */
+    if (ddp_plan_report(&opts, &dist, stdout) != DDP_OK) {
+      DDP_LOG_ERROR("rank %d on %s stops: cannot build the plan", dist.rank, dist.host);
+      ddp_dist_abort(&dist, EXIT_RUNTIME);
+    }
+    ddp_dist_finalize(&dist);
+    return 0;
+  }
   ddp_backend_config_t cfg = {.device = opts.device,
                               .local_rank = dist.local_rank,
                               .threads = (int)opts.threads,

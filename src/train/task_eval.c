@@ -26,11 +26,13 @@ static int argmax(const float *x, int n) {
  * attention means the padding after a row's current end cannot influence
  * the position being decoded, so rows of different lengths share forwards. */
 static ddp_status_t decode_group(ddp_gpt_t *m, const ddp_corpus_t *val, row_t *rows, int n, int T,
-                                 int32_t *inputs, float *logits) {
+                                 int32_t *inputs, int32_t *docs, float *logits) {
   const int V = ddp_gpt_config(m)->vocab;
   int steps = 0;
   for (int r = 0; r < n; ++r) {
-    const int32_t *doc = val->tokens + val->docs[rows[r].doc].start;
+    const ddp_window_t *w = &val->windows[rows[r].doc];
+    int32_t *doc = docs + (size_t)r * T;
+    ddp_corpus_read(val, w->seg, w->start, w->len, doc);
     for (int t = 0; t < T; ++t) inputs[r * T + t] = t < rows[r].prompt ? doc[t] : val->eot;
     rows[r].ok = 1;
     if (rows[r].answer > steps) steps = rows[r].answer;
@@ -41,7 +43,7 @@ static ddp_status_t decode_group(ddp_gpt_t *m, const ddp_corpus_t *val, row_t *r
     for (int r = 0; r < n; ++r) {
       if (!rows[r].ok || s >= rows[r].answer) continue;
       const int pos = rows[r].prompt + s; /* the token being predicted */
-      const int32_t *doc = val->tokens + val->docs[rows[r].doc].start;
+      const int32_t *doc = docs + (size_t)r * T;
       const int guess = argmax(logits + ((size_t)r * T + pos - 1) * V, V);
       rows[r].ok = guess == doc[pos];
       inputs[r * T + pos] = guess;
@@ -54,14 +56,16 @@ ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp
                                int max_docs, double *acc, int *n_docs) {
   *acc = 0.0;
   *n_docs = 0;
-  if (!val->answer_at) return DDP_OK;
+  /* answer_at exists only for the built-in set, whose documents are one
+   * window each: document d is windows[d] */
+  if (!val->answer_at || val->n_windows != val->n_docs) return DDP_OK;
   const int T_max = ddp_gpt_config(m)->max_seq_len;
   row_t *rows = calloc((size_t)max_docs, sizeof *rows);
   if (!rows) DDP_FAIL(DDP_ERR_OOM, "task accuracy: out of memory");
   int n = 0, T = 0;
   for (int64_t d = 0; d < val->n_docs && n < max_docs; ++d) {
     const int at = val->answer_at[d];
-    const int64_t len = val->docs[d].len;
+    const int64_t len = val->windows[d].len;
     if (at < 0 || len > T_max) continue;
     rows[n] = (row_t){.doc = d, .prompt = at + 1, .answer = (int)(len - at - 1)};
     if (len > T) T = (int)len;
@@ -71,13 +75,15 @@ ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp
   int group = T > 0 ? (int)(tokens_per_batch / T) : 0;
   if (group < 1) group = 1;
   int32_t *inputs = malloc(sizeof(int32_t) * (size_t)group * (size_t)(T > 0 ? T : 1));
+  int32_t *docs = malloc(sizeof(int32_t) * (size_t)group * (size_t)(T > 0 ? T : 1));
   float *logits = malloc(sizeof(float) * (size_t)group * (size_t)(T > 0 ? T : 1) *
                          (size_t)ddp_gpt_config(m)->vocab);
-  if (!inputs || !logits) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "task accuracy: out of memory");
+  if (!inputs || !docs || !logits)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "task accuracy: out of memory");
   int solved = 0;
   for (int first = 0; first < n; first += group) {
     const int count = n - first < group ? n - first : group;
-    DDP_CHECK_GOTO(decode_group(m, val, rows + first, count, T, inputs, logits), st, out);
+    DDP_CHECK_GOTO(decode_group(m, val, rows + first, count, T, inputs, docs, logits), st, out);
     for (int r = first; r < first + count; ++r) solved += rows[r].ok;
   }
   *n_docs = n;
@@ -85,6 +91,7 @@ ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp
 out:
   free(logits);
   free(inputs);
+  free(docs);
   free(rows);
   return st;
 }

@@ -1,56 +1,66 @@
-/* Shard globs and the built-in data set for the trainer (see train_data.h). */
+/* Data sources and sampler settings of a training run (see train_data.h). */
 #include "train/train_data.h"
 
-#include <glob.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ddptrain/check.h"
 
-ddp_status_t ddp_train_load_glob(ddp_corpus_t *corpus, const char *pattern, int seq_len) {
-  glob_t g;
-  memset(&g, 0, sizeof g);
-  int rc = glob(pattern, GLOB_ERR, NULL, &g);
-  if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
-    globfree(&g);
-    DDP_FAIL(DDP_ERR_IO, "no file matches '%s'", pattern);
+ddp_status_t ddp_train_data_load(const ddp_options_t *o, ddp_train_data_t *d) {
+  memset(d, 0, sizeof *d);
+  const int T = (int)o->seq_len;
+  if (o->data[0]) {
+    DDP_CHECK(ddp_corpus_open(&d->train, o->data, T));
+    if (o->val_data[0]) {
+      DDP_CHECK(ddp_corpus_open(&d->val, o->val_data, T));
+      if (d->val.vocab != d->train.vocab || d->val.eot != d->train.eot)
+        DDP_FAIL(DDP_ERR_FORMAT, "--val-data has vocabulary %d / EOT %d but --data has %d / %d",
+                 d->val.vocab, d->val.eot, d->train.vocab, d->train.eot);
+      d->have_val = 1;
+    }
+    return DDP_OK;
   }
-  if (rc != 0) {
-    globfree(&g);
-    DDP_FAIL(DDP_ERR_IO, "cannot expand '%s'", pattern);
-  }
-  ddp_status_t st = DDP_OK;
-  if (g.gl_pathc == 1) {
-    st = ddp_shard_read(corpus, g.gl_pathv[0], seq_len);
-    globfree(&g);
-    return st;
-  }
-  /* Several shards: read each, then index their concatenation. */
-  ddp_corpus_t *parts = calloc(g.gl_pathc, sizeof *parts);
-  int32_t *all = NULL;
-  if (!parts) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "out of memory reading '%s'", pattern);
-  int64_t total = 0;
-  for (size_t i = 0; i < g.gl_pathc; ++i) {
-    DDP_CHECK_GOTO(ddp_shard_read(&parts[i], g.gl_pathv[i], seq_len), st, out);
-    if (i > 0 && (parts[i].eot != parts[0].eot || parts[i].vocab != parts[0].vocab))
-      DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, out,
-                    "%s has EOT %d and vocabulary %d, but %s has EOT %d and vocabulary %d",
-                    g.gl_pathv[i], parts[i].eot, parts[i].vocab, g.gl_pathv[0], parts[0].eot,
-                    parts[0].vocab);
-    total += parts[i].n_tokens;
-  }
-  all = malloc((size_t)total * sizeof *all);
-  if (!all) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "out of memory reading '%s'", pattern);
-  int64_t at = 0;
-  for (size_t i = 0; i < g.gl_pathc; ++i) {
-    memcpy(all + at, parts[i].tokens, (size_t)parts[i].n_tokens * sizeof *all);
-    at += parts[i].n_tokens;
-  }
-  st = ddp_corpus_from_tokens(corpus, all, total, parts[0].eot, parts[0].vocab, seq_len, pattern);
-out:
-  for (size_t i = 0; parts && i < g.gl_pathc; ++i) ddp_corpus_destroy(&parts[i]);
-  free(parts);
-  free(all);
-  globfree(&g);
-  return st;
+  if (o->val_data[0])
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--val-data needs --data (the built-in set has its own split)");
+  DDP_CHECK(ddp_builtin_corpus(&d->train, (uint64_t)o->seed, DDP_SPLIT_TRAIN,
+                               DDP_BUILTIN_TRAIN_DOCS, T, T));
+  DDP_CHECK(
+      ddp_builtin_corpus(&d->val, (uint64_t)o->seed, DDP_SPLIT_VAL, DDP_BUILTIN_VAL_DOCS, T, T));
+  d->have_val = 1;
+  return DDP_OK;
+}
+
+void ddp_train_data_destroy(ddp_train_data_t *d) {
+  ddp_corpus_destroy(&d->val);
+  ddp_corpus_destroy(&d->train);
+  d->have_val = 0;
+}
+
+ddp_status_t ddp_train_model_config(const ddp_options_t *o, int vocab, ddp_gpt_config_t *mc) {
+  *mc = (ddp_gpt_config_t){.n_layer = (int)o->n_layer,
+                           .n_head = (int)o->n_head,
+                           .n_embd = (int)o->n_embd,
+                           .max_seq_len = (int)o->seq_len,
+                           .vocab = vocab};
+  return ddp_gpt_config_validate(mc);
+}
+
+ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_gpt_config_t *mc, int world,
+                                      ddp_sampler_config_t *cfg) {
+  if (o->tokens_per_batch < o->seq_len)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "--tokens-per-batch %lld is smaller than --seq-len %lld: a full "
+             "sequence would not fit in a micro-batch",
+             (long long)o->tokens_per_batch, (long long)o->seq_len);
+  memset(cfg, 0, sizeof *cfg);
+  DDP_CHECK(ddp_sampler_kind_parse(o->sampler, &cfg->kind));
+  cfg->seed = (uint64_t)o->seed;
+  cfg->world = world;
+  cfg->accum = (int)o->accum;
+  cfg->tokens_per_batch = o->tokens_per_batch;
+  /* Rows of one token are possible but useless; half the budget bounds the
+   * activation arena's per-row tables without limiting real batches. */
+  cfg->max_rows = (int)(o->tokens_per_batch / 2);
+  cfg->chunk = o->bucket_chunk;
+  ddp_gpt_cost_model(mc, &cfg->cost_a, &cfg->cost_b);
+  return DDP_OK;
 }

@@ -1,6 +1,16 @@
-/* The training loop (see ddptrain/trainer.h). Until data parallelism lands
- * every rank trains its own replica on the full plan (the default job runs
- * under mpirun all the same); the log names the rank count. */
+/* The training loop (see ddptrain/trainer.h): data-parallel over the ranks
+ * of the job.
+ *
+ * Every rank holds a replica of the model. Rank 0's initial weights are
+ * broadcast, and the ranks check that they agree on flags, parameter layout
+ * and data before the first step. The sampler plan is computed on every
+ * rank, so each rank knows the step's global target count and scales its
+ * loss by its inverse; the reducer SUMs gradients bucket by bucket while
+ * backward is still running, on the last micro-step only. Every rank then
+ * takes the same optimizer step on the same reduced gradients.
+ *
+ * Host syncs: one per --log-every steps (loss, grad norm, per-rank timings);
+ * the loader thread fills micro-batches ahead of the loop. */
 #include "ddptrain/trainer.h"
 
 #include <math.h>
@@ -9,28 +19,39 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/data.h"
+#include "ddptrain/comm.h"
+#include "ddptrain/env.h"
 #include "ddptrain/gpt.h"
+#include "ddptrain/loader.h"
 #include "ddptrain/optim.h"
+#include "ddptrain/reducer.h"
 #include "ddptrain/safetensors.h"
+#include "ddptrain/sampler.h"
+#include "train/consistency.h"
 #include "train/metrics.h"
 #include "train/task_eval.h"
 #include "train/train_data.h"
 
-enum { TASK_EVAL_DOCS = 128 };
+enum { TASK_EVAL_DOCS = 128, LOADER_DEPTH = 3 };
 
 typedef struct trainer {
   const ddp_options_t *o;
   const ddp_dist_t *dist;
   ddp_backend_t *be;
-  ddp_corpus_t train, val;
-  int have_val;
-  ddp_plan_t plan, val_plan;
-  ddp_batch_t batch;
+  ddp_train_data_t data;
+  ddp_sampler_t *sampler, *val_sampler;
+  ddp_batch_t val_batch;
+  ddp_loader_t *loader;
+  ddp_batch_t slots[LOADER_DEPTH];
   ddp_gpt_t *model;
+  ddp_comm_t *comm;
+  ddp_reducer_t *reducer;
+  ddp_reducer_tensor_t *rtensors;
+  ddp_status_t hook_status; /* first reducer error raised inside backward */
   ddp_optim_config_t ocfg;
   ddp_optim_segment_t *segs;
   float *state, *grad_sumsq; /* backend memory */
+  float *host_params;        /* --check-replicas */
   ddp_metrics_t metrics;
   double peak_gflops;
   int64_t steps;
@@ -43,64 +64,37 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static ddp_status_t load_data(trainer_t *tr) {
-  const ddp_options_t *o = tr->o;
-  const int T = (int)o->seq_len;
-  if (o->data[0]) {
-    DDP_CHECK(ddp_train_load_glob(&tr->train, o->data, T));
-    if (o->val_data[0]) {
-      DDP_CHECK(ddp_train_load_glob(&tr->val, o->val_data, T));
-      if (tr->val.vocab != tr->train.vocab || tr->val.eot != tr->train.eot)
-        DDP_FAIL(DDP_ERR_FORMAT, "--val-data has vocabulary %d / EOT %d but --data has %d / %d",
-                 tr->val.vocab, tr->val.eot, tr->train.vocab, tr->train.eot);
-      tr->have_val = 1;
-    }
-  } else {
-    if (o->val_data[0])
-      DDP_FAIL(DDP_ERR_INVALID_ARG, "--val-data needs --data (the built-in set has its own split)");
-    DDP_CHECK(ddp_builtin_corpus(&tr->train, (uint64_t)o->seed, DDP_SPLIT_TRAIN,
-                                 DDP_BUILTIN_TRAIN_DOCS, T, T));
-    DDP_CHECK(
-        ddp_builtin_corpus(&tr->val, (uint64_t)o->seed, DDP_SPLIT_VAL, DDP_BUILTIN_VAL_DOCS, T, T));
-    tr->have_val = 1;
-  }
+/* ---- loader callbacks: this rank's micro-batches in consumption order ---- */
+
+static ddp_status_t slot_init(void *ctx, int slot, void **item) {
+  trainer_t *tr = ctx;
+  DDP_CHECK(
+      ddp_batch_init(&tr->slots[slot], tr->o->tokens_per_batch, ddp_sampler_max_rows(tr->sampler)));
+  *item = &tr->slots[slot];
   return DDP_OK;
 }
 
-static ddp_status_t setup(trainer_t *tr) {
-  const ddp_options_t *o = tr->o;
-  if (o->tokens_per_batch < o->seq_len)
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "--tokens-per-batch %lld is smaller than --seq-len %lld: a full "
-             "sequence would not fit in a micro-batch",
-             (long long)o->tokens_per_batch, (long long)o->seq_len);
-  if (o->min_lr > o->lr)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "--min-lr %g exceeds --lr %g", o->min_lr, o->lr);
-  ddp_gpt_config_t mc = {.n_layer = (int)o->n_layer,
-                         .n_head = (int)o->n_head,
-                         .n_embd = (int)o->n_embd,
-                         .max_seq_len = (int)o->seq_len};
-  mc.vocab = 2; /* validated again below with the data's vocabulary */
-  DDP_CHECK(ddp_gpt_config_validate(&mc));
-  DDP_CHECK(load_data(tr));
-  mc.vocab = tr->train.vocab;
-  const int max_rows = (int)(o->tokens_per_batch / 2);
-  DDP_CHECK(ddp_plan_create(&tr->plan, &tr->train, (uint64_t)o->seed, o->tokens_per_batch, max_rows,
-                            (int)o->seq_len));
-  if (tr->have_val)
-    DDP_CHECK(ddp_plan_create(&tr->val_plan, &tr->val, (uint64_t)o->seed, o->tokens_per_batch,
-                              max_rows, (int)o->seq_len));
-  DDP_CHECK(ddp_batch_init(&tr->batch, &tr->plan));
-  tr->steps = o->steps;
-  if (tr->steps == 0) {
-    int64_t per_epoch = 0;
-    DDP_CHECK(ddp_plan_micro_batches_per_epoch(&tr->plan, 0, &per_epoch));
-    tr->steps = (o->epochs > 0 ? o->epochs : 1) * per_epoch / o->accum;
-    if (tr->steps < 1) tr->steps = 1;
-  }
-  DDP_CHECK(ddp_gpt_create(&tr->model, tr->be, &mc, o->tokens_per_batch));
-  DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
+static void slot_destroy(void *ctx, int slot, void *item) {
+  (void)item;
+  ddp_batch_destroy(&((trainer_t *)ctx)->slots[slot]);
+}
 
+static ddp_status_t fill_slot(void *ctx, int64_t seq, void *item) {
+  trainer_t *tr = ctx;
+  const int64_t accum = tr->o->accum;
+  return ddp_sampler_fill(tr->sampler, seq / accum, tr->dist->rank, (int)(seq % accum), item);
+}
+
+static void on_grad_ready(void *ctx, size_t offset, size_t count) {
+  trainer_t *tr = ctx;
+  if (tr->hook_status != DDP_OK) return;
+  tr->hook_status = ddp_reducer_mark_ready(tr->reducer, offset, count);
+}
+
+/* ---- set-up ----------------------------------------------------------------- */
+
+static ddp_status_t setup_optimizer(trainer_t *tr) {
+  const ddp_options_t *o = tr->o;
   ddp_optim_kind_t kind;
   if (ddp_optim_kind_parse(o->optimizer, &kind) != DDP_OK)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "unknown optimizer '%s'", o->optimizer);
@@ -115,10 +109,12 @@ static ddp_status_t setup(trainer_t *tr) {
   const int nt = ddp_gpt_num_tensors(tr->model);
   const size_t n = ddp_gpt_num_params(tr->model);
   tr->segs = calloc((size_t)nt, sizeof *tr->segs);
-  if (!tr->segs) DDP_FAIL(DDP_ERR_OOM, "out of host memory");
+  tr->rtensors = calloc((size_t)nt, sizeof *tr->rtensors);
+  if (!tr->segs || !tr->rtensors) DDP_FAIL(DDP_ERR_OOM, "out of host memory");
   for (int i = 0; i < nt; ++i) {
     const ddp_gpt_tensor_t *t = ddp_gpt_tensor(tr->model, i);
     tr->segs[i] = (ddp_optim_segment_t){.offset = t->offset, .count = t->count, .decay = t->decay};
+    tr->rtensors[i] = (ddp_reducer_tensor_t){.offset = t->offset, .count = t->count};
   }
   const size_t state_n = n * ddp_optim_state_per_param(&tr->ocfg);
   if (state_n) {
@@ -126,76 +122,179 @@ static ddp_status_t setup(trainer_t *tr) {
     DDP_CHECK(tr->be->ops->fill(tr->be, tr->state, DDP_DTYPE_F32, 0.0f, state_n, NULL));
   }
   DDP_CHECK(ddp_backend_alloc(tr->be, sizeof(float), (void **)&tr->grad_sumsq));
-  DDP_CHECK(ddp_metrics_open(&tr->metrics, o->metrics));
+  return DDP_OK;
+}
+
+/* Communicator, reducer, agreement checks and rank 0's weights everywhere. */
+static ddp_status_t setup_parallel(trainer_t *tr) {
+  const ddp_options_t *o = tr->o;
+  ddp_comm_config_t cc = {.kind = NULL,
+                          .progress = strcmp(o->comm_progress, "auto") ? o->comm_progress : NULL};
+  DDP_CHECK(ddp_comm_create(tr->dist, &cc, &tr->comm));
+  ddp_reducer_config_t rc = {.grads = ddp_gpt_grads(tr->model),
+                             .tensors = tr->rtensors,
+                             .n_tensors = ddp_gpt_num_tensors(tr->model),
+                             .bucket_bytes = o->bucket_mb * 1048576.0,
+                             .first_bucket_bytes = o->first_bucket_mb * 1048576.0};
+  DDP_CHECK(ddp_reducer_create(tr->comm, &rc, &tr->reducer));
+  ddp_gpt_set_grad_hook(tr->model, on_grad_ready, tr);
+  DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data.train,
+                                      tr->data.have_val ? &tr->data.val : NULL));
+  if (tr->dist->world > 1) {
+    ddp_comm_handle_t h;
+    DDP_CHECK(ddp_comm_broadcast(tr->comm, ddp_gpt_params(tr->model),
+                                 ddp_gpt_num_params(tr->model) * sizeof(float), 0, NULL, &h));
+    DDP_CHECK(ddp_comm_wait(tr->comm, h));
+  }
+  if (o->check_replicas > 0) {
+    tr->host_params = malloc(ddp_gpt_num_params(tr->model) * sizeof(float));
+    if (!tr->host_params) DDP_FAIL(DDP_ERR_OOM, "--check-replicas: out of host memory");
+  }
+  if (tr->dist->world > 1) {
+    size_t off, cnt;
+    ddp_reducer_bucket(tr->reducer, 0, &off, &cnt);
+    DDP_LOG_INFO(
+        "data parallel: %d ranks, %s communicator (%s progress), %d gradient buckets "
+        "(first %.2f MiB, then <= %.1f MiB)",
+        tr->dist->world, ddp_comm_name(tr->comm), ddp_comm_progress_mode(tr->comm),
+        ddp_reducer_num_buckets(tr->reducer), (double)cnt * 4 / 1048576.0, o->bucket_mb);
+  }
+  return DDP_OK;
+}
+
+/* The validation plan: world ranks x 1 micro-batch per step. */
+static ddp_status_t setup_eval(trainer_t *tr, const ddp_gpt_config_t *mc) {
+  if (!tr->data.have_val) return DDP_OK;
+  ddp_sampler_config_t sc;
+  DDP_CHECK(ddp_train_sampler_config(tr->o, mc, tr->dist->world, &sc));
+  sc.accum = 1;
+  DDP_CHECK(ddp_sampler_create(&tr->data.val, &sc, &tr->val_sampler));
+  return ddp_batch_init(&tr->val_batch, tr->o->tokens_per_batch,
+                        ddp_sampler_max_rows(tr->val_sampler));
+}
+
+static ddp_status_t setup(trainer_t *tr) {
+  const ddp_options_t *o = tr->o;
+  if (o->min_lr > o->lr)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--min-lr %g exceeds --lr %g", o->min_lr, o->lr);
+  ddp_gpt_config_t mc;
+  DDP_CHECK(ddp_train_model_config(o, 2, &mc)); /* before loading: cheap errors first */
+  DDP_CHECK(ddp_train_data_load(o, &tr->data));
+  DDP_CHECK(ddp_train_model_config(o, tr->data.train.vocab, &mc));
+  ddp_sampler_config_t sc;
+  DDP_CHECK(ddp_train_sampler_config(o, &mc, tr->dist->world, &sc));
+  DDP_CHECK(ddp_sampler_create(&tr->data.train, &sc, &tr->sampler));
+  ddp_epoch_stats_t es;
+  DDP_CHECK(ddp_sampler_epoch_stats(tr->sampler, 0, &es));
+  tr->steps = o->steps;
+  if (tr->steps == 0) tr->steps = (o->epochs > 0 ? o->epochs : 1) * es.steps;
+  DDP_CHECK(ddp_gpt_create(&tr->model, tr->be, &mc, o->tokens_per_batch));
+  DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
+  DDP_CHECK(setup_optimizer(tr));
+  DDP_CHECK(setup_parallel(tr));
+  DDP_CHECK(setup_eval(tr, &mc));
+
+  int sync = 0;
+  DDP_CHECK(ddp_env_get_bool(DDP_ENV_LOADER_SYNC, &sync));
+  ddp_loader_config_t lc = {.depth = LOADER_DEPTH,
+                            .synchronous = sync,
+                            .ctx = tr,
+                            .slot_init = slot_init,
+                            .slot_destroy = slot_destroy,
+                            .fill = fill_slot};
+  DDP_CHECK(ddp_loader_create(&lc, &tr->loader));
+  DDP_CHECK(ddp_metrics_open(&tr->metrics, tr->dist->rank == 0 ? o->metrics : ""));
   tr->peak_gflops = o->peak_gflops;
   if (tr->peak_gflops <= 0)
     DDP_CHECK(ddp_backend_measure_gemm_gflops(tr->be, tr->be->device < 0 ? 512 : 4096, 0.25,
                                               &tr->peak_gflops));
-  DDP_LOG_INFO("data: %lld documents, %lld tokens, vocabulary %d (%s)", (long long)tr->train.n_docs,
-               (long long)tr->train.n_tokens, tr->train.vocab,
+  DDP_LOG_INFO("data: %lld documents, %lld tokens, vocabulary %d (%s)",
+               (long long)tr->data.train.n_docs, (long long)tr->data.train.n_tokens,
+               tr->data.train.vocab,
                o->data[0] ? o->data : "built-in tasks: copy, reverse, sort, add");
   DDP_LOG_INFO(
-      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations; %s, "
-      "%lld steps x %lld micro-batches of <= %lld tokens; peak %.1f GFLOP/s",
-      mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, n / 1e6,
-      ddp_gpt_activation_bytes(tr->model) / 1048576.0, ddp_optim_kind_name(kind),
-      (long long)tr->steps, (long long)o->accum, (long long)o->tokens_per_batch, tr->peak_gflops);
-  if (tr->dist->world > 1)
-    DDP_LOG_INFO("%d ranks each train their own replica (data parallelism is not enabled yet)",
-                 tr->dist->world);
+      "plan: %s sampler, %lld steps per epoch of %d ranks x %lld micro-batches of <= %lld "
+      "tokens; padding %.1f%%, imbalance mean %.3f worst %.3f (built in %.2f s)",
+      o->sampler, (long long)es.steps, tr->dist->world, (long long)o->accum,
+      (long long)o->tokens_per_batch, 100.0 * es.pad_frac, es.imbalance_mean, es.imbalance_max,
+      es.build_seconds);
+  DDP_LOG_INFO(
+      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations; %s, %lld steps; "
+      "peak %.1f GFLOP/s per rank",
+      mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, ddp_gpt_num_params(tr->model) / 1e6,
+      ddp_gpt_activation_bytes(tr->model) / 1048576.0, ddp_optim_kind_name(tr->ocfg.kind),
+      (long long)tr->steps, tr->peak_gflops);
   return DDP_OK;
 }
 
-/* Executed FLOPs of a micro-batch: padded tokens x (6N + 6 L C T). */
-static double step_flops(const trainer_t *tr, int64_t padded, int T) {
-  const ddp_gpt_config_t *c = ddp_gpt_config(tr->model);
-  return (double)padded *
-         (6.0 * (double)ddp_gpt_num_params(tr->model) + 6.0 * c->n_layer * c->n_embd * (double)T);
-}
+/* ---- evaluation ---------------------------------------------------------------- */
 
+/* Validation loss over at least --eval-tokens targets, the micro-batches
+ * shared out among the ranks (a plan of world ranks x 1 on the validation
+ * data) and the sums combined: the same number on every rank. */
 static ddp_status_t evaluate(trainer_t *tr, double *val_loss) {
   *val_loss = NAN;
-  if (!tr->have_val) return DDP_OK;
-  double loss = 0.0;
-  int64_t targets = 0, per_epoch = 0;
-  DDP_CHECK(ddp_plan_micro_batches_per_epoch(&tr->val_plan, 0, &per_epoch));
-  ddp_batch_t b;
-  DDP_CHECK(ddp_batch_init(&b, &tr->val_plan));
-  ddp_status_t st = DDP_OK;
-  for (int64_t i = 0; i < per_epoch && targets < tr->o->eval_tokens; ++i) {
-    DDP_CHECK_GOTO(ddp_plan_fill(&tr->val_plan, i, &b), st, out);
-    DDP_CHECK_GOTO(ddp_gpt_forward(tr->model, b.inputs, b.targets, b.B, b.T, 0, 0.0f), st, out);
-    targets += b.n_targets;
+  if (!tr->data.have_val) return DDP_OK;
+  int64_t steps = 0, targets = 0;
+  ddp_batch_t *b = &tr->val_batch;
+  DDP_CHECK(ddp_sampler_steps_in_epoch(tr->val_sampler, 0, &steps));
+  for (int64_t i = 0; i < steps && targets < tr->o->eval_tokens; ++i) {
+    DDP_CHECK(ddp_sampler_fill(tr->val_sampler, i, tr->dist->rank, 0, b));
+    DDP_CHECK(ddp_gpt_forward(tr->model, b->inputs, b->targets, b->B, b->T, 0, 0.0f));
+    targets += b->info.n_targets;
   }
-  DDP_CHECK_GOTO(ddp_gpt_take_loss(tr->model, &loss), st, out);
+  double loss = 0.0;
+  DDP_CHECK(ddp_gpt_take_loss(tr->model, &loss));
+  DDP_CHECK(ddp_dist_sum_double(tr->dist, &loss));
   *val_loss = targets ? loss / (double)targets : NAN;
-out:
-  ddp_batch_destroy(&b);
-  return st;
+  return DDP_OK;
 }
 
+/* ---- the step ------------------------------------------------------------------- */
+
 typedef struct window {
-  double t0, flops, loss_targets;
+  double t0;
+  double flops, loss_targets, compute_s, exposed_ms, imbalance;
   int64_t useful, padded, steps;
 } window_t;
 
+typedef struct totals {
+  double t0, t_end, compute_s, exposed_ms, comm_ms, wait_ms, flops, imbalance, imbalance_max;
+  int64_t useful, padded, steps;
+} totals_t;
+
 static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float lr) {
-  const int64_t accum = tr->o->accum, first = step * accum;
-  int64_t step_targets = 0;
-  DDP_CHECK(ddp_plan_count_targets(&tr->plan, first, accum, &step_targets));
-  if (step_targets <= 0)
-    DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
-  const float dloss = 1.0f / (float)step_targets;
+  const int64_t accum = tr->o->accum;
+  const double t0 = now_seconds();
+  double wait_s = 0.0;
+  ddp_step_info_t info = {0};
   for (int64_t k = 0; k < accum; ++k) {
-    ddp_batch_t *b = &tr->batch;
-    DDP_CHECK(ddp_plan_fill(&tr->plan, first + k, b));
+    void *item;
+    const double a0 = now_seconds();
+    DDP_CHECK(ddp_loader_acquire(tr->loader, step * accum + k, &item));
+    wait_s += now_seconds() - a0;
+    ddp_batch_t *b = item;
+    info = b->info;
+    if (info.n_targets <= 0)
+      DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
+    const float dloss = 1.0f / (float)info.n_targets;
     DDP_CHECK(ddp_gpt_forward(tr->model, b->inputs, b->targets, b->B, b->T, 1, dloss));
     DDP_CHECK(ddp_gpt_backward(tr->model, k > 0, k == accum - 1));
-    w->flops += step_flops(tr, b->n_padded, b->T);
-    w->useful += b->n_targets;
-    w->padded += b->n_padded;
+    DDP_CHECK(tr->hook_status);
+    /* after backward: the embedding backward reads the batch's tokens */
+    DDP_CHECK(ddp_loader_release(tr->loader, item));
   }
-  w->loss_targets += (double)step_targets;
+  const double compute_end = now_seconds();
+  double exposed_ms = 0.0;
+  DDP_CHECK(ddp_reducer_finish(tr->reducer, &exposed_ms));
+  w->compute_s += compute_end - t0 - wait_s;
+  w->exposed_ms += exposed_ms;
+  w->flops += info.cost_mean * tr->dist->world;
+  w->imbalance += info.cost_mean > 0 ? info.cost_max / info.cost_mean : 1.0;
+  w->useful += info.n_targets;
+  w->padded += info.n_padded;
+  w->loss_targets += (double)info.n_targets;
+
   const size_t n = ddp_gpt_num_params(tr->model);
   DDP_CHECK(
       ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f, NULL));
@@ -215,68 +314,153 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   return DDP_OK;
 }
 
-/* The log point: the one place the loss and grad norm come to the host. */
+/* Per-rank compute time of the window: slowest and fastest, with ranks. */
+static ddp_status_t gather_compute(trainer_t *tr, double mine, double *max, double *min,
+                                   int *slowest) {
+  const int W = tr->dist->world;
+  double stack[64];
+  double *all = W <= 64 ? stack : malloc((size_t)W * sizeof *all);
+  if (!all) DDP_FAIL(DDP_ERR_OOM, "out of host memory");
+  ddp_comm_handle_t h;
+  ddp_status_t st = ddp_comm_allgather(tr->comm, &mine, all, sizeof mine, NULL, &h);
+  if (st == DDP_OK) st = ddp_comm_wait(tr->comm, h);
+  if (st == DDP_OK) {
+    *slowest = 0;
+    *max = *min = all[0];
+    for (int r = 1; r < W; ++r) {
+      if (all[r] > *max) *max = all[r], *slowest = r;
+      if (all[r] < *min) *min = all[r];
+    }
+  }
+  if (all != stack) free(all);
+  return st;
+}
+
+/* The log point: the one place the loss, grad norm and timings meet. */
 static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float lr,
-                                 int64_t *tokens_total) {
+                                 totals_t *tot) {
   double loss_sum = 0.0;
   float sumsq = 0.0f;
   DDP_CHECK(ddp_gpt_take_loss(tr->model, &loss_sum));
+  DDP_CHECK(ddp_dist_sum_double(tr->dist, &loss_sum));
   DDP_CHECK(ddp_backend_copy(tr->be, &sumsq, tr->grad_sumsq, sizeof sumsq,
                              DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   DDP_CHECK(ddp_backend_sync(tr->be, NULL));
   const double dt = now_seconds() - w->t0;
+  const double ns = (double)w->steps;
+  double cmax, cmin;
+  int slowest;
+  DDP_CHECK(gather_compute(tr, 1e3 * w->compute_s / ns, &cmax, &cmin, &slowest));
+  ddp_comm_stats_t cs;
+  ddp_comm_get_stats(tr->comm, &cs);
+  ddp_comm_reset_stats(tr->comm);
+  ddp_loader_stats_t ls;
+  ddp_loader_get_stats(tr->loader, &ls);
+  ddp_loader_reset_stats(tr->loader);
+
   const double loss = loss_sum / w->loss_targets, gnorm = sqrt((double)sumsq);
-  const double tok_s = w->useful / dt, ms = 1e3 * dt / (double)w->steps;
-  const double mfu = w->flops / dt / (tr->peak_gflops * 1e9);
-  *tokens_total += w->useful;
+  const double tok_s = (double)w->useful / dt, ms = 1e3 * dt / ns;
+  const double mfu = w->flops / dt / (tr->peak_gflops * 1e9 * tr->dist->world);
+  const double pad = 1.0 - (double)w->useful / (double)w->padded;
+  const double imb = w->imbalance / ns, comm_ms = cs.comm_ms / ns;
+  const double exposed = w->exposed_ms / ns, wait_ms = ls.wait_ms / ns;
   tr->train_loss = loss;
+  tot->compute_s += w->compute_s;
+  tot->exposed_ms += w->exposed_ms;
+  tot->comm_ms += cs.comm_ms;
+  tot->wait_ms += ls.wait_ms;
+  tot->flops += w->flops;
+  tot->imbalance += w->imbalance;
+  if (imb > tot->imbalance_max) tot->imbalance_max = imb;
+  tot->useful += w->useful;
+  tot->padded += w->padded;
+  tot->steps += w->steps;
   if (!isfinite(loss))
     DDP_FAIL(DDP_ERR_NUMERIC, "step %lld: the loss is %g; lower --lr or enable --grad-clip",
              (long long)step + 1, loss);
   DDP_LOG_INFO(
-      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f ms/step "
-      "| MFU %.1f%% | pad %.1f%%",
+      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f ms/step | "
+      "MFU %.1f%% | pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms",
       (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, tok_s, ms, 100.0 * mfu,
-      100.0 * (1.0 - (double)w->useful / (double)w->padded));
-  DDP_CHECK(ddp_metrics_write(&tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr",
-                              (double)lr, "grad_norm", gnorm, "tokens", (double)*tokens_total,
-                              "tok_per_s", tok_s, "ms_per_step", ms, "mfu", mfu, NULL));
+      100.0 * pad, imb, comm_ms, exposed, wait_ms);
+  DDP_CHECK(ddp_metrics_write(
+      &tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr", (double)lr, "grad_norm", gnorm,
+      "tokens", (double)tot->useful, "tok_per_s", tok_s, "ms_per_step", ms, "mfu", mfu, "pad_frac",
+      pad, "imbalance", imb, "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms",
+      exposed, "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
+      "allreduce_per_step", (double)cs.n_allreduce / ns, NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }
 
-/* The plan is a pure function of the micro-batch index, so the batches of
- * the run are rebuilt here rather than kept during it. */
+static ddp_status_t check_replicas(trainer_t *tr, int64_t step) {
+  uint64_t h;
+  DDP_CHECK(ddp_train_params_hash(tr->model, tr->host_params, &h));
+  char what[96];
+  snprintf(what, sizeof what, "the parameters after step %lld (--check-replicas)",
+           (long long)step + 1);
+  if (ddp_dist_agree_u64(tr->dist, what, h) != DDP_OK)
+    DDP_FAIL(DDP_ERR_MISMATCH,
+             "replicas diverged by step %lld: the ranks named above hold different weights",
+             (long long)step + 1);
+  return DDP_OK;
+}
+
+/* DDPTRAIN_FAULT_PERTURB_RANK: the named rank nudges one weight, so tests
+ * can prove that --check-replicas notices diverged replicas. */
+static ddp_status_t maybe_perturb(trainer_t *tr) {
+  double rank = -1;
+  DDP_CHECK(ddp_env_get_double(DDP_ENV_FAULT_PERTURB_RANK, &rank));
+  if ((int)rank != tr->dist->rank) return DDP_OK;
+  float v;
+  float *p = ddp_gpt_params(tr->model);
+  DDP_CHECK(ddp_backend_copy(tr->be, &v, p, sizeof v, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  v += 1e-3f;
+  DDP_CHECK(ddp_backend_copy(tr->be, p, &v, sizeof v, DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  DDP_LOG_WARN("fault injection: rank %d perturbed one weight", tr->dist->rank);
+  return DDP_OK;
+}
+
+/* --dump-batches: this rank's micro-batches of the run (a path with ".rankN"
+ * appended when there are several ranks), rebuilt from the plan. */
 static ddp_status_t dump_batches(trainer_t *tr, const char *path) {
   const int64_t n = tr->steps * tr->o->accum;
   ddp_st_tensor_t *t = calloc((size_t)(2 * n), sizeof *t);
   char *names = calloc((size_t)(2 * n), 48);
   int32_t **data = calloc((size_t)(2 * n), sizeof *data);
+  char file[1100];
+  if (tr->dist->world > 1)
+    snprintf(file, sizeof file, "%s.rank%d", path, tr->dist->rank);
+  else
+    snprintf(file, sizeof file, "%s", path);
+  ddp_batch_t b = {0};
   ddp_status_t st = DDP_OK;
   if (!t || !names || !data) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
+  DDP_CHECK_GOTO(ddp_batch_init(&b, tr->o->tokens_per_batch, ddp_sampler_max_rows(tr->sampler)), st,
+                 out);
   for (int64_t i = 0; i < n; ++i) {
-    ddp_batch_t *b = &tr->batch;
-    DDP_CHECK_GOTO(ddp_plan_fill(&tr->plan, i, b), st, out);
+    DDP_CHECK_GOTO(fill_slot(tr, i, &b), st, out);
     for (int k = 0; k < 2; ++k) {
       const int64_t j = 2 * i + k;
-      const size_t bytes = sizeof(int32_t) * (size_t)b->B * (size_t)b->T;
+      const size_t bytes = sizeof(int32_t) * (size_t)b.B * (size_t)b.T;
       if (!(data[j] = malloc(bytes)))
         DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
-      memcpy(data[j], k ? b->targets : b->inputs, bytes);
+      memcpy(data[j], k ? b.targets : b.inputs, bytes);
       snprintf(names + 48 * j, 48, "batch.%lld.%s", (long long)i, k ? "targets" : "inputs");
       t[j] = (ddp_st_tensor_t){.name = names + 48 * j,
                                .dtype = DDP_DTYPE_I32,
                                .ndim = 2,
-                               .shape = {b->B, b->T},
+                               .shape = {b.B, b.T},
                                .data = data[j]};
     }
   }
   char accum[24];
   snprintf(accum, sizeof accum, "%lld", (long long)tr->o->accum);
   const char *meta[] = {"accum", accum, NULL};
-  DDP_CHECK_GOTO(ddp_safetensors_write(path, t, (int)(2 * n), meta), st, out);
-  DDP_LOG_INFO("wrote %lld micro-batches to %s", (long long)n, path);
+  DDP_CHECK_GOTO(ddp_safetensors_write(file, t, (int)(2 * n), meta), st, out);
+  DDP_LOG_INFO("wrote %lld micro-batches to %s", (long long)n, file);
 out:
+  ddp_batch_destroy(&b);
   for (int64_t j = 0; data && j < 2 * n; ++j) free(data[j]);
   free(data);
   free(names);
@@ -284,44 +468,79 @@ out:
   return st;
 }
 
+static void print_summary(const trainer_t *tr, const totals_t *t, double val_loss, double acc,
+                          int n_acc) {
+  const double dt = t->t_end - t->t0, ns = (double)(t->steps ? t->steps : 1);
+  const double tok_s = (double)t->useful / dt;
+  const double step_ms = 1e3 * t->compute_s / ns + t->exposed_ms / ns;
+  DDP_LOG_INFO(
+      "summary: %lld steps in %.1f s on %d rank%s | %lld useful tokens | %.0f tok/s "
+      "(%.0f per rank) | MFU %.1f%%",
+      (long long)t->steps, dt, tr->dist->world, tr->dist->world == 1 ? "" : "s",
+      (long long)t->useful, tok_s, tok_s / tr->dist->world,
+      100.0 * t->flops / dt / (tr->peak_gflops * 1e9 * tr->dist->world));
+  DDP_LOG_INFO(
+      "summary: per step %.1f ms compute, %.1f ms in collectives, %.2f ms exposed "
+      "(%.1f%% of the step), %.2f ms waiting for data",
+      1e3 * t->compute_s / ns, t->comm_ms / ns, t->exposed_ms / ns,
+      step_ms > 0 ? 100.0 * (t->exposed_ms / ns) / step_ms : 0.0, t->wait_ms / ns);
+  DDP_LOG_INFO("summary: padding %.1f%% | rank imbalance mean %.3f, worst window %.3f",
+               t->padded ? 100.0 * (1.0 - (double)t->useful / (double)t->padded) : 0.0,
+               t->imbalance / ns, t->imbalance_max);
+  if (n_acc)
+    DDP_LOG_INFO(
+        "summary: final train loss %.4f | val loss %.4f | task accuracy %.1f%% on %d "
+        "held-out documents",
+        tr->train_loss, val_loss, 100.0 * acc, n_acc);
+  else if (tr->data.have_val)
+    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, val_loss);
+  else
+    DDP_LOG_INFO("summary: final train loss %.4f", tr->train_loss);
+}
+
 static ddp_status_t run(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   DDP_CHECK(setup(tr));
   double val_loss = NAN;
-  int64_t tokens_total = 0;
+  totals_t tot = {.t0 = now_seconds()};
+  DDP_CHECK(ddp_loader_start(tr->loader, 0, tr->steps * o->accum));
   window_t w = {.t0 = now_seconds()};
   for (int64_t step = 0; step < tr->steps; ++step) {
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
     DDP_CHECK(train_step(tr, step, &w, lr));
+    if (step == 0) DDP_CHECK(maybe_perturb(tr));
     const int last = step + 1 == tr->steps;
-    if ((step + 1) % o->log_every == 0 || last)
-      DDP_CHECK(log_progress(tr, step, &w, lr, &tokens_total));
+    if ((step + 1) % o->log_every == 0 || last) DDP_CHECK(log_progress(tr, step, &w, lr, &tot));
+    if (o->check_replicas > 0 && ((step + 1) % o->check_replicas == 0 || last))
+      DDP_CHECK(check_replicas(tr, step));
     if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && !last) {
+      const double e0 = now_seconds();
       DDP_CHECK(evaluate(tr, &val_loss));
-      if (tr->have_val) DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, val_loss);
-      w.t0 = now_seconds(); /* evaluation time is not training time */
+      if (tr->data.have_val)
+        DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, val_loss);
+      const double spent = now_seconds() - e0; /* evaluation time is not training time */
+      w.t0 += spent;
+      tot.t0 += spent;
     }
   }
-  /* Final figures: train_loss is that of the last log window. */
+  tot.t_end = now_seconds();
+  DDP_CHECK(ddp_loader_stop(tr->loader));
   DDP_CHECK(evaluate(tr, &val_loss));
   double acc = 0.0;
   int n_acc = 0;
-  if (tr->have_val)
-    DDP_CHECK(
-        ddp_task_accuracy(tr->model, o->tokens_per_batch, &tr->val, TASK_EVAL_DOCS, &acc, &n_acc));
-  if (n_acc)
-    DDP_LOG_INFO("final: val loss %.4f | task accuracy %.1f%% on %d held-out documents", val_loss,
-                 100.0 * acc, n_acc);
-  else if (tr->have_val)
-    DDP_LOG_INFO("final: val loss %.4f", val_loss);
+  if (tr->data.have_val)
+    DDP_CHECK(ddp_task_accuracy(tr->model, o->tokens_per_batch, &tr->data.val, TASK_EVAL_DOCS, &acc,
+                                &n_acc));
+  print_summary(tr, &tot, val_loss, acc, n_acc);
   if (n_acc)
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
-                                "task_acc", acc, NULL));
+                                "task_acc", acc, "tok_per_s",
+                                (double)tot.useful / (tot.t_end - tot.t0), NULL));
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
-                                NULL));
+                                "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0), NULL));
   if (o->dump_batches[0]) DDP_CHECK(dump_batches(tr, o->dump_batches));
-  if (o->export_path[0]) {
+  if (o->export_path[0] && tr->dist->rank == 0) {
     DDP_CHECK(ddp_gpt_export_safetensors(tr->model, o->export_path));
     DDP_LOG_INFO("exported %zu parameters to %s", ddp_gpt_num_params(tr->model), o->export_path);
   }
@@ -331,15 +550,19 @@ static ddp_status_t run(trainer_t *tr) {
 ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_backend_t *be) {
   trainer_t tr = {.o = opts, .dist = dist, .be = be};
   ddp_status_t st = run(&tr);
+  ddp_loader_destroy(tr.loader);
   ddp_metrics_close(&tr.metrics);
+  ddp_reducer_destroy(tr.reducer);
+  ddp_comm_destroy(tr.comm);
+  free(tr.host_params);
   ddp_backend_free(be, tr.grad_sumsq);
   ddp_backend_free(be, tr.state);
   free(tr.segs);
+  free(tr.rtensors);
   ddp_gpt_destroy(tr.model);
-  ddp_batch_destroy(&tr.batch);
-  if (tr.have_val) ddp_plan_destroy(&tr.val_plan);
-  ddp_plan_destroy(&tr.plan);
-  ddp_corpus_destroy(&tr.val);
-  ddp_corpus_destroy(&tr.train);
+  ddp_sampler_destroy(tr.sampler);
+  ddp_sampler_destroy(tr.val_sampler);
+  ddp_batch_destroy(&tr.val_batch);
+  ddp_train_data_destroy(&tr.data);
   return st;
 }

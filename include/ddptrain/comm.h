@@ -1,0 +1,138 @@
+/* The communicator: asynchronous collectives over the ranks of a job.
+ *
+ * The gradient reducer issues one all-reduce per bucket while backward is
+ * still running and waits for them all before the optimizer, so every
+ * collective here is asynchronous: a call *issues* the operation and returns a
+ * completion handle; wait() (or test()/stream_wait()) completes it. One
+ * interface serves three implementations, picked by name:
+ *   - "self": world size 1; every collective is complete when issued;
+ *   - "mpi":  host buffers over MPI, progressed by a helper thread running
+ *             blocking collectives ("thread") or by nonblocking MPI requests
+ *             tested whenever the caller calls in ("test");
+ *   - "nccl" (planned): device buffers, a comm stream and CUDA events.
+ * The `stream` arguments exist for the device communicator: it orders the
+ * collective after the work already queued on `stream`, and stream_wait()
+ * makes a stream wait for completion without a host sync. Host communicators
+ * ignore them.
+ *
+ * Rules, the same for every implementation so a reducer bug shows up on one
+ * rank too:
+ *   - collectives must be issued in the same order, with the same sizes, on
+ *     every rank;
+ *   - a buffer belongs to the communicator from issue until its handle
+ *     completes: do not read or write it in between;
+ *   - handles come from a fixed pool of max_inflight slots allocated at create
+ *     (nothing is allocated per collective); issuing with every slot in use is
+ *     DDP_ERR_INVALID_ARG, never a wait; each handle must be released by
+ *     exactly one wait() or stream_wait(); using it again is an error;
+ *   - one host thread uses a communicator (the internal progress thread aside);
+ *   - create and destroy are collective (the MPI one duplicates
+ *     MPI_COMM_WORLD, so its traffic never mixes with other MPI calls), and
+ *     destroy must come before ddp_dist_finalize(). */
+#ifndef DDPTRAIN_COMM_H
+#define DDPTRAIN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/dist.h"
+#include "ddptrain/dtype.h"
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddp_comm ddp_comm_t; /* opaque */
+
+/* Completion handle: names a slot of the pool (and, in its upper bits, the
+ * slot's generation, so a handle used after its release is reported instead
+ * of silently waiting on whatever reuses the slot). Non-negative when valid;
+ * DDP_COMM_HANDLE_NONE is never returned for an issued collective. */
+typedef int32_t ddp_comm_handle_t;
+#define DDP_COMM_HANDLE_NONE ((ddp_comm_handle_t)-1)
+
+/* Largest accepted max_inflight (the slot index must fit 16 bits). */
+#define DDP_COMM_MAX_INFLIGHT 4096
+
+typedef struct ddp_comm_stats {
+  int64_t n_allreduce, n_broadcast, n_allgather, n_barrier; /* issued since reset */
+  /* Payload bytes: allreduce count x element size, broadcast bytes,
+   * allgather bytes_per_rank x world (the gathered buffer). */
+  int64_t bytes;
+  /* Wall time spent inside the collectives: the progress thread's blocking
+   * calls ("thread"), or every MPI call the caller made: issue, test, wait
+   * ("test"). It can exceed wall time minus compute when collectives overlap. */
+  double comm_ms;
+  double wait_ms; /* time the caller spent blocked in wait()/stream_wait()/barrier() */
+} ddp_comm_stats_t;
+
+typedef struct ddp_comm_config {
+  const char *kind;     /* "self", "mpi"; NULL or "auto": self for world 1, else mpi */
+  const char *progress; /* MPI progress: "thread" | "test"; NULL: the measured default
+                           (ddp_comm_default_progress()); other kinds accept and ignore it */
+  int max_inflight;     /* handle pool size; 0 = 64; at most DDP_COMM_MAX_INFLIGHT */
+} ddp_comm_config_t;
+
+/* Collective over the world of `dist`. cfg may be NULL (all defaults). An
+ * unknown kind or progress mode, a kind this build lacks, "self" with more
+ * than one rank, or "thread" progress when MPI was not initialised with
+ * MPI_THREAD_MULTIPLE are errors naming the problem (only a mode the config
+ * asked for: an unusable default is replaced by a usable mode, with an info
+ * line). */
+ddp_status_t ddp_comm_create(const ddp_dist_t *dist, const ddp_comm_config_t *cfg,
+                             ddp_comm_t **out);
+/* Completes all outstanding collectives (ranks are blocked in them, so they
+ * cannot be abandoned; a warning names how many were never waited for), stops
+ * the progress thread, frees everything. Safe on NULL. */
+void ddp_comm_destroy(ddp_comm_t *c);
+
+int ddp_comm_rank(const ddp_comm_t *c);
+int ddp_comm_world(const ddp_comm_t *c);
+const char *ddp_comm_name(const ddp_comm_t *c);          /* "self", "mpi" */
+const char *ddp_comm_progress_mode(const ddp_comm_t *c); /* "thread", "test"; "none" for self */
+/* The progress mode "mpi" uses when the config names none. */
+const char *ddp_comm_default_progress(void);
+
+/* In-place SUM over all ranks of count elements of dtype at buf. fp32 and
+ * int32 reduce exactly as MPI does; bf16 and fp16 reduce through a custom MPI
+ * operation that widens each pair to fp32, adds and rounds back (so every
+ * partial sum is rounded to 16 bits; gradients are meant to be reduced in
+ * fp32). ddp_dtype_t has no fp64 yet: when it gets one, it is one line in
+ * comm_mpi.c's type map. count 0 is a valid (empty) collective and buf may
+ * then be NULL. h may be NULL: the call then completes before returning. */
+ddp_status_t ddp_comm_allreduce_sum(ddp_comm_t *c, void *buf, size_t count, ddp_dtype_t dtype,
+                                    void *stream, ddp_comm_handle_t *h);
+/* bytes at buf on rank `root` are copied to buf on every rank. */
+ddp_status_t ddp_comm_broadcast(ddp_comm_t *c, void *buf, size_t bytes, int root, void *stream,
+                                ddp_comm_handle_t *h);
+/* recv (bytes_per_rank x world) receives each rank's send block in rank
+ * order. send may be recv + rank x bytes_per_rank (in place); any other
+ * overlap is an error. */
+ddp_status_t ddp_comm_allgather(ddp_comm_t *c, const void *send, void *recv, size_t bytes_per_rank,
+                                void *stream, ddp_comm_handle_t *h);
+/* Blocking. Ordered with the queued collectives like any other. */
+ddp_status_t ddp_comm_barrier(ddp_comm_t *c);
+
+/* Blocks the host until the collective is done and releases the handle;
+ * returns the collective's own status. */
+ddp_status_t ddp_comm_wait(ddp_comm_t *c, ddp_comm_handle_t h);
+/* Non-blocking: sets *done to 1 when the collective is complete (advancing
+ * nonblocking requests first), and then returns the collective's status. It
+ * does not release the handle: wait() still has to, and returns at once after
+ * a test() that said done. */
+ddp_status_t ddp_comm_test(ddp_comm_t *c, ddp_comm_handle_t h, int *done);
+/* Device communicators: makes `stream` wait for the collective without
+ * blocking the host, and releases the handle. Host communicators: wait(). */
+ddp_status_t ddp_comm_stream_wait(ddp_comm_t *c, ddp_comm_handle_t h, void *stream);
+/* Gives nonblocking requests a chance to advance; cheap when nothing is
+ * outstanding. The reducer calls it between layers. */
+void ddp_comm_progress(ddp_comm_t *c);
+
+void ddp_comm_get_stats(const ddp_comm_t *c, ddp_comm_stats_t *s);
+void ddp_comm_reset_stats(ddp_comm_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,71 @@
+/* The gradient reducer: bucketed, asynchronous SUM all-reduce of the flat
+ * gradient buffer, overlapped with backward (DESIGN.md, parameters,
+ * gradients, buckets).
+ *
+ * Gradients live in one buffer laid out in the order backward finishes them
+ * (the model's contract), so buckets are contiguous slices of it and the
+ * collective runs on the slice in place, with no copies. The first bucket is
+ * small (--first-bucket-mb) so communication starts early; the rest hold
+ * about --bucket-mb each. A tensor is never split: one larger than the cap
+ * forms its own bucket.
+ *
+ * The model reports each tensor's gradient as final (ddp_reducer_mark_ready,
+ * wired to the model's grad hook) on the last micro-step of a step only; on
+ * earlier micro-steps gradients accumulate locally and nothing is
+ * communicated. A bucket whose tensors are all ready starts its all-reduce at
+ * once; buckets start strictly in bucket order, which is the same on every
+ * rank, so collectives match across ranks. ddp_reducer_finish waits for
+ * what is still outstanding and reports the time it waited: that is the
+ * communication backward did not hide ("exposed").
+ *
+ * The reduction is a SUM: the loss is already scaled by 1 / (global target
+ * tokens of the step), so the sum is the gradient of the global mean. */
+#ifndef DDPTRAIN_REDUCER_H
+#define DDPTRAIN_REDUCER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/comm.h"
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ddp_reducer ddp_reducer_t;
+
+typedef struct ddp_reducer_tensor {
+  size_t offset, count; /* elements, in buffer order (backward order) */
+} ddp_reducer_tensor_t;
+
+typedef struct ddp_reducer_config {
+  float *grads; /* the flat gradient buffer (backend memory) */
+  const ddp_reducer_tensor_t *tensors;
+  int n_tensors; /* tensors tile the buffer: offsets ascending, no gaps */
+  double bucket_bytes, first_bucket_bytes;
+  void *stream; /* the compute stream gradients are produced on (NULL on CPU) */
+} ddp_reducer_config_t;
+
+ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cfg,
+                                ddp_reducer_t **out);
+void ddp_reducer_destroy(ddp_reducer_t *r);
+
+int ddp_reducer_num_buckets(const ddp_reducer_t *r);
+/* Bucket i's slice [offset, offset + count) of the buffer. */
+void ddp_reducer_bucket(const ddp_reducer_t *r, int i, size_t *offset, size_t *count);
+
+/* The gradient of elements [offset, offset + count) is final for this step:
+ * exactly one tensor's range. Starts every bucket that became complete.
+ * Errors (a range that is not a tensor, a tensor marked twice) stop the step. */
+ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t count);
+
+/* After the last micro-step's backward: every tensor must have been marked;
+ * waits for all buckets. *exposed_ms (optional) gets the time spent waiting.
+ * Resets for the next step. */
+ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

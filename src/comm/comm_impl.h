@@ -1,0 +1,91 @@
+/* What communicator implementations share (internal): the ops table each one
+ * fills, the handle pool's slots, and the communicator object itself.
+ *
+ * comm.c owns everything that is the same for every implementation: argument
+ * checks, the handle pool (acquire at issue, release at wait), statistics
+ * counters and the wait-time clock. An implementation only starts a
+ * collective described by a slot and later completes it, so a device
+ * communicator (events per slot, a comm stream) fits the same table. */
+#ifndef DDPTRAIN_COMM_IMPL_H
+#define DDPTRAIN_COMM_IMPL_H
+
+#include <config.h>
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/comm.h"
+
+typedef enum ddp_comm_op {
+  DDP_COMM_OP_ALLREDUCE = 0,
+  DDP_COMM_OP_BROADCAST = 1,
+  DDP_COMM_OP_ALLGATHER = 2,
+  DDP_COMM_OP_BARRIER = 3
+} ddp_comm_op_t;
+
+/* One collective in flight. comm.c fills the description before start() and
+ * does not touch the slot again until the implementation says it is done;
+ * `done` and `status` belong to the implementation (and to its locking). */
+typedef struct ddp_comm_slot {
+  int index;    /* position in the pool; implementations key per-slot state on it */
+  uint16_t gen; /* bumped at each acquire; part of the handle */
+  int in_use;
+  ddp_comm_op_t op;
+  void *buf;        /* allreduce and broadcast data; allgather receive buffer */
+  const void *send; /* allgather send block; NULL when in place */
+  size_t count;     /* allreduce elements; broadcast bytes; allgather bytes per rank */
+  ddp_dtype_t dtype;
+  int root;
+  int done;
+  ddp_status_t status;
+} ddp_comm_slot_t;
+
+typedef struct ddp_comm_ops {
+  const char *name; /* the kind: "self", "mpi" */
+  const char *mode; /* progress mode: "thread" / "test" for MPI; NULL where a kind has none */
+  /* Nonzero when this implementation can serve `dist`; otherwise, when why
+   * is not NULL, writes the reason there. */
+  int (*available)(const ddp_dist_t *dist, char *why, size_t why_len);
+  ddp_status_t (*init)(ddp_comm_t *c, const ddp_dist_t *dist);
+  /* Completes whatever is still in flight, then frees c->impl. */
+  void (*shutdown)(ddp_comm_t *c);
+  /* Issues the collective described by s, ordered after the work on stream. */
+  ddp_status_t (*start)(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream);
+  /* Block until s is done; return its status. */
+  ddp_status_t (*wait)(ddp_comm_t *c, ddp_comm_slot_t *s);
+  ddp_status_t (*test)(ddp_comm_t *c, ddp_comm_slot_t *s, int *done);
+  ddp_status_t (*stream_wait)(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream);
+  void (*progress)(ddp_comm_t *c);
+  ddp_status_t (*barrier)(ddp_comm_t *c);
+} ddp_comm_ops_t;
+
+struct ddp_comm {
+  const ddp_comm_ops_t *ops;
+  int rank, world;
+  int max_inflight;
+  /* max_inflight slots handed out as handles, plus one more at index
+   * max_inflight that implementations may use for the blocking barrier. */
+  ddp_comm_slot_t *slots;
+  int *free_slots; /* stack of free slot indices */
+  int n_free;
+  ddp_comm_stats_t stats; /* all but comm_ms, which is comm_ns below */
+  /* Written by a progress thread as well as the caller. */
+  _Atomic int64_t comm_ns;
+  void *impl;
+};
+
+extern const ddp_comm_ops_t ddp_comm_self_ops;
+#if DDP_HAVE_MPI
+extern const ddp_comm_ops_t ddp_comm_mpi_thread_ops;
+extern const ddp_comm_ops_t ddp_comm_mpi_test_ops;
+#endif
+
+/* Monotonic clock in nanoseconds, for the time statistics. */
+int64_t ddp_comm_now_ns(void);
+
+static inline void ddp_comm_add_time(ddp_comm_t *c, int64_t ns) {
+  atomic_fetch_add_explicit(&c->comm_ns, ns, memory_order_relaxed);
+}
+
+#endif

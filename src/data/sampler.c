@@ -1,0 +1,668 @@
+/* The length-bucketing distributed sampler and the random baseline (see
+ * ddptrain/sampler.h for the algorithm and the contract).
+ *
+ * Everything is integer arithmetic over the window index plus a Philox
+ * stream per (seed, epoch, purpose), so the plan is bit-identical on every
+ * rank and every run. Sorting is a stable counting sort on length (lengths
+ * are bounded by seq_len + 1), which keeps a chunk's sort linear and makes
+ * ties resolve by the shuffled order rather than by a library qsort's
+ * whims. Costs are doubles computed the same way on every rank; the deal
+ * compares them with a deterministic tie-break (the slot index), so equal
+ * costs never make ranks disagree. */
+#include "ddptrain/sampler.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ascii.h"
+#include "ddptrain/check.h"
+#include "ddptrain/rng.h"
+#include "hash.h"
+
+/* Philox stream tags, apart from the built-in data's and each other's. */
+#define STREAM_WINDOWS UINT64_C(0x73616d706c65722e) /* window shuffle */
+#define STREAM_BATCHES UINT64_C(0x6d6963726f2e2e2e) /* micro-batch shuffle */
+
+typedef struct micro_batch {
+  uint32_t first; /* into order[] */
+  uint32_t rows;
+  int32_t T;
+} micro_batch_t;
+
+typedef struct step_stat {
+  int64_t targets, padded;
+  double cost_max, cost_mean;
+  int32_t slowest, wrapped;
+} step_stat_t;
+
+struct ddp_sampler {
+  const ddp_corpus_t *corpus;
+  ddp_sampler_config_t cfg;
+  int max_rows;   /* effective */
+  int fixed_rows; /* random kind: rows per micro-batch */
+  int64_t chunk;
+
+  /* the cached epoch */
+  int64_t epoch;      /* -1: none */
+  uint32_t *order;    /* n_windows + max_rows: windows in micro-batch layout */
+  uint32_t *shuffled; /* n_windows: the epoch's shuffled windows */
+  uint32_t *scratch;  /* n_windows: the pool and the sort's temporary */
+  uint32_t *counts;   /* seq_len + 2 */
+  micro_batch_t *mb;
+  int64_t n_mb, mb_cap;
+  uint32_t *deal; /* n_steps * world * accum micro-batch ids, rank-major per step */
+  step_stat_t *steps;
+  int64_t n_steps, steps_cap;
+  ddp_epoch_stats_t stats;
+
+  /* first global step of each epoch learnt so far */
+  int64_t *epoch_first;
+  int64_t n_epochs_known, epoch_first_cap;
+};
+
+static const char *const kind_names[] = {"bucket", "random"};
+
+ddp_status_t ddp_sampler_kind_parse(const char *name, ddp_sampler_kind_t *kind) {
+  for (int i = 0; i < 2; ++i)
+    if (name && ddp_ascii_ieq(name, kind_names[i])) {
+      *kind = (ddp_sampler_kind_t)i;
+      return DDP_OK;
+    }
+  DDP_FAIL(DDP_ERR_INVALID_ARG, "unknown sampler '%s' (expected bucket or random)",
+           name ? name : "(null)");
+}
+
+const char *ddp_sampler_kind_name(ddp_sampler_kind_t kind) {
+  return (unsigned)kind < 2 ? kind_names[kind] : "unknown";
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void ddp_sampler_destroy(ddp_sampler_t *s) {
+  if (!s) return;
+  free(s->order);
+  free(s->scratch);
+  free(s->shuffled);
+  free(s->counts);
+  free(s->mb);
+  free(s->deal);
+  free(s->steps);
+  free(s->epoch_first);
+  free(s);
+}
+
+int ddp_sampler_max_rows(const ddp_sampler_t *s) {
+  return s->max_rows;
+}
+
+ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_t *cfg,
+                                ddp_sampler_t **out) {
+  if (!c || !cfg || !out) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_create: NULL argument");
+  *out = NULL;
+  if (!c->windows || c->n_windows < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: the corpus has no windows (not indexed?)");
+  if ((unsigned)cfg->kind > DDP_SAMPLER_RANDOM)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: unknown kind %d", (int)cfg->kind);
+  if (cfg->world < 1 || cfg->accum < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: world size %d and accum %d must be at least 1",
+             cfg->world, cfg->accum);
+  if ((int64_t)cfg->world * cfg->accum > INT32_MAX / 2)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: world x accum = %lld is too large",
+             (long long)cfg->world * cfg->accum);
+  if (cfg->tokens_per_batch < 1 || cfg->tokens_per_batch > INT32_MAX)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: --tokens-per-batch %lld is outside 1 .. %d",
+             (long long)cfg->tokens_per_batch, INT32_MAX);
+  if (cfg->cost_a < 0 || cfg->cost_b < 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: cost coefficients %g, %g must not be negative",
+             cfg->cost_a, cfg->cost_b);
+  const int64_t budget = cfg->tokens_per_batch;
+  const int T_max = c->seq_len;
+  /* A window that cannot fit even alone would fail at whatever step first
+   * draws it; find it now and say what to change. */
+  int64_t longest = 0;
+  for (int64_t i = 1; i < c->n_windows; ++i)
+    if (c->windows[i].len > c->windows[longest].len) longest = i;
+  const int64_t longest_T = c->windows[longest].len - 1;
+  if (longest_T > budget)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "sampler: window %lld has %lld tokens per row, more than the budget of "
+             "--tokens-per-batch %lld; raise it to at least %lld or lower --seq-len",
+             (long long)longest, (long long)longest_T, (long long)budget, (long long)longest_T);
+  const int rows_cap = cfg->max_rows > 0 && cfg->max_rows < budget ? cfg->max_rows : (int)budget;
+  if ((uint64_t)c->n_windows + (uint64_t)rows_cap >= UINT32_MAX)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "sampler: %lld windows exceed the %u a plan can index; split the data set",
+             (long long)c->n_windows, UINT32_MAX - (unsigned)rows_cap);
+
+  ddp_sampler_t *s = calloc(1, sizeof *s);
+  if (!s) DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory");
+  s->corpus = c;
+  s->cfg = *cfg;
+  if (s->cfg.cost_a == 0 && s->cfg.cost_b == 0) s->cfg.cost_a = 1.0;
+  s->max_rows = rows_cap;
+  s->chunk = cfg->chunk > 0 ? cfg->chunk : DDP_SAMPLER_DEFAULT_CHUNK;
+  if (cfg->kind == DDP_SAMPLER_RANDOM) {
+    int64_t r = budget / T_max;
+    if (r < 1) r = 1;
+    if (r > rows_cap) r = rows_cap;
+    s->fixed_rows = (int)r;
+  }
+  s->epoch = -1;
+  const size_t n = (size_t)c->n_windows;
+  s->order = malloc((n + (size_t)rows_cap) * sizeof *s->order);
+  s->scratch = malloc(n * sizeof *s->scratch);
+  s->shuffled = malloc(n * sizeof *s->shuffled);
+  s->counts = malloc(((size_t)T_max + 3) * sizeof *s->counts); /* keys 0 .. seq_len + 2 */
+  s->epoch_first_cap = 16;
+  s->epoch_first = malloc((size_t)s->epoch_first_cap * sizeof *s->epoch_first);
+  if (!s->order || !s->scratch || !s->shuffled || !s->counts || !s->epoch_first) {
+    ddp_sampler_destroy(s);
+    DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for a plan of %lld windows",
+             (long long)c->n_windows);
+  }
+  s->epoch_first[0] = 0;
+  *out = s;
+  return DDP_OK;
+}
+
+/* ---- building an epoch ------------------------------------------------------ */
+
+static int32_t wlen(const ddp_sampler_t *s, uint32_t w) {
+  return s->corpus->windows[w].len;
+}
+
+static void shuffle_u32(uint32_t *a, int64_t n, ddp_rng_t *rng) {
+  for (int64_t i = n - 1; i > 0; --i) {
+    const int64_t j = (int64_t)ddp_rng_below(rng, (uint64_t)(n - 1 - i), (uint64_t)i + 1);
+    const uint32_t t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+  }
+}
+
+/* Stable counting sort of a[0..n) by window length, longest first; tmp
+ * holds n. */
+static void sort_by_length(ddp_sampler_t *s, uint32_t *a, int64_t n, uint32_t *tmp) {
+  const int L = s->corpus->seq_len + 1; /* lengths are 2 .. L */
+  uint32_t *cnt = s->counts;
+  memset(cnt, 0, ((size_t)L + 2) * sizeof *cnt);
+  for (int64_t i = 0; i < n; ++i) cnt[L - wlen(s, a[i])]++; /* key 0 = longest */
+  uint32_t sum = 0;
+  for (int k = 0; k <= L; ++k) {
+    const uint32_t c = cnt[k];
+    cnt[k] = sum;
+    sum += c;
+  }
+  for (int64_t i = 0; i < n; ++i) tmp[cnt[L - wlen(s, a[i])]++] = a[i];
+  memcpy(a, tmp, (size_t)n * sizeof *a);
+}
+
+static ddp_status_t push_mb(ddp_sampler_t *s, uint32_t first, uint32_t rows, int32_t T) {
+  if (s->n_mb == s->mb_cap) {
+    const int64_t cap = s->mb_cap ? 2 * s->mb_cap : 1024;
+    micro_batch_t *g = realloc(s->mb, (size_t)cap * sizeof *g);
+    if (!g) DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for %lld micro-batches", (long long)cap);
+    s->mb = g;
+    s->mb_cap = cap;
+  }
+  s->mb[s->n_mb++] = (micro_batch_t){.first = first, .rows = rows, .T = T};
+  return DDP_OK;
+}
+
+/* Greedy packing of src[0..n) (sorted longest first, so the first row of a
+ * batch sets its T) appended to order[*at..]. Every batch but the last is
+ * closed because the next window did not fit. The last one is returned open
+ * (*open_first, *open_rows, *open_T) for the caller to decide about. */
+static ddp_status_t pack_sorted(ddp_sampler_t *s, const uint32_t *src, int64_t n, uint32_t *at,
+                                uint32_t *open_first, uint32_t *open_rows, int32_t *open_T) {
+  const int64_t budget = s->cfg.tokens_per_batch;
+  uint32_t first = *at, rows = 0;
+  int32_t T = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = wlen(s, src[i]) - 1;
+    const int32_t grown = t > T ? t : T;
+    if (rows > 0 && ((int64_t)(rows + 1) * grown > budget || (int64_t)rows + 1 > s->max_rows)) {
+      DDP_CHECK(push_mb(s, first, rows, T));
+      first = *at;
+      rows = 0;
+      T = 0;
+    }
+    s->order[(*at)++] = src[i];
+    ++rows;
+    if (t > T) T = t;
+  }
+  *open_first = first;
+  *open_rows = rows;
+  *open_T = T;
+  return DDP_OK;
+}
+
+/* Could the open batch take one more row of its own length? */
+static int has_room(const ddp_sampler_t *s, uint32_t rows, int32_t T) {
+  return (int64_t)(rows + 1) * T <= s->cfg.tokens_per_batch && (int64_t)rows + 1 <= s->max_rows;
+}
+
+/* Tops up the last batch with windows from the start of the epoch's order
+ * (shuffled[]) while the budget allows, T allowed to grow. */
+static int64_t top_up(ddp_sampler_t *s, const uint32_t *shuffled, uint32_t *at, uint32_t *rows,
+                      int32_t *T, uint32_t target_rows) {
+  const int64_t n = s->corpus->n_windows;
+  int64_t added = 0;
+  for (int64_t i = 0; i < n && *rows < target_rows; ++i) {
+    const int32_t t = wlen(s, shuffled[i]) - 1;
+    const int32_t grown = t > *T ? t : *T;
+    if ((int64_t)(*rows + 1) * grown > s->cfg.tokens_per_batch) continue;
+    s->order[(*at)++] = shuffled[i];
+    ++*rows;
+    *T = grown;
+    ++added;
+  }
+  return added;
+}
+
+/* Closes the epoch's last open batch: topped up from the start of the
+ * epoch's order when it has room, so no step carries a near-empty batch. */
+static ddp_status_t close_last(ddp_sampler_t *s, const uint32_t *shuffled, uint32_t at,
+                               uint32_t first, uint32_t rows, int32_t T, uint32_t target_rows) {
+  if (rows == 0) return DDP_OK;
+  s->stats.wrapped_rows = top_up(s, shuffled, &at, &rows, &T, target_rows);
+  return push_mb(s, first, rows, T);
+}
+
+/* Steps 2-4 of the bucket plan (see sampler.h). Buffers: shuffled = the
+ * epoch's order (kept for the top-up); pool = scratch, which also serves as
+ * the sort's temporary; order[] receives the packed layout. A chunk is
+ * copied to order[at..], sorted there and packed onto itself (packing writes
+ * position at + i right after reading it). */
+static ddp_status_t pack_bucket(ddp_sampler_t *s, const uint32_t *shuffled) {
+  const int64_t n = s->corpus->n_windows;
+  uint32_t *pool = s->scratch;
+  uint32_t at = 0, first, rows;
+  int32_t T;
+  int64_t pooled = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += s->chunk) {
+    const int64_t len = n - c0 < s->chunk ? n - c0 : s->chunk;
+    uint32_t *chunk = s->order + at;
+    memcpy(chunk, shuffled + c0, (size_t)len * sizeof *chunk);
+    sort_by_length(s, chunk, len, pool + pooled); /* n - pooled >= len free there */
+    const uint32_t start = at;
+    DDP_CHECK(pack_sorted(s, s->order + start, len, &at, &first, &rows, &T));
+    if (has_room(s, rows, T)) { /* unfilled: back to the pool */
+      memcpy(pool + pooled, s->order + first, (size_t)rows * sizeof *pool);
+      pooled += rows;
+      at = first;
+    } else {
+      DDP_CHECK(push_mb(s, first, rows, T));
+    }
+  }
+  if (pooled == 0) return DDP_OK;
+  sort_by_length(s, pool, pooled, s->order + at); /* at + pooled == n: room there */
+  DDP_CHECK(pack_sorted(s, pool, pooled, &at, &first, &rows, &T));
+  return close_last(s, shuffled, at, first, rows, T, (uint32_t)s->max_rows);
+}
+
+static ddp_status_t pack_random(ddp_sampler_t *s, const uint32_t *shuffled) {
+  const int64_t n = s->corpus->n_windows;
+  const uint32_t R = (uint32_t)s->fixed_rows;
+  uint32_t at = 0;
+  for (int64_t i = 0; i < n; i += R) {
+    const uint32_t rows = n - i < R ? (uint32_t)(n - i) : R;
+    int32_t T = 0;
+    for (uint32_t r = 0; r < rows; ++r) {
+      const int32_t t = wlen(s, shuffled[i + r]) - 1;
+      if (t > T) T = t;
+      s->order[at + r] = shuffled[i + r];
+    }
+    if (rows < R) return close_last(s, shuffled, at + rows, at, rows, T, R);
+    DDP_CHECK(push_mb(s, at, rows, T));
+    at += rows;
+  }
+  return DDP_OK;
+}
+
+static double mb_cost(const ddp_sampler_t *s, uint32_t id) {
+  const micro_batch_t *m = &s->mb[id];
+  const double tokens = (double)m->rows * (double)m->T;
+  return s->cfg.cost_a * tokens + s->cfg.cost_b * tokens * (double)m->T;
+}
+
+static int64_t mb_targets(const ddp_sampler_t *s, uint32_t id) {
+  const micro_batch_t *m = &s->mb[id];
+  int64_t t = 0;
+  for (uint32_t r = 0; r < m->rows; ++r) t += wlen(s, s->order[m->first + r]) - 1;
+  return t;
+}
+
+enum { MAX_SWAP_ROUNDS = 64 };
+
+/* Step 6 for one step: ids[0..S) in, rank-major out (rank r's micro-batches
+ * at ids[r*accum ..]). LPT, then improving swaps. `load`, `cost`, `owner`
+ * and `tmp` are scratch of world, S, S and S entries. */
+static void deal_step(const ddp_sampler_t *s, uint32_t *ids, double *cost, int *owner,
+                      uint32_t *tmp, double *load, int *count) {
+  const int W = s->cfg.world, A = s->cfg.accum, S = W * A;
+  for (int i = 0; i < S; ++i) cost[i] = mb_cost(s, ids[i]);
+  /* slots by cost, largest first (insertion sort: S is small; ties by slot) */
+  int *by_cost = owner + S; /* second half of owner's 2S scratch */
+  for (int i = 0; i < S; ++i) {
+    int j = i;
+    while (j > 0 && cost[by_cost[j - 1]] < cost[i]) {
+      by_cost[j] = by_cost[j - 1];
+      --j;
+    }
+    by_cost[j] = i;
+  }
+  for (int r = 0; r < W; ++r) load[r] = 0.0, count[r] = 0;
+  for (int k = 0; k < S; ++k) {
+    const int i = by_cost[k];
+    int best = -1;
+    for (int r = 0; r < W; ++r)
+      if (count[r] < A && (best < 0 || load[r] < load[best])) best = r;
+    owner[i] = best;
+    load[best] += cost[i];
+    count[best]++;
+  }
+  /* Swaps: move work off the most loaded rank while that lowers the pair's
+   * maximum below the current one. */
+  for (int round = 0; round < MAX_SWAP_ROUNDS && W > 1 && A > 1; ++round) {
+    int top = 0;
+    for (int r = 1; r < W; ++r)
+      if (load[r] > load[top]) top = r;
+    double best_max = load[top];
+    int bi = -1, bj = -1;
+    for (int i = 0; i < S; ++i) {
+      if (owner[i] != top) continue;
+      for (int j = 0; j < S; ++j) {
+        const int r = owner[j];
+        if (r == top || cost[j] >= cost[i]) continue;
+        const double d = cost[i] - cost[j];
+        const double a = load[top] - d, b = load[r] + d;
+        const double m = a > b ? a : b;
+        if (m < best_max) {
+          best_max = m;
+          bi = i;
+          bj = j;
+        }
+      }
+    }
+    if (bi < 0) break;
+    const int r = owner[bj];
+    const double d = cost[bi] - cost[bj];
+    load[top] -= d;
+    load[r] += d;
+    owner[bi] = r;
+    owner[bj] = top;
+  }
+  for (int r = 0, at = 0; r < W; ++r)
+    for (int i = 0; i < S; ++i)
+      if (owner[i] == r) tmp[at++] = ids[i];
+  memcpy(ids, tmp, (size_t)S * sizeof *ids);
+}
+
+static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
+  const int W = s->cfg.world, A = s->cfg.accum, S = W * A;
+  const int64_t n_mb = s->n_mb;
+  const int64_t n_steps = (n_mb + S - 1) / S;
+  ddp_status_t st = DDP_OK;
+  if (n_steps > s->steps_cap) {
+    uint32_t *deal = realloc(s->deal, (size_t)n_steps * (size_t)S * sizeof *deal);
+    if (deal) s->deal = deal;
+    step_stat_t *steps = deal ? realloc(s->steps, (size_t)n_steps * sizeof *steps) : NULL;
+    if (steps) s->steps = steps;
+    if (!deal || !steps)
+      DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for %lld steps", (long long)n_steps);
+    s->steps_cap = n_steps;
+  }
+  for (int64_t i = 0; i < n_mb; ++i) s->deal[i] = (uint32_t)i;
+  if (s->cfg.kind == DDP_SAMPLER_BUCKET) {
+    ddp_rng_t root, rng;
+    ddp_rng_init(&root, s->cfg.seed, STREAM_BATCHES);
+    ddp_rng_derive(&root, (uint64_t)epoch, &rng);
+    shuffle_u32(s->deal, n_mb, &rng);
+  }
+  /* the tail: the epoch's first micro-batches complete the last step */
+  for (int64_t i = n_mb; i < n_steps * S; ++i) s->deal[i] = s->deal[(i - n_mb) % n_mb];
+  s->stats.wrapped_micro_batches = n_steps * S - n_mb;
+
+  double *cost = malloc((size_t)S * sizeof *cost), *load = malloc((size_t)W * sizeof *load);
+  int *owner = malloc(2 * (size_t)S * sizeof *owner), *count = malloc((size_t)W * sizeof *count);
+  uint32_t *tmp = malloc((size_t)S * sizeof *tmp);
+  if (!cost || !load || !owner || !count || !tmp)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "sampler: out of memory dealing %d micro-batches", S);
+  double imb_sum = 0.0, imb_max = 0.0;
+  s->stats.useful = s->stats.padded = 0;
+  for (int64_t t = 0; t < n_steps; ++t) {
+    uint32_t *ids = s->deal + t * S;
+    if (s->cfg.kind == DDP_SAMPLER_BUCKET) deal_step(s, ids, cost, owner, tmp, load, count);
+    step_stat_t *ss = &s->steps[t];
+    *ss = (step_stat_t){.wrapped = (int32_t)((t + 1) * S > n_mb ? (t + 1) * S - n_mb : 0)};
+    if (ss->wrapped > S) ss->wrapped = S;
+    double total = 0.0;
+    for (int r = 0; r < W; ++r) {
+      double c = 0.0;
+      for (int k = 0; k < A; ++k) {
+        const uint32_t id = ids[r * A + k];
+        c += mb_cost(s, id);
+        ss->targets += mb_targets(s, id);
+        ss->padded += (int64_t)s->mb[id].rows * s->mb[id].T;
+      }
+      total += c;
+      if (r == 0 || c > ss->cost_max) {
+        ss->cost_max = c;
+        ss->slowest = r;
+      }
+    }
+    ss->cost_mean = total / W;
+    const double imb = ss->cost_mean > 0 ? ss->cost_max / ss->cost_mean : 1.0;
+    imb_sum += imb;
+    if (imb > imb_max) imb_max = imb;
+    s->stats.useful += ss->targets;
+    s->stats.padded += ss->padded;
+  }
+  s->n_steps = n_steps;
+  s->stats.steps = n_steps;
+  s->stats.imbalance_mean = imb_sum / (double)n_steps;
+  s->stats.imbalance_max = imb_max;
+  s->stats.pad_frac =
+      s->stats.padded ? 1.0 - (double)s->stats.useful / (double)s->stats.padded : 0.0;
+out:
+  free(cost);
+  free(load);
+  free(owner);
+  free(count);
+  free(tmp);
+  return st;
+}
+
+static ddp_status_t build_epoch(ddp_sampler_t *s, int64_t epoch) {
+  if (s->epoch == epoch) return DDP_OK;
+  const double t0 = now_seconds();
+  s->epoch = -1; /* until complete */
+  s->n_mb = 0;
+  memset(&s->stats, 0, sizeof s->stats);
+  const int64_t n = s->corpus->n_windows;
+  uint32_t *shuffled = s->shuffled;
+  for (int64_t i = 0; i < n; ++i) shuffled[i] = (uint32_t)i;
+  ddp_rng_t root, rng;
+  ddp_rng_init(&root, s->cfg.seed, STREAM_WINDOWS);
+  ddp_rng_derive(&root, (uint64_t)epoch, &rng);
+  shuffle_u32(shuffled, n, &rng);
+  DDP_CHECK(s->cfg.kind == DDP_SAMPLER_BUCKET ? pack_bucket(s, shuffled)
+                                              : pack_random(s, shuffled));
+  DDP_CHECK(deal_epoch(s, epoch));
+  s->stats.windows = n;
+  s->stats.micro_batches = s->n_mb;
+  s->stats.build_seconds = now_seconds() - t0;
+  const int64_t S = (int64_t)s->cfg.world * s->cfg.accum;
+  s->stats.plan_bytes = (int64_t)sizeof *s +
+                        (3 * n + s->max_rows + s->corpus->seq_len + 3) * (int64_t)sizeof(uint32_t) +
+                        s->mb_cap * (int64_t)sizeof *s->mb +
+                        s->steps_cap * (S * (int64_t)sizeof *s->deal + (int64_t)sizeof *s->steps) +
+                        s->epoch_first_cap * (int64_t)sizeof *s->epoch_first;
+  s->epoch = epoch;
+  return DDP_OK;
+}
+
+/* ---- global steps ------------------------------------------------------------ */
+
+static ddp_status_t learn_next_epoch(ddp_sampler_t *s) {
+  const int64_t e = s->n_epochs_known;
+  if (e + 2 > s->epoch_first_cap) {
+    const int64_t cap = s->epoch_first_cap * 2;
+    int64_t *g = realloc(s->epoch_first, (size_t)cap * sizeof *g);
+    if (!g) DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for %lld epochs", (long long)cap);
+    s->epoch_first = g;
+    s->epoch_first_cap = cap;
+  }
+  DDP_CHECK(build_epoch(s, e));
+  s->epoch_first[e + 1] = s->epoch_first[e] + s->n_steps;
+  s->n_epochs_known = e + 1;
+  return DDP_OK;
+}
+
+/* Builds the epoch of global step g; *local = its index in that epoch. */
+static ddp_status_t locate(ddp_sampler_t *s, int64_t g, int64_t *local) {
+  if (!s) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: NULL sampler");
+  if (g < 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: negative step %lld", (long long)g);
+  while (s->epoch_first[s->n_epochs_known] <= g) DDP_CHECK(learn_next_epoch(s));
+  int64_t lo = 0, hi = s->n_epochs_known - 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (s->epoch_first[mid] <= g)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  DDP_CHECK(build_epoch(s, lo));
+  *local = g - s->epoch_first[lo];
+  return DDP_OK;
+}
+
+static ddp_status_t ensure_epoch(ddp_sampler_t *s, int64_t epoch) {
+  if (!s) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: NULL sampler");
+  if (epoch < 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: negative epoch %lld", (long long)epoch);
+  while (s->n_epochs_known <= epoch) DDP_CHECK(learn_next_epoch(s));
+  return build_epoch(s, epoch);
+}
+
+ddp_status_t ddp_sampler_epoch_stats(ddp_sampler_t *s, int64_t epoch, ddp_epoch_stats_t *stats) {
+  if (!stats) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_epoch_stats: NULL result");
+  DDP_CHECK(ensure_epoch(s, epoch));
+  *stats = s->stats;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_sampler_steps_in_epoch(ddp_sampler_t *s, int64_t epoch, int64_t *steps) {
+  if (!steps) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_steps_in_epoch: NULL result");
+  DDP_CHECK(ensure_epoch(s, epoch));
+  *steps = s->n_steps;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_sampler_epoch_digest(ddp_sampler_t *s, int64_t epoch, uint64_t *digest) {
+  if (!digest) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_epoch_digest: NULL result");
+  DDP_CHECK(ensure_epoch(s, epoch));
+  const int64_t S = (int64_t)s->cfg.world * s->cfg.accum;
+  uint64_t h = DDP_FNV1A64_INIT;
+  for (int64_t i = 0; i < s->n_mb; ++i) {
+    const micro_batch_t *m = &s->mb[i];
+    h = ddp_fnv1a64(h, &m->T, sizeof m->T);
+    h = ddp_fnv1a64(h, s->order + m->first, m->rows * sizeof *s->order);
+  }
+  *digest = ddp_fnv1a64(h, s->deal, (size_t)(s->n_steps * S) * sizeof *s->deal);
+  return DDP_OK;
+}
+
+static void info_of(const ddp_sampler_t *s, int64_t g, int64_t local, ddp_step_info_t *info) {
+  const step_stat_t *ss = &s->steps[local];
+  *info = (ddp_step_info_t){.step = g,
+                            .epoch = s->epoch,
+                            .step_in_epoch = local,
+                            .n_targets = ss->targets,
+                            .n_padded = ss->padded,
+                            .cost_max = ss->cost_max,
+                            .cost_mean = ss->cost_mean,
+                            .slowest_rank = ss->slowest,
+                            .wrapped = ss->wrapped};
+}
+
+ddp_status_t ddp_sampler_step_info(ddp_sampler_t *s, int64_t step, ddp_step_info_t *info) {
+  if (!info) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_step_info: NULL result");
+  int64_t local;
+  DDP_CHECK(locate(s, step, &local));
+  info_of(s, step, local, info);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_sampler_fill(ddp_sampler_t *s, int64_t step, int rank, int micro, ddp_batch_t *b) {
+  if (!b || !b->inputs) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: batch not initialised");
+  if (!s) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: NULL sampler");
+  if (rank < 0 || rank >= s->cfg.world || micro < 0 || micro >= s->cfg.accum)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: rank %d / micro-step %d outside %d x %d", rank,
+             micro, s->cfg.world, s->cfg.accum);
+  int64_t local;
+  DDP_CHECK(locate(s, step, &local));
+  const micro_batch_t *m = &s->mb[s->deal[(local * s->cfg.world + rank) * s->cfg.accum + micro]];
+  if (b->capacity < (int64_t)m->rows * m->T || b->max_rows < (int)m->rows)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "sampler_fill: the batch holds %lld tokens / %d rows, the plan needs %lld / %u",
+             (long long)b->capacity, b->max_rows, (long long)m->rows * m->T, m->rows);
+  const ddp_corpus_t *c = s->corpus;
+  const int T = m->T;
+  int64_t targets = 0;
+  for (uint32_t r = 0; r < m->rows; ++r) {
+    const uint32_t w = s->order[m->first + r];
+    const ddp_window_t *win = &c->windows[w];
+    const int tw = win->len - 1;
+    int32_t *in = b->inputs + (size_t)r * (size_t)T;
+    int32_t *tg = b->targets + (size_t)r * (size_t)T;
+    /* inputs are the window's first len - 1 tokens, targets its last */
+    ddp_corpus_read(c, win->seg, win->start, tw, in);
+    memcpy(tg, in + 1, (size_t)(tw - 1) * sizeof *tg);
+    ddp_corpus_read(c, win->seg, win->start + tw, 1, tg + tw - 1);
+    for (int t = tw; t < T; ++t) {
+      in[t] = c->eot;
+      tg[t] = -1;
+    }
+    b->windows[r] = w;
+    targets += tw;
+  }
+  b->B = (int)m->rows;
+  b->T = T;
+  b->n_targets = targets;
+  b->n_padded = (int64_t)m->rows * T;
+  b->micro = micro;
+  info_of(s, step, local, &b->info);
+  return DDP_OK;
+}
+
+/* ---- batch buffers ------------------------------------------------------------ */
+
+ddp_status_t ddp_batch_init(ddp_batch_t *b, int64_t tokens, int max_rows) {
+  if (!b || tokens < 1 || max_rows < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_init: %lld tokens / %d rows", (long long)tokens, max_rows);
+  memset(b, 0, sizeof *b);
+  b->inputs = malloc((size_t)tokens * sizeof *b->inputs);
+  b->targets = malloc((size_t)tokens * sizeof *b->targets);
+  b->windows = malloc((size_t)max_rows * sizeof *b->windows);
+  if (!b->inputs || !b->targets || !b->windows) {
+    ddp_batch_destroy(b);
+    DDP_FAIL(DDP_ERR_OOM, "batch: out of memory for %lld tokens", (long long)tokens);
+  }
+  b->capacity = tokens;
+  b->max_rows = max_rows;
+  return DDP_OK;
+}
+
+void ddp_batch_destroy(ddp_batch_t *b) {
+  if (!b) return;
+  free(b->inputs);
+  free(b->targets);
+  free(b->windows);
+  memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,26 @@
+/* Cross-rank consistency of a data-parallel run (internal): at start-up all
+ * ranks must agree on the configuration, the parameter layout and the data;
+ * during training, --check-replicas compares parameter hashes. Every check
+ * is collective and ends on every rank with DDP_ERR_MISMATCH and a message
+ * naming the differing ranks and what differs: a mismatch must never turn
+ * into a hang or a silently wrong model. */
+#ifndef DDPTRAIN_TRAIN_CONSISTENCY_H
+#define DDPTRAIN_TRAIN_CONSISTENCY_H
+
+#include "ddptrain/data.h"
+#include "ddptrain/dist.h"
+#include "ddptrain/gpt.h"
+#include "ddptrain/options.h"
+
+/* Every flag that must agree (ddp_options_must_agree), the model's tensor
+ * names, shapes and order, and the training (and validation) data's
+ * fingerprint. All fields are checked before returning, so one run reports
+ * every difference. */
+ddp_status_t ddp_train_check_agreement(const ddp_dist_t *dist, const ddp_options_t *o,
+                                       const ddp_gpt_t *model, const ddp_corpus_t *train,
+                                       const ddp_corpus_t *val);
+
+/* FNV-1a of the parameters' bytes; `host` holds num_params floats. */
+ddp_status_t ddp_train_params_hash(ddp_gpt_t *model, float *host, uint64_t *hash);
+
+#endif

@@ -1,0 +1,184 @@
+/* Bucketed overlapped gradient reduction (see ddptrain/reducer.h).
+ *
+ * State per step is a ready flag per tensor and a ready count per bucket,
+ * reset in finish(); nothing is allocated after create. Marking looks the
+ * tensor up by offset with a binary search (tensors are sorted by offset),
+ * so a wrong range is caught rather than silently miscounted. Between
+ * launches the communicator gets a progress call, which is what keeps
+ * non-blocking MPI collectives moving while backward computes. */
+#include "ddptrain/reducer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ddptrain/check.h"
+
+typedef struct bucket {
+  size_t offset, count;
+  int first_tensor, n_tensors;
+  int ready; /* tensors marked this step */
+  ddp_comm_handle_t handle;
+} bucket_t;
+
+struct ddp_reducer {
+  ddp_comm_t *comm;
+  float *grads;
+  void *stream;
+  ddp_reducer_tensor_t *tensors;
+  int n_tensors;
+  int *bucket_of;        /* per tensor */
+  unsigned char *marked; /* per tensor, this step */
+  bucket_t *buckets;
+  int n_buckets;
+  int next_launch; /* buckets before it are launched this step */
+};
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+void ddp_reducer_destroy(ddp_reducer_t *r) {
+  if (!r) return;
+  free(r->tensors);
+  free(r->bucket_of);
+  free(r->marked);
+  free(r->buckets);
+  free(r);
+}
+
+int ddp_reducer_num_buckets(const ddp_reducer_t *r) {
+  return r->n_buckets;
+}
+
+void ddp_reducer_bucket(const ddp_reducer_t *r, int i, size_t *offset, size_t *count) {
+  *offset = r->buckets[i].offset;
+  *count = r->buckets[i].count;
+}
+
+ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cfg,
+                                ddp_reducer_t **out) {
+  if (!comm || !cfg || !out || !cfg->grads || !cfg->tensors || cfg->n_tensors < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_create: NULL argument or no tensors");
+  if (!(cfg->bucket_bytes > 0) || !(cfg->first_bucket_bytes > 0))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: bucket sizes %g / %g bytes must be positive",
+             cfg->bucket_bytes, cfg->first_bucket_bytes);
+  *out = NULL;
+  const int n = cfg->n_tensors;
+  size_t expect = cfg->tensors[0].offset;
+  for (int i = 0; i < n; ++i) {
+    if (cfg->tensors[i].offset != expect || cfg->tensors[i].count == 0)
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "reducer: tensor %d at offset %zu (%zu elements) does not follow the previous "
+               "one at %zu: gradients must tile the buffer in backward order",
+               i, cfg->tensors[i].offset, cfg->tensors[i].count, expect);
+    expect += cfg->tensors[i].count;
+  }
+  ddp_reducer_t *r = calloc(1, sizeof *r);
+  if (!r) DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory");
+  r->comm = comm;
+  r->grads = cfg->grads;
+  r->stream = cfg->stream;
+  r->n_tensors = n;
+  r->tensors = malloc((size_t)n * sizeof *r->tensors);
+  r->bucket_of = malloc((size_t)n * sizeof *r->bucket_of);
+  r->marked = calloc((size_t)n, 1);
+  r->buckets = calloc((size_t)n, sizeof *r->buckets); /* at most one per tensor */
+  if (!r->tensors || !r->bucket_of || !r->marked || !r->buckets) {
+    ddp_reducer_destroy(r);
+    DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
+  }
+  memcpy(r->tensors, cfg->tensors, (size_t)n * sizeof *r->tensors);
+  /* Cut buckets: close one when adding the next tensor would pass the cap. */
+  double cap = cfg->first_bucket_bytes;
+  bucket_t *b = NULL;
+  for (int i = 0; i < n; ++i) {
+    const double bytes = (double)r->tensors[i].count * sizeof(float);
+    if (!b || (double)b->count * sizeof(float) + bytes > cap) {
+      if (b) cap = cfg->bucket_bytes;
+      b = &r->buckets[r->n_buckets++];
+      *b = (bucket_t){
+          .offset = r->tensors[i].offset, .first_tensor = i, .handle = DDP_COMM_HANDLE_NONE};
+    }
+    b->count += r->tensors[i].count;
+    b->n_tensors++;
+    r->bucket_of[i] = r->n_buckets - 1;
+  }
+  *out = r;
+  return DDP_OK;
+}
+
+static int find_tensor(const ddp_reducer_t *r, size_t offset) {
+  int lo = 0, hi = r->n_tensors - 1;
+  while (lo <= hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (r->tensors[mid].offset == offset) return mid;
+    if (r->tensors[mid].offset < offset)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
+/* Starts complete buckets in order. */
+static ddp_status_t launch_ready(ddp_reducer_t *r) {
+  while (r->next_launch < r->n_buckets) {
+    bucket_t *b = &r->buckets[r->next_launch];
+    if (b->ready < b->n_tensors) break;
+    DDP_CHECK(ddp_comm_allreduce_sum(r->comm, r->grads + b->offset, b->count, DDP_DTYPE_F32,
+                                     r->stream, &b->handle));
+    r->next_launch++;
+  }
+  return DDP_OK;
+}
+
+ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t count) {
+  if (!r) DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_mark_ready: NULL reducer");
+  const int t = find_tensor(r, offset);
+  if (t < 0 || r->tensors[t].count != count)
+    DDP_FAIL(DDP_ERR_INTERNAL, "reducer: [%zu, +%zu) marked ready is not a gradient tensor", offset,
+             count);
+  if (r->marked[t])
+    DDP_FAIL(DDP_ERR_INTERNAL, "reducer: tensor %d (offset %zu) marked ready twice in a step", t,
+             offset);
+  r->marked[t] = 1;
+  r->buckets[r->bucket_of[t]].ready++;
+  DDP_CHECK(launch_ready(r));
+  ddp_comm_progress(r->comm);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
+  if (!r) DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_finish: NULL reducer");
+  /* Launched buckets are completed even when the step failed, so the
+   * communicator holds no orphaned handle (and peers are not left in a
+   * collective this rank abandoned). */
+  const double t0 = now_ms();
+  ddp_status_t st = DDP_OK;
+  for (int i = 0; i < r->n_buckets; ++i) {
+    bucket_t *b = &r->buckets[i];
+    if (b->handle == DDP_COMM_HANDLE_NONE) continue;
+    const ddp_status_t w = ddp_comm_stream_wait(r->comm, b->handle, r->stream);
+    if (st == DDP_OK) st = w;
+    b->handle = DDP_COMM_HANDLE_NONE;
+  }
+  if (exposed_ms) *exposed_ms = now_ms() - t0;
+  const int incomplete = r->next_launch;
+  for (int i = 0; i < r->n_buckets; ++i) r->buckets[i].ready = 0;
+  r->next_launch = 0;
+  if (st == DDP_OK && incomplete < r->n_buckets) {
+    const bucket_t *b = &r->buckets[incomplete];
+    int missing = b->first_tensor;
+    while (missing < b->first_tensor + b->n_tensors && r->marked[missing]) ++missing;
+    memset(r->marked, 0, (size_t)r->n_tensors);
+    DDP_FAIL(DDP_ERR_INTERNAL,
+             "reducer: backward ended with bucket %d of %d incomplete (tensor %d at offset %zu "
+             "never marked ready)",
+             incomplete, r->n_buckets, missing, r->tensors[missing].offset);
+  }
+  memset(r->marked, 0, (size_t)r->n_tensors);
+  return st;
+}
