@@ -27,7 +27,19 @@ extern "C" {
     "1: fill micro-batches on the step loop's thread, not the loader thread (debugging)") \
   X(FAULT_PERTURB_RANK, "-1",                                                             \
     "fault injection for tests: this rank nudges one weight after step 1, which "         \
-    "--check-replicas must catch")
+    "--check-replicas must catch")                                                        \
+  X(FAULT_CKPT_FULL_STEP, "0",                                                            \
+    "fault injection for tests: the checkpoint of this step fails part-way with ENOSPC, " \
+    "as on a full disk; 0 = off")                                                         \
+  X(FAULT_STEP_SLEEP_MS, "0",                                                             \
+    "fault injection for tests: sleep this long after every step (so a signal lands "     \
+    "mid-run)")                                                                           \
+  X(FAULT_NAN_STEP, "0",                                                                  \
+    "fault injection for tests: at this step put a NaN into DDPTRAIN_FAULT_NAN_TENSOR; "  \
+    "0 = off")                                                                            \
+  X(FAULT_NAN_TENSOR, "grad:transformer.h.0.mlp.c_fc.weight",                             \
+    "with DDPTRAIN_FAULT_NAN_STEP: grad:NAME (that parameter's gradient, during "         \
+    "backward) or weight:NAME (the parameter itself, before forward)")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,
