@@ -33,7 +33,7 @@ extern "C" {
     "as on a full disk; 0 = off")                                                         \
   X(FAULT_STEP_SLEEP_MS, "0",                                                             \
     "fault injection for tests: sleep this long after every step (so a signal lands "     \
-    "mid-run)")                                                                           \
+    "mid-run); a signal restarts the sleep")                                              \
   X(FAULT_NAN_STEP, "0",                                                                  \
     "fault injection for tests: at this step put a NaN into DDPTRAIN_FAULT_NAN_TENSOR; "  \
     "0 = off")                                                                            \

@@ -56,9 +56,12 @@ ddp_status_t ddp_preempt_fault_sleep(void) {
   double ms = 0;
   DDP_CHECK(ddp_env_get_double(DDP_ENV_FAULT_STEP_SLEEP_MS, &ms));
   if (ms > 0) {
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3),
-                          .tv_nsec = (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && !g_signal) {
+    const struct timespec full = {.tv_sec = (time_t)(ms / 1e3),
+                                  .tv_nsec = (long)((ms - 1e3 * (double)(time_t)(ms / 1e3)) * 1e6)};
+    struct timespec left;
+    /* A signal restarts the whole pause: a test that sends a second signal
+     * shortly after the first knows the run is still inside the step. */
+    while (nanosleep(&full, &left) != 0) {
     }
   }
   return DDP_OK;

@@ -22,7 +22,7 @@ void ddp_preempt_restore(void);
 ddp_status_t ddp_preempt_vote(ddp_comm_t *comm, int world, int *stop, int *signo);
 
 /* DDPTRAIN_FAULT_STEP_SLEEP_MS: a pause after each step, so tests can land
- * a signal mid-run. */
+ * a signal mid-run; a signal restarts the pause. */
 ddp_status_t ddp_preempt_fault_sleep(void);
 
 #endif

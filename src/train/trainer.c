@@ -531,7 +531,10 @@ static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo)
     DDP_LOG_INFO("preempted (%s) after step %lld: %s, exit status 75",
                  signo ? strsignal(signo) : "a stop signal on another rank", (long long)step + 1,
                  tr->o->save[0] ? "writing a checkpoint" : "no --save directory, nothing saved");
-    return ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 1);
+    DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 1));
+    /* No rank exits before rank 0's file is complete: a launcher may end
+     * the whole job as soon as one rank has exited non-zero. */
+    return tr->dist->world > 1 ? ddp_comm_barrier(tr->comm) : DDP_OK;
   }
   if (ddp_train_ckpt_due(&tr->ckpt, step + 1))
     DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 0));
