@@ -27,6 +27,7 @@
 #include "ddptrain/reducer.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
+#include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
@@ -59,6 +60,7 @@ typedef struct trainer {
   int64_t steps;
   double train_loss; /* of the last log window */
   ddp_train_ckpt_t ckpt;
+  ddp_anomaly_t anomaly;
   int64_t start_step; /* steps done before this run (--resume) */
 } trainer_t;
 
@@ -217,6 +219,7 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_train_ckpt_init(&tr->ckpt, o, tr->dist, tr->comm, tr->be, tr->model, tr->state,
                                 &tr->ocfg, &tr->start_step, &scaler));
   DDP_CHECK(restore_loss_scaler(tr, &scaler));
+  DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
   DDP_CHECK(setup_eval(tr, &mc));
 
   int sync = 0;
@@ -293,6 +296,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const double t0 = now_seconds();
   double wait_s = 0.0;
   ddp_step_info_t info = {0};
+  DDP_CHECK(ddp_anomaly_begin_step(&tr->anomaly, step));
   for (int64_t k = 0; k < accum; ++k) {
     void *item;
     const double a0 = now_seconds();
@@ -323,6 +327,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const size_t n = ddp_gpt_num_params(tr->model);
   DDP_CHECK(
       ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f, NULL));
+  DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
@@ -612,6 +617,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   if (st == DDP_OK) st = run(&tr);
   ddp_preempt_restore();
   ddp_train_ckpt_destroy(&tr.ckpt);
+  ddp_anomaly_destroy(&tr.anomaly);
   ddp_loader_destroy(tr.loader);
   ddp_metrics_close(&tr.metrics);
   ddp_reducer_destroy(tr.reducer);
