@@ -27,7 +27,13 @@ extern "C" {
     "1: fill micro-batches on the step loop's thread, not the loader thread (debugging)") \
   X(FAULT_PERTURB_RANK, "-1",                                                             \
     "fault injection for tests: this rank nudges one weight after step 1, which "         \
-    "--check-replicas must catch")
+    "--check-replicas must catch")                                                        \
+  X(FAULT_RANK, "-1", "fault injection for tests: the rank that fails (-1 = none)")       \
+  X(FAULT_KIND, "KILL",                                                                   \
+    "how it fails: KILL (SIGKILL), STOP (freezes for good) or PAUSE (freezes, then "      \
+    "resumes after DDPTRAIN_FAULT_PAUSE_S)")                                              \
+  X(FAULT_STEP, "1", "the step (counted from 1) at whose start the fault strikes")        \
+  X(FAULT_PAUSE_S, "5", "seconds a PAUSE fault keeps the whole process stopped")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,

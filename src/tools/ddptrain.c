@@ -13,6 +13,7 @@
 #include "ddptrain/options.h"
 #include "ddptrain/trainer.h"
 #include "ddptrain/version.h"
+#include "comm/heartbeat.h"
 #include "tools/smoke.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
@@ -59,7 +60,11 @@ int main(int argc, char **argv) {
   if (st == DDP_OK) {
     DDP_LOG_INFO("ddptrain %s: %d rank%s, rank 0 on %s: %s", ddp_version(), dist.world,
                  dist.world == 1 ? "" : "s", dist.host, be->description);
-    st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
+    ddp_heartbeat_t *hb = NULL; /* ends the job if a rank stops (see comm/heartbeat.h) */
+    st = ddp_heartbeat_start(&dist, opts.heartbeat_timeout, &hb);
+    if (st == DDP_OK)
+      st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
+    if (st == DDP_OK) ddp_heartbeat_stop(hb);
   }
   ddp_backend_destroy(be);
   if (st != DDP_OK) {
