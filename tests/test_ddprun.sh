@@ -34,6 +34,11 @@ cores=$(lscpu -p=core,socket 2> /dev/null | grep -v '^#' | sort -u | wc -l)
 if [ "$cores" -ge 4 ]; then want="--map-by ppr:4:node:PE=$((cores / 4)) --bind-to core"
 else want="--map-by ppr:4:node --bind-to none --oversubscribe"; fi
 case "$line" in *"$want"*) ok "binding for 4 ranks on $cores cores: $want" ;; *) bad "binding: want '$want' in: $line" ;; esac
+line=$(dry --cpu --np 5)
+case "$line" in
+  *" -np 5 "*"--map-by ppr:5:node"*) ok "--np alone puts its ranks on the node(s)" ;;
+  *) bad "--np 5 on one node: $line" ;;
+esac
 line=$(dry --cpu)
 case "$line" in
   *" -np $cores "*"--map-by ppr:$cores:node:PE=1 --bind-to core"*) ok "--cpu: one rank per core, bound to it" ;;

@@ -17,8 +17,8 @@ if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail=0
-SMALL="--threads 1 --peak-gflops 10 --n-layer 1 --n-head 2 --n-embd 16 --seq-len 48 \
---tokens-per-batch 256 --log-every 10 --eval-every 0 --eval-tokens 256"
+# The tiny model of env.sh; later flags override its step count.
+SMALL="$TINY --log-every 10"
 X="-x DDPTRAIN_FAULT_RANK -x DDPTRAIN_FAULT_KIND -x DDPTRAIN_FAULT_STEP -x DDPTRAIN_FAULT_PAUSE_S"
 
 # live NAME: ddptrain processes of job NAME (its --metrics path is unique) that

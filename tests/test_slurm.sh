@@ -101,8 +101,7 @@ done
 export DDPTRAIN DDPRUN="$top_srcdir/launch/ddprun" DDPTRAIN_SLURM_DIR="$top_srcdir/launch/slurm"
 # The templates ask for 8 GPUs per node; this node has 2 CPUs and no GPU.
 SHAPE="--ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1"
-SMALL="--threads 1 --peak-gflops 10 --n-layer 1 --n-head 2 --n-embd 16 --seq-len 48 \
---tokens-per-batch 256 --log-every 10 --eval-every 0 --eval-tokens 256"
+SMALL="$TINY --log-every 10"
 submit() { # submit NAME TEMPLATE SBATCH-ARGS... -- DDPTRAIN-ARGS...: sbatch --wait
   name=$1 tpl=$2; shift 2
   sargs=()
