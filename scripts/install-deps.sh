@@ -2,7 +2,8 @@
 # Installs what ddptrain needs to build on Debian 12 (or Ubuntu): the
 # autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib and pkg-config; with
 # --test also what only the tests need (PyTorch for the reference model, a
-# large download the default job does not need). Idempotent:
+# large download the default job does not need; SLURM and munge for
+# `make check-slurm`; iproute2 for the two-host network-namespace test). Idempotent:
 # packages already present are not touched, and apt-get runs only when
 # something is missing. Uses sudo when not run as root.
 #
@@ -13,7 +14,7 @@ pkgs="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev
       zlib1g-dev"
 case "${1:-}" in
-  --test) pkgs="$pkgs python3-torch python3-numpy" ;;
+  --test) pkgs="$pkgs python3-torch python3-numpy slurm-wlm munge iproute2" ;;
   "") ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac

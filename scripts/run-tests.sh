@@ -1,7 +1,8 @@
 #!/bin/sh
 # The whole test suite, as CI runs it (the README's second command):
 #   1. build with warnings as errors and run `make check` (unit suites, the
-#      program tests, the multi-rank tests; the GPU suites SKIP without a GPU);
+#      program tests, the multi-rank tests; the GPU suites SKIP without a GPU),
+#      then `make check-slurm` (the SLURM templates on a private local SLURM);
 #   2. build again with AddressSanitizer + UBSan (CPU backend) and run the
 #      unit suites under them;
 #   3. `make distcheck`: the tarball builds, tests, installs and uninstalls
@@ -37,6 +38,7 @@ mkdir -p build-tests/main && cd build-tests/main
 sed -n '/^ddptrain .* configuration/,$p' configure.log
 make -j"$jobs" > make.log 2>&1 || { tail -60 make.log; exit 1; }
 make -j"$jobs" check || { cat test-suite.log; exit 1; }
+make check-slurm # a private SLURM on this machine: launch templates, srun, preemption
 cd "$src"; elapsed "$t"
 
 t=$(date +%s)

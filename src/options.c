@@ -123,6 +123,10 @@ static const opt_row_t k_rows[] = {
      "every N steps compare a hash of the parameters across ranks and stop if they differ; "
      "0 = off",
      NULL, 0},
+    {"heartbeat-timeout", 0, OPT_FLOAT, OFF(heartbeat_timeout), "20", 0, 86400, "S",
+     "Data parallelism",
+     "end the job when a rank has not been heard from for S seconds (frozen or gone); 0 = off",
+     NULL, 0},
     {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
      "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
      validate_device, 1},

@@ -15,6 +15,14 @@ for h in ddptrain.h backend.h status.h; do
   find "$dest" -path "*/include/ddptrain/$h" | grep -q . || { echo "FAIL: $h not installed"; exit 1; }
 done
 find "$dest" -name 'ddptrain' -type f -perm -u+x | grep -q . || { echo "FAIL: program not installed"; exit 1; }
+find "$dest" -path '*/bin/ddprun' -perm -u+x | grep -q . || { echo "FAIL: ddprun not installed"; exit 1; }
+# The SLURM templates source their helper from where it was installed.
+for t in ddptrain-1node.sbatch ddptrain-multinode.sbatch; do
+  tpl=$(find "$dest" -path "*/slurm/$t" | head -n 1)
+  [ -n "$tpl" ] || { echo "FAIL: SLURM template $t not installed"; exit 1; }
+  helper=$(sed -n 's/.*DDPTRAIN_SLURM_DIR:-\([^}]*\)}.*/\1/p' "$tpl")/ddptrain-job.sh
+  [ -f "$dest$helper" ] || { echo "FAIL: $t sources $helper, which is not installed"; exit 1; }
+done
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest
 flags=$(pkg-config --cflags --libs ddptrain) || { echo "FAIL: pkg-config ddptrain"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")

@@ -37,6 +37,7 @@ typedef struct ddp_options {
   double bucket_mb, first_bucket_mb;
   char comm_progress[16];
   int64_t check_replicas;
+  double heartbeat_timeout;
   /* run control */
   char device[32];
   int64_t threads;

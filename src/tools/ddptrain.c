@@ -14,6 +14,7 @@
 #include "ddptrain/options.h"
 #include "ddptrain/trainer.h"
 #include "ddptrain/version.h"
+#include "comm/heartbeat.h"
 #include "tools/smoke.h"
 
 /* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
@@ -62,7 +63,12 @@ int main(int argc, char **argv) {
   if (st == DDP_OK) {
     DDP_LOG_INFO("ddptrain %s: %d rank%s, rank 0 on %s: %s", ddp_version(), dist.world,
                  dist.world == 1 ? "" : "s", dist.host, be->description);
-    st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
+    ddp_heartbeat_t *hb = NULL; /* ends the job if a rank stops (see comm/heartbeat.h) */
+    st = ddp_heartbeat_start(&dist, opts.heartbeat_timeout, &hb);
+    if (st == DDP_OK)
+      st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
+    /* a clean end, or a preemption every rank agreed on: stop the ring before MPI ends */
+    if (st == DDP_OK || st == DDP_ERR_INTERRUPTED) ddp_heartbeat_stop(hb);
   }
   ddp_backend_destroy(be);
   if (st == DDP_ERR_INTERRUPTED) { /* every rank voted to stop at the same step */

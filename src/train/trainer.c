@@ -27,6 +27,7 @@
 #include "ddptrain/reducer.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
+#include "fault.h"
 #include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/metrics.h"
@@ -558,6 +559,7 @@ static ddp_status_t run(trainer_t *tr) {
   DDP_CHECK(ddp_loader_start(tr->loader, tr->start_step * o->accum, end * o->accum));
   window_t w = {.t0 = now_seconds()};
   for (int64_t step = tr->start_step; step < end; ++step) {
+    DDP_CHECK(ddp_fault_maybe_inject(tr->dist->rank, step));
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
     DDP_CHECK(train_step(tr, step, &w, lr));
     /* the stop vote right after the step's own collectives, so the log

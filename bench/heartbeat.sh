@@ -1,0 +1,47 @@
+#!/bin/sh
+# Cost of the heartbeat on training throughput: ddptrain on 2 ranks (mpirun,
+# CPU backend, one thread per rank, the 2 cores of a CI-like machine) with
+# the heartbeat off (--heartbeat-timeout 0), at its default (20 s: a beat
+# every 2 s, a poll every 0.25 s) and at an aggressive 1 s (a beat every
+# 0.1 s, a poll every 25 ms), alternating the settings within each round so
+# drifting machine load touches all alike.
+#   model: GPT L2 H4 C128, seq-len 128, 2048 padded tokens per micro-batch,
+#   built-in data, AdamW; tokens/s from the final summary line (useful tokens
+#   over the training time).
+# Why: the heartbeat thread shares the cores with the ranks' math and takes
+# Open MPI's locks (MPI_THREAD_MULTIPLE) when it polls; this shows whether
+# that is visible. Rows print the fastest round (interference only slows
+# runs down) and the range over rounds.
+# Usage: bench/heartbeat.sh [BUILD_DIR, default .] [STEPS, default 60]
+#          [ROUNDS, default 3]
+set -eu
+build=$(cd "${1:-.}" && pwd)
+steps=${2:-60}
+rounds=${3:-3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+MODEL="--threads 1 --peak-gflops 10 --n-layer 2 --n-head 4 --n-embd 128 --seq-len 128 \
+--tokens-per-batch 2048 --steps $steps --log-every $steps --eval-every 0 --eval-tokens 256"
+settings="0 20 1"
+r=1
+while [ $r -le "$rounds" ]; do
+  for hb in $settings; do
+    mpirun -np 2 "$build/ddptrain" $MODEL --heartbeat-timeout "$hb" > "$dir/run.log" 2>&1 ||
+      { cat "$dir/run.log"; exit 1; }
+    tok=$(sed -n 's/.*summary: [0-9]* steps in .* | \([0-9]*\) tok\/s (.*/\1/p' "$dir/run.log")
+    [ -n "$tok" ] || { echo "no summary line"; cat "$dir/run.log"; exit 1; }
+    echo "$hb $tok" >> "$dir/results"
+    echo "round $r, --heartbeat-timeout $hb: $tok tok/s"
+  done
+  r=$((r + 1))
+done
+echo
+echo "| --heartbeat-timeout | best tok/s | range over $rounds rounds | vs off (best) |"
+echo "|---|---|---|---|"
+off=$(awk '$1 == 0 {if ($2 > m) m = $2} END {print m}' "$dir/results")
+for hb in $settings; do
+  awk -v hb="$hb" -v off="$off" '$1 == hb {if ($2 > max) max = $2; if (min == "" || $2 < min) min = $2}
+    END {printf "| %s | %d | %d-%d | %+.1f%% |\n", hb == 0 ? "0 (off)" : hb " s", max, min, max,
+         100 * (max - off) / off}' "$dir/results"
+done

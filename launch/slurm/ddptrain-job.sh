@@ -1,0 +1,54 @@
+# Shared by the ddptrain SLURM batch templates, which source it (bash). It is
+# the part of a job that is the same on one node and on many:
+#  - checkpoints: ddptrain's --save DIR --resume auto when this ddptrain has
+#    them (asked of --help, so the templates work with builds before and
+#    after checkpoints existed), into $CKPT_DIR;
+#  - preemption: SLURM sends SIGUSR1 to the batch shell ahead of the time
+#    limit (#SBATCH --signal=B:USR1@120); the shell passes it on to the
+#    launcher, which passes it to every rank; ddptrain then writes a
+#    checkpoint and exits with status 75, and the job requeues itself
+#    (scontrol requeue) to resume from that checkpoint;
+#  - the record: the command line and the final status in the job's output.
+# Settings (environment): DDPTRAIN (the program, default ddptrain next to
+# ddprun or on PATH), DDPRUN (default ddprun), CKPT_DIR (default
+# $SLURM_SUBMIT_DIR/checkpoints/$SLURM_JOB_NAME).
+
+DDPRUN=${DDPRUN:-ddprun}
+DDPTRAIN=${DDPTRAIN:-$(command -v ddptrain || echo ddptrain)}
+CKPT_DIR=${CKPT_DIR:-${SLURM_SUBMIT_DIR:-.}/checkpoints/${SLURM_JOB_NAME:-ddptrain}}
+EXIT_PREEMPTED=75 # ddptrain's status after a checkpoint on SIGTERM/SIGUSR1/SIGINT
+
+# The one capability check: --save appears in --help only in builds that
+# write checkpoints; older builds train without them.
+DDP_CKPT_ARGS=()
+if "$DDPTRAIN" --help 2> /dev/null | grep -q -e '--save '; then
+  mkdir -p "$CKPT_DIR" || exit 1
+  DDP_CKPT_ARGS=(--save "$CKPT_DIR" --resume auto)
+fi
+
+# ddp_job_run CMD...: runs the launch command, forwards preemption signals to
+# it, requeues the job when ddptrain says it was preempted, and exits with
+# the command's status.
+ddp_job_run() {
+  echo "ddptrain job ${SLURM_JOB_ID:-?} (start $((${SLURM_RESTART_COUNT:-0} + 1))) on ${SLURM_JOB_NODELIST:-?}: $*"
+  "$@" &
+  local pid=$! rc
+  # bash runs a trap only between commands, so the launcher runs in the
+  # background and `wait` (which a trapped signal interrupts) is repeated
+  # until it has really ended.
+  trap 'echo "ddptrain job: SIGUSR1 (preemption), passing it to the ranks"; kill -USR1 $pid' USR1
+  trap 'kill -TERM $pid' TERM
+  trap 'kill -INT $pid' INT
+  while :; do
+    wait "$pid"
+    rc=$?
+    kill -0 "$pid" 2> /dev/null || break
+  done
+  trap - USR1 TERM INT
+  echo "ddptrain job: the launcher exited with status $rc"
+  if [ "$rc" -eq "$EXIT_PREEMPTED" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    echo "ddptrain job: preempted after a checkpoint; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+  fi
+  exit "$rc"
+}
