@@ -290,3 +290,37 @@ ddp_status_t ddp_convert_host(void *dst, ddp_dtype_t dst_dtype, const void *src,
   }
   return DDP_OK;
 }
+
+/* ---- rounding in fp32 storage ------------------------------------------ */
+
+/* Narrow then widen: the fp32 value of the nearest half value. No restrict:
+ * dst may be src (rounding in place), and each element is loaded before it
+ * is stored. */
+static void round_bf16_n(unsigned char *d, const unsigned char *s, size_t n) {
+  CONVERT_LOOP(store32(d, i, bits_bf16_to_f32(bits_f32_to_bf16(load32(s, i)))));
+}
+static void round_f16_n(unsigned char *d, const unsigned char *s, size_t n) {
+  CONVERT_LOOP(store32(d, i, bits_f16_to_f32(bits_f32_to_f16(load32(s, i)))));
+}
+
+ddp_status_t ddp_round_host(float *dst, const float *src, ddp_dtype_t dtype, size_t n) {
+  if (!ddp_dtype_is_float(dtype))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: %s (%d) is not a floating type",
+             ddp_dtype_name(dtype), (int)dtype);
+  if (n == 0) return DDP_OK;
+  if (!dst || !src)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: NULL %s with n = %zu", !dst ? "dst" : "src", n);
+  if (n > SIZE_MAX / sizeof(float))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: n = %zu overflows size_t", n);
+  const uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src, bytes = n * sizeof(float);
+  if (d0 != s0 && d0 < s0 + bytes && s0 < d0 + bytes)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: dst and src overlap without being equal");
+  if (dtype == DDP_DTYPE_F32) {
+    if (dst != src) memcpy(dst, src, bytes);
+  } else if (dtype == DDP_DTYPE_BF16) {
+    round_bf16_n((unsigned char *)dst, (const unsigned char *)src, n);
+  } else {
+    round_f16_n((unsigned char *)dst, (const unsigned char *)src, n);
+  }
+  return DDP_OK;
+}

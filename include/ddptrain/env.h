@@ -27,7 +27,11 @@ extern "C" {
     "1: fill micro-batches on the step loop's thread, not the loader thread (debugging)") \
   X(FAULT_PERTURB_RANK, "-1",                                                             \
     "fault injection for tests: this rank nudges one weight after step 1, which "         \
-    "--check-replicas must catch")
+    "--check-replicas must catch")                                                        \
+  X(FAULT_OVERFLOW_RANK, "-1",                                                            \
+    "fault injection for tests: this rank turns one gradient into +inf (an fp16 "         \
+    "overflow) at step DDPTRAIN_FAULT_OVERFLOW_STEP")                                     \
+  X(FAULT_OVERFLOW_STEP, "1", "the 1-based step of DDPTRAIN_FAULT_OVERFLOW_RANK's overflow")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,

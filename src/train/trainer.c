@@ -27,6 +27,7 @@
 #include "ddptrain/reducer.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
+#include "train/amp_train.h"
 #include "train/consistency.h"
 #include "train/metrics.h"
 #include "train/task_eval.h"
@@ -56,6 +57,8 @@ typedef struct trainer {
   double peak_gflops;
   int64_t steps;
   double train_loss; /* of the last log window */
+  ddp_amp_train_t amp;
+  int64_t step; /* the step in progress */
 } trainer_t;
 
 static double now_seconds(void) {
@@ -87,6 +90,10 @@ static ddp_status_t fill_slot(void *ctx, int64_t seq, void *item) {
 
 static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   trainer_t *tr = ctx;
+  if (tr->hook_status != DDP_OK) return;
+  if (offset == 0)
+    tr->hook_status = ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step,
+                                           ddp_gpt_grads(tr->model));
   if (tr->hook_status != DDP_OK) return;
   tr->hook_status = ddp_reducer_mark_ready(tr->reducer, offset, count);
 }
@@ -145,6 +152,7 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
     DDP_CHECK(ddp_comm_broadcast(tr->comm, ddp_gpt_params(tr->model),
                                  ddp_gpt_num_params(tr->model) * sizeof(float), 0, NULL, &h));
     DDP_CHECK(ddp_comm_wait(tr->comm, h));
+    DDP_CHECK(ddp_gpt_refresh_compute_params(tr->model));
   }
   if (o->check_replicas > 0) {
     tr->host_params = malloc(ddp_gpt_num_params(tr->model) * sizeof(float));
@@ -189,6 +197,8 @@ static ddp_status_t setup(trainer_t *tr) {
   tr->steps = o->steps;
   if (tr->steps == 0) tr->steps = (o->epochs > 0 ? o->epochs : 1) * es.steps;
   DDP_CHECK(ddp_gpt_create(&tr->model, tr->be, &mc, o->tokens_per_batch));
+  DDP_CHECK(ddp_amp_setup(&tr->amp, o, tr->dist->rank));
+  DDP_CHECK(ddp_gpt_set_precision(tr->model, ddp_precision_dtype(tr->amp.precision)));
   DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
@@ -268,6 +278,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const double t0 = now_seconds();
   double wait_s = 0.0;
   ddp_step_info_t info = {0};
+  tr->step = step;
   for (int64_t k = 0; k < accum; ++k) {
     void *item;
     const double a0 = now_seconds();
@@ -277,7 +288,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     info = b->info;
     if (info.n_targets <= 0)
       DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
-    const float dloss = 1.0f / (float)info.n_targets;
+    const float dloss = ddp_amp_loss_scale(&tr->amp) / (float)info.n_targets;
     DDP_CHECK(ddp_gpt_forward(tr->model, b->inputs, b->targets, b->B, b->T, 1, dloss));
     DDP_CHECK(ddp_gpt_backward(tr->model, k > 0, k == accum - 1));
     DDP_CHECK(tr->hook_status);
@@ -296,8 +307,11 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   w->loss_targets += (double)info.n_targets;
 
   const size_t n = ddp_gpt_num_params(tr->model);
-  DDP_CHECK(
-      ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f, NULL));
+  /* The norm of the unscaled gradients (clipping sees the true norm); an
+   * inf/NaN makes it non-finite, which is the loss scaler's overflow flag. */
+  const float unscale = ddp_amp_unscale(&tr->amp);
+  DDP_CHECK(ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale,
+                                     NULL));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
@@ -305,11 +319,15 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .segments = tr->segs,
                              .n_segments = ddp_gpt_num_tensors(tr->model),
                              .n = n,
-                             .t = step + 1,
+                             .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,
-                             .grad_scale = 1.0f,
-                             .grad_sumsq = tr->grad_sumsq};
+                             .grad_scale = unscale,
+                             .grad_sumsq = tr->grad_sumsq,
+                             .compute_params = ddp_gpt_compute_params(tr->model),
+                             .compute_dtype = ddp_gpt_precision(tr->model),
+                             .skip_nonfinite = tr->amp.scaler.enabled};
   DDP_CHECK(ddp_optim_step_cpu(tr->be, &a, NULL));
+  DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step, tr->dist->rank));
   w->steps++;
   return DDP_OK;
 }
@@ -378,17 +396,24 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   if (!isfinite(loss))
     DDP_FAIL(DDP_ERR_NUMERIC, "step %lld: the loss is %g; lower --lr or enable --grad-clip",
              (long long)step + 1, loss);
+  const ddp_loss_scaler_state_t *ls_state = &tr->amp.scaler.state;
+  char scale_note[64] = "";
+  if (tr->amp.scaler.enabled)
+    snprintf(scale_note, sizeof scale_note, " | loss scale %g (%lld skipped)",
+             (double)ls_state->scale, (long long)ls_state->skipped_steps);
   DDP_LOG_INFO(
-      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f ms/step | "
+      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f%s | %.0f tok/s | %.1f ms/step | "
       "MFU %.1f%% | pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms",
-      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, tok_s, ms, 100.0 * mfu,
-      100.0 * pad, imb, comm_ms, exposed, wait_ms);
+      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, scale_note, tok_s, ms,
+      100.0 * mfu, 100.0 * pad, imb, comm_ms, exposed, wait_ms);
   DDP_CHECK(ddp_metrics_write(
       &tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr", (double)lr, "grad_norm", gnorm,
       "tokens", (double)tot->useful, "tok_per_s", tok_s, "ms_per_step", ms, "mfu", mfu, "pad_frac",
       pad, "imbalance", imb, "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms",
       exposed, "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
-      "allreduce_per_step", (double)cs.n_allreduce / ns, NULL));
+      "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
+      (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
+      NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }
