@@ -45,7 +45,7 @@ int64_t ddp_amp_optim_t(const ddp_amp_train_t *a);
  * runs, updates the scaler and counts the step as applied or skipped. The
  * floor error (DDP_ERR_NUMERIC) stops training. */
 ddp_status_t ddp_amp_after_step(ddp_amp_train_t *a, ddp_backend_t *be, const float *grad_sumsq,
-                                int64_t step, int rank);
+                                int64_t step);
 
 /* Called from the gradient hook before a tensor is handed to the reducer:
  * on the faulting rank and step, the first gradient element becomes +inf. */

@@ -92,8 +92,8 @@ static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   trainer_t *tr = ctx;
   if (tr->hook_status != DDP_OK) return;
   if (offset == 0)
-    tr->hook_status = ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step,
-                                           ddp_gpt_grads(tr->model));
+    tr->hook_status =
+        ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step, ddp_gpt_grads(tr->model));
   if (tr->hook_status != DDP_OK) return;
   tr->hook_status = ddp_reducer_mark_ready(tr->reducer, offset, count);
 }
@@ -310,8 +310,8 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   /* The norm of the unscaled gradients (clipping sees the true norm); an
    * inf/NaN makes it non-finite, which is the loss scaler's overflow flag. */
   const float unscale = ddp_amp_unscale(&tr->amp);
-  DDP_CHECK(ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale,
-                                     NULL));
+  DDP_CHECK(
+      ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
@@ -327,7 +327,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .compute_dtype = ddp_gpt_precision(tr->model),
                              .skip_nonfinite = tr->amp.scaler.enabled};
   DDP_CHECK(ddp_optim_step_cpu(tr->be, &a, NULL));
-  DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step, tr->dist->rank));
+  DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
 }
