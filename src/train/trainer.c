@@ -142,7 +142,9 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
                              .tensors = tr->rtensors,
                              .n_tensors = ddp_gpt_num_tensors(tr->model),
                              .bucket_bytes = o->bucket_mb * 1048576.0,
-                             .first_bucket_bytes = o->first_bucket_mb * 1048576.0};
+                             .first_bucket_bytes = o->first_bucket_mb * 1048576.0,
+                             .dtype = tr->amp.reduce_dtype,
+                             .be = tr->be};
   DDP_CHECK(ddp_reducer_create(tr->comm, &rc, &tr->reducer));
   ddp_gpt_set_grad_hook(tr->model, on_grad_ready, tr);
   DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data.train,
