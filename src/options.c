@@ -54,11 +54,15 @@ static ddp_status_t validate_sampler(const char *value) {
   return ddp_sampler_kind_parse(value, &kind);
 }
 
-static ddp_status_t validate_progress(const char *value) {
-  return ddp_ascii_ieq(value, "auto") || ddp_ascii_ieq(value, "thread") ||
-                 ddp_ascii_ieq(value, "test")
+/* DDP_OK when value is one of the three names (ASCII, any case). */
+static ddp_status_t one_of3(const char *value, const char *a, const char *b, const char *c) {
+  return ddp_ascii_ieq(value, a) || ddp_ascii_ieq(value, b) || ddp_ascii_ieq(value, c)
              ? DDP_OK
              : DDP_ERR_INVALID_ARG;
+}
+
+static ddp_status_t validate_progress(const char *value) {
+  return one_of3(value, "auto", "thread", "test");
 }
 
 static ddp_status_t validate_precision(const char *value) {
@@ -67,10 +71,7 @@ static ddp_status_t validate_precision(const char *value) {
 }
 
 static ddp_status_t validate_loss_scaling(const char *value) {
-  return ddp_ascii_ieq(value, "auto") || ddp_ascii_ieq(value, "dynamic") ||
-                 ddp_ascii_ieq(value, "none")
-             ? DDP_OK
-             : DDP_ERR_INVALID_ARG;
+  return one_of3(value, "auto", "dynamic", "none");
 }
 
 static const opt_row_t k_rows[] = {

@@ -67,6 +67,31 @@ if [ $rc -eq 2 ] && grep -q -- "--precision" "$dir/out"; then ok "--precision fp
 rc=$?
 if [ $rc -eq 2 ] && grep -q -- "--grad-reduce-dtype" "$dir/out"; then ok "--grad-reduce-dtype int32 is rejected (exit 2)"; else bad "--grad-reduce-dtype int32 (exit $rc)"; show "$dir/out"; fi
 
+"$DDPTRAIN" --loss-scaling sometimes > "$dir/out" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--loss-scaling" "$dir/out"; then ok "--loss-scaling sometimes is rejected (exit 2)"; else bad "--loss-scaling sometimes (exit $rc)"; show "$dir/out"; fi
+# A floor above the initial scale is a configuration error; one backoff
+# from a floor equal to the initial scale stops the run (exit 1) with the
+# scaler's message, and no export is written.
+# shellcheck disable=SC2086
+"$DDPTRAIN" $M1 --steps 3 --precision fp16 --loss-scale-min 1e6 > "$dir/out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q -- "--loss-scale-min 1e+06 must lie in \[0, --loss-scale-init 65536\]" "$dir/out"; then
+  ok "--loss-scale-min above --loss-scale-init is rejected (exit 1)"
+else
+  bad "--loss-scale-min above the initial scale (exit $rc)"; show "$dir/out"
+fi
+# shellcheck disable=SC2086
+DDPTRAIN_FAULT_OVERFLOW_RANK=0 DDPTRAIN_FAULT_OVERFLOW_STEP=2 "$DDPTRAIN" $M1 --steps 3 \
+  --precision fp16 --loss-scale-min 65536 --export "$dir/floor.st" > "$dir/out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "fp16 loss scale fell to 32768, below --loss-scale-min 65536" "$dir/out" &&
+   [ ! -e "$dir/floor.st" ]; then
+  ok "a backoff below --loss-scale-min stops the run (exit 1, no export)"
+else
+  bad "loss scale floor (exit $rc)"; show "$dir/out"
+fi
+
 # ---- 3. too-large learning rate in fp16 -----------------------------------
 # lr 0.3 is 30x what this model trains well with (the loss climbs above 10
 # before it comes back), and the scale starts at 2^24 with a window of 5, so
