@@ -290,3 +290,58 @@ ddp_status_t ddp_convert_host(void *dst, ddp_dtype_t dst_dtype, const void *src,
   }
   return DDP_OK;
 }
+
+/* ---- rounding in fp32 storage ------------------------------------------ */
+
+/* Narrow then widen: the fp32 value of the nearest half value. dst may be
+ * src (rounding in place), so each block goes through a local array: the
+ * loop over it has no aliasing question left, which is what lets -O2
+ * vectorise it (the cheap cost model adds no run-time alias checks). */
+#define ROUND_LOOP(expr)                                 \
+  do {                                                   \
+    uint32_t t_[BLOCK];                                  \
+    for (size_t i_ = 0; i_ < n; i_ += BLOCK) {           \
+      const size_t k_ = n - i_ < BLOCK ? n - i_ : BLOCK; \
+      memcpy(t_, s + 4 * i_, 4 * k_);                    \
+      if (k_ == BLOCK)                                   \
+        for (size_t j_ = 0; j_ < BLOCK; ++j_) {          \
+          uint32_t u = t_[j_];                           \
+          t_[j_] = (expr);                               \
+        }                                                \
+      else                                               \
+        for (size_t j_ = 0; j_ < k_; ++j_) {             \
+          uint32_t u = t_[j_];                           \
+          t_[j_] = (expr);                               \
+        }                                                \
+      memcpy(d + 4 * i_, t_, 4 * k_);                    \
+    }                                                    \
+  } while (0)
+
+static void round_bf16_n(unsigned char *d, const unsigned char *s, size_t n) {
+  ROUND_LOOP(bits_bf16_to_f32(bits_f32_to_bf16(u)));
+}
+static void round_f16_n(unsigned char *d, const unsigned char *s, size_t n) {
+  ROUND_LOOP(bits_f16_to_f32(bits_f32_to_f16(u)));
+}
+
+ddp_status_t ddp_round_host(float *dst, const float *src, ddp_dtype_t dtype, size_t n) {
+  if (!ddp_dtype_is_float(dtype))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: %s (%d) is not a floating type",
+             ddp_dtype_name(dtype), (int)dtype);
+  if (n == 0) return DDP_OK;
+  if (!dst || !src)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: NULL %s with n = %zu", !dst ? "dst" : "src", n);
+  if (n > SIZE_MAX / sizeof(float))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: n = %zu overflows size_t", n);
+  const uintptr_t d0 = (uintptr_t)dst, s0 = (uintptr_t)src, bytes = n * sizeof(float);
+  if (d0 != s0 && d0 < s0 + bytes && s0 < d0 + bytes)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_round_host: dst and src overlap without being equal");
+  if (dtype == DDP_DTYPE_F32) {
+    if (dst != src) memcpy(dst, src, bytes);
+  } else if (dtype == DDP_DTYPE_BF16) {
+    round_bf16_n((unsigned char *)dst, (const unsigned char *)src, n);
+  } else {
+    round_f16_n((unsigned char *)dst, (const unsigned char *)src, n);
+  }
+  return DDP_OK;
+}

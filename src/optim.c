@@ -213,6 +213,18 @@ static ddp_status_t validate_step(const ddp_optim_step_args_t *a) {
       ranges_overlap(a->params, bytes, a->state, per * bytes) ||
       ranges_overlap(a->grads, bytes, a->state, per * bytes))
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: params, grads and state must not overlap");
+  if (a->skip_nonfinite && !a->grad_sumsq)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: skip_nonfinite needs grad_sumsq");
+  if (a->compute_params) {
+    if (!ddp_dtype_is_float(a->compute_dtype))
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: compute_dtype %s is not a float type",
+               ddp_dtype_name(a->compute_dtype));
+    if (ranges_overlap(a->compute_params, bytes, a->params, bytes) ||
+        ranges_overlap(a->compute_params, bytes, a->grads, bytes) ||
+        ranges_overlap(a->compute_params, bytes, a->state, per * bytes))
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "optim_step: compute_params must not overlap params, grads or state");
+  }
   return DDP_OK;
 }
 
@@ -262,6 +274,16 @@ static step_coef_t step_coef(const ddp_optim_step_args_t *a) {
   return c;
 }
 
+/* The compute copy of len updated weights (nothing in fp32 training). */
+typedef struct compute_out {
+  float *dst; /* at the segment's first element; NULL: no copy */
+  ddp_dtype_t dtype;
+} compute_out_t;
+
+static inline void emit(const compute_out_t *o, size_t off, const float *p, size_t len) {
+  if (o->dst) (void)ddp_round_host(o->dst + off, p, o->dtype, len); /* arguments checked once */
+}
+
 /* ---- AdamW ------------------------------------------------------------- */
 
 /* m, v updated in place; p *= decay_mul (torch's p.mul_(1 - lr * wd)), then
@@ -283,10 +305,15 @@ static inline void adamw_block(float *restrict p, const float *restrict g, float
 }
 
 static void adamw_segment(float *restrict p, const float *restrict g, float *restrict m,
-                          float *restrict v, size_t n, const step_coef_t *c, float decay_mul) {
+                          float *restrict v, size_t n, const step_coef_t *c, float decay_mul,
+                          const compute_out_t *o) {
   size_t i = 0;
-  for (; i + BLOCK <= n; i += BLOCK) adamw_block(p + i, g + i, m + i, v + i, BLOCK, c, decay_mul);
+  for (; i + BLOCK <= n; i += BLOCK) {
+    adamw_block(p + i, g + i, m + i, v + i, BLOCK, c, decay_mul);
+    emit(o, i, p + i, BLOCK);
+  }
   adamw_block(p + i, g + i, m + i, v + i, n - i, c, decay_mul);
+  emit(o, i, p + i, n - i);
 }
 
 /* ---- SGD --------------------------------------------------------------- */
@@ -316,17 +343,24 @@ static inline void sgd_plain_block(float *restrict p, const float *restrict g, s
 
 #define SGD_BLOCKS(first, nesterov)                                    \
   do {                                                                 \
-    for (; i + BLOCK <= n; i += BLOCK)                                 \
+    for (; i + BLOCK <= n; i += BLOCK) {                               \
       sgd_block(p + i, g + i, buf + i, BLOCK, c, wd, first, nesterov); \
+      emit(o, i, p + i, BLOCK);                                        \
+    }                                                                  \
     sgd_block(p + i, g + i, buf + i, n - i, c, wd, first, nesterov);   \
+    emit(o, i, p + i, n - i);                                          \
   } while (0)
 
 static void sgd_segment(float *restrict p, const float *restrict g, float *restrict buf, size_t n,
-                        const step_coef_t *c, float wd) {
+                        const step_coef_t *c, float wd, const compute_out_t *o) {
   size_t i = 0;
   if (!buf) {
-    for (; i + BLOCK <= n; i += BLOCK) sgd_plain_block(p + i, g + i, BLOCK, c, wd);
+    for (; i + BLOCK <= n; i += BLOCK) {
+      sgd_plain_block(p + i, g + i, BLOCK, c, wd);
+      emit(o, i, p + i, BLOCK);
+    }
     sgd_plain_block(p + i, g + i, n - i, c, wd);
+    emit(o, i, p + i, n - i);
   } else if (c->first) {
     if (c->nesterov)
       SGD_BLOCKS(1, 1);
@@ -386,7 +420,8 @@ static inline void lamb_apply_block(float *restrict p, const float *restrict m,
 }
 
 static void lamb_segment(float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, size_t n, const step_coef_t *c, float wd) {
+                         float *restrict v, size_t n, const step_coef_t *c, float wd,
+                         const compute_out_t *o) {
   double pacc[LANES] = {0}, racc[LANES] = {0};
   size_t i = 0;
   for (; i + BLOCK <= n; i += BLOCK)
@@ -395,9 +430,12 @@ static void lamb_segment(float *restrict p, const float *restrict g, float *rest
   double p_norm = sqrt(lanes_total(pacc)), r_norm = sqrt(lanes_total(racc));
   double trust = p_norm > 0.0 && r_norm > 0.0 ? p_norm / r_norm : 1.0;
   float ratio = (float)((double)c->lr * trust);
-  for (i = 0; i + BLOCK <= n; i += BLOCK)
+  for (i = 0; i + BLOCK <= n; i += BLOCK) {
     lamb_apply_block(p + i, m + i, v + i, BLOCK, c, wd, ratio);
+    emit(o, i, p + i, BLOCK);
+  }
   lamb_apply_block(p + i, m + i, v + i, n - i, c, wd, ratio);
+  emit(o, i, p + i, n - i);
 }
 
 /* ---- the step ---------------------------------------------------------- */
@@ -407,6 +445,10 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
   (void)s; /* CPU: work runs at once */
   DDP_CHECK(require_cpu(be, "optim_step"));
   DDP_CHECK(validate_step(args));
+  /* The loss scaler's skip: an inf/NaN gradient makes the sum of squares
+   * non-finite (squares accumulate in double, so finite gradients cannot
+   * overflow it), and the step leaves everything as it was. */
+  if (args->skip_nonfinite && !isfinite(*args->grad_sumsq)) return DDP_OK;
   const ddp_optim_config_t *cfg = args->cfg;
   const step_coef_t c = step_coef(args);
   const size_t n = args->n;
@@ -417,17 +459,20 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
     float *p = args->params + sg->offset;
     const float *g = args->grads + sg->offset;
     float wd = sg->decay ? cfg->weight_decay : 0.0f;
+    const compute_out_t o = {.dst = args->compute_params ? args->compute_params + sg->offset : NULL,
+                             .dtype = args->compute_dtype};
     switch (cfg->kind) {
       case DDP_OPTIM_KIND_ADAMW: {
         float decay_mul = (float)(1.0 - (double)args->lr * (double)wd);
-        adamw_segment(p, g, state + sg->offset, state + n + sg->offset, sg->count, &c, decay_mul);
+        adamw_segment(p, g, state + sg->offset, state + n + sg->offset, sg->count, &c, decay_mul,
+                      &o);
         break;
       }
       case DDP_OPTIM_KIND_SGD:
-        sgd_segment(p, g, has_state ? state + sg->offset : NULL, sg->count, &c, wd);
+        sgd_segment(p, g, has_state ? state + sg->offset : NULL, sg->count, &c, wd, &o);
         break;
       case DDP_OPTIM_KIND_LAMB:
-        lamb_segment(p, g, state + sg->offset, state + n + sg->offset, sg->count, &c, wd);
+        lamb_segment(p, g, state + sg->offset, state + n + sg->offset, sg->count, &c, wd, &o);
         break;
     }
   }

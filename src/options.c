@@ -9,6 +9,7 @@
 
 #include "ascii.h"
 #include "hash.h"
+#include "ddptrain/amp.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
@@ -53,11 +54,24 @@ static ddp_status_t validate_sampler(const char *value) {
   return ddp_sampler_kind_parse(value, &kind);
 }
 
-static ddp_status_t validate_progress(const char *value) {
-  return ddp_ascii_ieq(value, "auto") || ddp_ascii_ieq(value, "thread") ||
-                 ddp_ascii_ieq(value, "test")
+/* DDP_OK when value is one of the three names (ASCII, any case). */
+static ddp_status_t one_of3(const char *value, const char *a, const char *b, const char *c) {
+  return ddp_ascii_ieq(value, a) || ddp_ascii_ieq(value, b) || ddp_ascii_ieq(value, c)
              ? DDP_OK
              : DDP_ERR_INVALID_ARG;
+}
+
+static ddp_status_t validate_progress(const char *value) {
+  return one_of3(value, "auto", "thread", "test");
+}
+
+static ddp_status_t validate_precision(const char *value) {
+  ddp_precision_t p;
+  return ddp_precision_parse(value, &p);
+}
+
+static ddp_status_t validate_loss_scaling(const char *value) {
+  return one_of3(value, "auto", "dynamic", "none");
 }
 
 static const opt_row_t k_rows[] = {
@@ -127,6 +141,30 @@ static const opt_row_t k_rows[] = {
      "Data parallelism",
      "end the job when a rank has not been heard from for S seconds (frozen or gone); 0 = off",
      NULL, 0},
+    {"precision", 0, OPT_STRING, OFF(precision), "fp32", 0, 0, "TYPE", "Mixed precision",
+     "fp32, bf16 or fp16: bf16/fp16 store activations and compute weights in the half type "
+     "(fp32 master weights, optimizer state, gradients and reductions)",
+     validate_precision, 0},
+    {"loss-scaling", 0, OPT_STRING, OFF(loss_scaling), "auto", 0, 0, "MODE", "Mixed precision",
+     "dynamic (GradScaler: skip overflowed steps, adapt the scale), none, or auto (dynamic for "
+     "fp16 only)",
+     validate_loss_scaling, 0},
+    {"loss-scale-init", 0, OPT_FLOAT, OFF(loss_scale_init), "65536", 1e-30, 1e38, "X",
+     "Mixed precision", "initial loss scale", NULL, 0},
+    {"loss-scale-window", 0, OPT_INT, OFF(loss_scale_window), "2000", 1, 1e15, "N",
+     "Mixed precision", "consecutive clean steps before the loss scale grows", NULL, 0},
+    {"loss-scale-growth", 0, OPT_FLOAT, OFF(loss_scale_growth), "2", 1.0001, 1e6, "X",
+     "Mixed precision", "loss scale growth factor", NULL, 0},
+    {"loss-scale-backoff", 0, OPT_FLOAT, OFF(loss_scale_backoff), "0.5", 1e-6, 0.9999, "X",
+     "Mixed precision", "loss scale factor after an overflowed (skipped) step", NULL, 0},
+    {"loss-scale-min", 0, OPT_FLOAT, OFF(loss_scale_min), "1", 0, 1e38, "X", "Mixed precision",
+     "stop with an error when the loss scale falls below this (the run is diverging); 0 = never",
+     NULL, 0},
+    {"grad-reduce-dtype", 0, OPT_STRING, OFF(grad_reduce_dtype), "fp32", 0, 0, "TYPE",
+     "Mixed precision",
+     "type of the gradient all-reduce: fp32, or bf16/fp16 to halve the traffic (rounds the "
+     "gradients once and each partial sum)",
+     validate_precision, 0},
     {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
      "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
      validate_device, 1},

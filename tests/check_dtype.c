@@ -417,6 +417,62 @@ START_TEST(test_dtype_bf16_overflow_threshold) {
 }
 END_TEST
 
+/* ---- rounding in fp32 storage ------------------------------------------ */
+
+/* ddp_round_host over the strided sweep (NaNs included): in place and out of
+ * place, the result is the widened narrowing, bit for bit, so fp32 slots
+ * hold exactly what half storage would. */
+static void check_round_sweep(const half_fmt_t *f, ddp_dtype_t dtype) {
+  enum { CHUNK = 4099 };
+  static float in[CHUNK], out[CHUNK];
+  size_t k = 0;
+  for (uint64_t u = 0;; u += SWEEP_STRIDE) {
+    const int last = u > 0xFFFFFFFFull;
+    if (!last) in[k++] = float_of((uint32_t)u);
+    if (k == CHUNK || (last && k)) {
+      ck_assert_int_eq(ddp_round_host(out, in, dtype, k), DDP_OK);
+      for (size_t i = 0; i < k; ++i) {
+        const uint32_t want = bits_of(f->widen(f->narrow(in[i])));
+        if (bits_of(out[i]) != want)
+          ck_abort_msg("%s: round 0x%08X -> 0x%08X, want 0x%08X", f->name, bits_of(in[i]),
+                       bits_of(out[i]), want);
+      }
+      ck_assert_int_eq(ddp_round_host(in, in, dtype, k), DDP_OK); /* in place */
+      ck_assert_int_eq(memcmp(in, out, k * sizeof *in), 0);
+      k = 0;
+    }
+    if (last) break;
+  }
+}
+
+START_TEST(test_dtype_round_host_matches_round_trip) {
+  check_round_sweep(&k_bf16, DDP_DTYPE_BF16);
+  check_round_sweep(&k_f16, DDP_DTYPE_F16);
+  /* Edges: fp16 overflow to inf and underflow to (signed) zero. */
+  float x[6] = {65520.0f, -65520.0f, 0x1p-26f, -0x1p-26f, 0x1p-25f * 1.5f, 1.0f + 0x1p-11f};
+  ck_assert_int_eq(ddp_round_host(x, x, DDP_DTYPE_F16, 6), DDP_OK);
+  ck_assert(isinf(x[0]) && x[0] > 0 && isinf(x[1]) && x[1] < 0);
+  ck_assert_uint_eq(bits_of(x[2]), 0u);
+  ck_assert_uint_eq(bits_of(x[3]), 0x80000000u);
+  ck_assert(x[4] == 0x1p-24f); /* above half the smallest subnormal: rounds up */
+  ck_assert(x[5] == 1.0f);     /* tie: even */
+  float y[2] = {0.1f, -3.0f}, z[2];
+  ck_assert_int_eq(ddp_round_host(z, y, DDP_DTYPE_F32, 2), DDP_OK); /* fp32: a copy */
+  ck_assert_int_eq(memcmp(y, z, sizeof y), 0);
+}
+END_TEST
+
+START_TEST(test_dtype_round_host_invalid_args) {
+  float a[4] = {0};
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_round_host(a, a, DDP_DTYPE_I32, 4), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_round_host(NULL, a, DDP_DTYPE_BF16, 4), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_round_host(a + 1, a, DDP_DTYPE_BF16, 3), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(log_capture_end(), 3);
+  ck_assert_int_eq(ddp_round_host(NULL, NULL, DDP_DTYPE_BF16, 0), DDP_OK);
+}
+END_TEST
+
 /* ---- bulk conversion --------------------------------------------------- */
 
 static const ddp_dtype_t k_float_types[] = {DDP_DTYPE_F32, DDP_DTYPE_BF16, DDP_DTYPE_F16};
@@ -622,6 +678,8 @@ static Suite *dtype_suite(void) {
   tc = tcase_create("scalar");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_dtype_bf16_widen_exhaustive);
+  tcase_add_test(tc, test_dtype_round_host_matches_round_trip);
+  tcase_add_test(tc, test_dtype_round_host_invalid_args);
   tcase_add_test(tc, test_dtype_f16_widen_exhaustive);
   tcase_add_test(tc, test_dtype_bf16_roundtrip_exhaustive);
   tcase_add_test(tc, test_dtype_f16_roundtrip_exhaustive);

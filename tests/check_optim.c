@@ -668,6 +668,71 @@ static void run_five_steps(const ddp_optim_config_t *cfg, float *p, float *state
   free(g);
 }
 
+/* The mixed-precision pass: with compute_params every optimizer writes the
+ * updated weights rounded to the half type, and the fp32 weights and state
+ * are bit-identical to a run without the copy; with skip_nonfinite an inf or
+ * NaN gradient norm leaves weights, state and copy untouched. */
+START_TEST(test_optim_compute_copy_and_skip) {
+  ddp_optim_segment_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  ddp_optim_config_t cfgs[] = {adamw_config(), sgd_config(0.9f, 1), sgd_config(0.0f, 0),
+                               lamb_config()};
+  const ddp_dtype_t dts[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  float *p = malloc(n * sizeof *p), *p_ref = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+  float *st = malloc(2 * n * sizeof *st), *st_ref = malloc(2 * n * sizeof *st);
+  float *cp = malloc(n * sizeof *cp), *want = malloc(n * sizeof *cp),
+        *keep = malloc(n * sizeof *cp);
+  for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; ++k)
+    for (size_t d = 0; d < 2; ++d) {
+      fill_uniform(p, n, 3, -1.0f, 1.0f);
+      fill_uniform(g, n, 4, -2.0f, 2.0f);
+      memcpy(p_ref, p, n * sizeof *p);
+      memset(st, 0, 2 * n * sizeof *st);
+      memset(st_ref, 0, 2 * n * sizeof *st);
+      float sumsq;
+      ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, g, n, 1.0f, NULL), DDP_OK);
+      ddp_optim_step_args_t a = step_args(&cfgs[k], p_ref, g, st_ref, segs, N_SEG, n, 1, 0.01f);
+      a.grad_sumsq = &sumsq;
+      ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+      a.params = p;
+      a.state = st;
+      a.compute_params = cp;
+      a.compute_dtype = dts[d];
+      a.skip_nonfinite = 1;
+      ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+      ck_assert_mem_eq(p, p_ref, n * sizeof *p);
+      ck_assert_mem_eq(st, st_ref, 2 * n * sizeof *st);
+      ck_assert_int_eq(ddp_round_host(want, p, dts[d], n), DDP_OK);
+      ck_assert_mem_eq(cp, want, n * sizeof *cp);
+      /* An overflowed step: nothing moves. */
+      memcpy(keep, cp, n * sizeof *cp);
+      const float bad[] = {INFINITY, NAN};
+      for (int b = 0; b < 2; ++b) {
+        a.grad_sumsq = &bad[b];
+        a.t = 2;
+        ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
+        ck_assert_mem_eq(p, p_ref, n * sizeof *p);
+        ck_assert_mem_eq(st, st_ref, 2 * n * sizeof *st);
+        ck_assert_mem_eq(cp, keep, n * sizeof *cp);
+      }
+    }
+  /* skip_nonfinite needs the norm; a copy may not overlap the weights. */
+  ddp_optim_step_args_t a = step_args(&cfgs[0], p, g, st, segs, N_SEG, n, 1, 0.01f);
+  a.skip_nonfinite = 1;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_ERR_INVALID_ARG);
+  a.skip_nonfinite = 0;
+  a.compute_params = p + 1;
+  a.compute_dtype = DDP_DTYPE_BF16;
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_ERR_INVALID_ARG);
+  a.compute_params = cp;
+  a.compute_dtype = DDP_DTYPE_I32;
+  ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_ERR_INVALID_ARG);
+  free(ddp_test_log_stop());
+  free(p), free(p_ref), free(g), free(st), free(st_ref), free(cp), free(want), free(keep);
+}
+END_TEST
+
 START_TEST(test_optim_two_runs_are_bit_identical) {
   ddp_optim_segment_t segs[N_SEG];
   size_t n = make_segments(segs);
@@ -709,6 +774,7 @@ static Suite *optim_suite(void) {
   tcase_add_test(tc, test_optim_state_per_param);
   tcase_add_test(tc, test_optim_rejects_bad_input_without_side_effects);
   tcase_add_test(tc, test_optim_two_runs_are_bit_identical);
+  tcase_add_test(tc, test_optim_compute_copy_and_skip);
   suite_add_tcase(s, tc);
   return s;
 }

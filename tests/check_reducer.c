@@ -4,6 +4,7 @@
  * process) is tests/test_ddp.sh's job. */
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check_util.h"
 #include "ddptrain/comm.h"
@@ -152,6 +153,55 @@ START_TEST(test_reducer_rejects_tensors_that_do_not_tile) {
 }
 END_TEST
 
+/* --grad-reduce-dtype: on one rank the half sum is the gradient itself, so
+ * every gradient comes back as its rounding to the type (the staging round
+ * trip happened, in every bucket) and the fp32 buffer is otherwise intact;
+ * a half reduction without a backend, or an integer one, is refused. */
+START_TEST(test_reducer_half_dtype_rounds_through_staging) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  const ddp_dtype_t dts[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  static float want[N_ELEMS];
+  for (int d = 0; d < 2; ++d) {
+    for (int i = 0; i < N_ELEMS; ++i) grads[i] = 1.0f / (float)(i + 3) + (float)i;
+    ck_assert_int_eq(ddp_round_host(want, grads, dts[d], N_ELEMS), DDP_OK);
+    ck_assert(memcmp(want, grads, sizeof grads) != 0);
+    ddp_reducer_config_t cfg = {.grads = grads,
+                                .tensors = k_tensors,
+                                .n_tensors = N_TENSORS,
+                                .bucket_bytes = 2000,
+                                .first_bucket_bytes = 600,
+                                .dtype = dts[d],
+                                .be = be};
+    ddp_reducer_t *r = NULL;
+    ck_assert_int_eq(ddp_reducer_create(comm, &cfg, &r), DDP_OK);
+    ck_assert_int_gt(ddp_reducer_num_buckets(r), 2);
+    for (int t = 0; t < N_TENSORS; ++t)
+      ck_assert_int_eq(ddp_reducer_mark_ready(r, k_tensors[t].offset, k_tensors[t].count), DDP_OK);
+    ck_assert_int_eq(ddp_reducer_finish(r, NULL), DDP_OK);
+    ck_assert_mem_eq(grads, want, sizeof grads);
+    ddp_reducer_destroy(r);
+  }
+  ddp_reducer_config_t cfg = {.grads = grads,
+                              .tensors = k_tensors,
+                              .n_tensors = N_TENSORS,
+                              .bucket_bytes = 2000,
+                              .first_bucket_bytes = 600,
+                              .dtype = DDP_DTYPE_BF16};
+  ddp_reducer_t *r = NULL;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_reducer_create(comm, &cfg, &r), DDP_ERR_INVALID_ARG);
+  cfg.dtype = DDP_DTYPE_I32;
+  cfg.be = be;
+  ck_assert_int_eq(ddp_reducer_create(comm, &cfg, &r), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "a bf16 reduction needs the backend");
+  ddp_assert_contains(log, "cannot reduce gradients in int32");
+  free(log);
+  ck_assert_ptr_null(r);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("reducer");
   TCase *tc = tcase_create("reducer");
@@ -162,6 +212,7 @@ int main(void) {
   tcase_add_test(tc, test_reducer_finish_names_a_tensor_never_marked);
   tcase_add_test(tc, test_reducer_rejects_wrong_or_repeated_marks);
   tcase_add_test(tc, test_reducer_rejects_tensors_that_do_not_tile);
+  tcase_add_test(tc, test_reducer_half_dtype_rounds_through_staging);
   suite_add_tcase(s, tc);
   return ddp_test_run_suite(s);
 }

@@ -1,8 +1,9 @@
 #!/bin/sh
-# Checkpoints end to end (CPU, fp32):
+# Checkpoints end to end (CPU; fp32 unless said):
 #  - resume is exact: --steps 20 in one go and --steps 20 --stop-at 10 --save
 #    then --steps 20 --resume give bit-identical weights (cmp of --export):
-#    1 rank, 2 ranks, --accum 2 with SGD, 2 ranks x accum 2 with LAMB;
+#    1 rank, 2 ranks, --accum 2 with SGD, 2 ranks x accum 2 with LAMB, bf16,
+#    and fp16 with a skipped (overflowed) step before the stop;
 #  - 2 ranks -> 1 rank resumes at the same global step and says so;
 #  - --save-every and --keep; --resume auto starts fresh, then resumes;
 #  - a corrupt newest checkpoint is reported and skipped;
@@ -56,6 +57,13 @@ exact() { # NAME NP ARGS...
 }
 exact np1 1
 exact np1-accum2-sgd 1 --accum 2 --optimizer sgd --lr 0.05 --min-lr 0.005
+exact np1-bf16 1 --precision bf16
+# fp16 with an overflow (skipped step) at step 4 and growth every 3 clean
+# steps: bit-identical only if the resume restores the scale, the growth
+# counter and the optimizer's count of applied steps.
+export DDPTRAIN_FAULT_OVERFLOW_RANK=0 DDPTRAIN_FAULT_OVERFLOW_STEP=4
+exact np1-fp16-overflow 1 --precision fp16 --loss-scale-window 3
+unset DDPTRAIN_FAULT_OVERFLOW_RANK DDPTRAIN_FAULT_OVERFLOW_STEP
 if [ -n "$MPIRUN" ]; then
   exact np2 2
   exact np2-accum2-lamb 2 --accum 2 --optimizer lamb

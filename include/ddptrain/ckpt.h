@@ -15,7 +15,8 @@
  *             sampler   {"kind", "global_step", "world", "accum"}
  *             rng       {"generator", "seed", "step"}: the generator is
  *                       counter-based, so a key and a position are its state
- *             loss_scaler {"enabled", "scale", "growth_tracker"}
+ *             loss_scaler {"enabled", "scale", "growth_tracker", "skipped_steps"}:
+ *                       optimizer t = step - skipped_steps
  *             crc32     CRC-32 (zlib) of the tensor data in file order, then
  *                       of the metadata values above in that order; a file
  *                       whose CRC differs is corrupt.
@@ -43,6 +44,7 @@ typedef struct ddp_ckpt_scaler {
   int enabled;
   double scale;
   int64_t growth_tracker; /* clean steps since the scale last changed */
+  int64_t skipped_steps;  /* overflowed steps, not applied by the optimizer */
 } ddp_ckpt_scaler_t;
 
 /* What a checkpoint holds besides the tensors. */

@@ -2,6 +2,7 @@
 #ifndef DDPTRAIN_DDPTRAIN_H
 #define DDPTRAIN_DDPTRAIN_H
 
+#include "ddptrain/amp.h"
 #include "ddptrain/arena.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"

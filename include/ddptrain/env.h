@@ -39,13 +39,17 @@ extern "C" {
     "0 = off")                                                                            \
   X(FAULT_NAN_TENSOR, "grad:transformer.h.0.mlp.c_fc.weight",                             \
     "with DDPTRAIN_FAULT_NAN_STEP: grad:NAME (that parameter's gradient, during "         \
-    "backward) or weight:NAME (the parameter itself, before forward)")                     \
+    "backward) or weight:NAME (the parameter itself, before forward)")                    \
   X(FAULT_RANK, "-1", "fault injection for tests: the rank that fails (-1 = none)")       \
   X(FAULT_KIND, "KILL",                                                                   \
     "how it fails: KILL (SIGKILL), STOP (freezes for good) or PAUSE (freezes, then "      \
     "resumes after DDPTRAIN_FAULT_PAUSE_S)")                                              \
   X(FAULT_STEP, "1", "the step (counted from 1) at whose start the fault strikes")        \
-  X(FAULT_PAUSE_S, "5", "seconds a PAUSE fault keeps the whole process stopped")
+  X(FAULT_PAUSE_S, "5", "seconds a PAUSE fault keeps the whole process stopped")          \
+  X(FAULT_OVERFLOW_RANK, "-1",                                                            \
+    "fault injection for tests: this rank turns one gradient into +inf (an fp16 "         \
+    "overflow) at step DDPTRAIN_FAULT_OVERFLOW_STEP")                                     \
+  X(FAULT_OVERFLOW_STEP, "1", "the 1-based step of DDPTRAIN_FAULT_OVERFLOW_RANK's overflow")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,

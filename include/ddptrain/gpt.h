@@ -80,6 +80,21 @@ float *ddp_gpt_grads(ddp_gpt_t *m);
 /* Copies all parameters (n_params floats) to / from host memory. */
 ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host);
 ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host);
+/* Mixed precision (ddptrain/amp.h). dtype bf16/fp16: allocates the compute
+ * copy of the weights (call at set-up, once, before training): forward and
+ * backward then read that copy, and store activations and activation
+ * gradients in dtype; master weights (ddp_gpt_params) and gradients stay
+ * fp32. fp32 (the default) changes nothing. */
+ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype);
+ddp_dtype_t ddp_gpt_precision(const ddp_gpt_t *m);
+/* The compute copy (n_params floats, each a value of the half type) for the
+ * optimizer pass to write; NULL in fp32. */
+float *ddp_gpt_compute_params(ddp_gpt_t *m);
+/* Rewrites the compute copy from the master weights, after anything other
+ * than the optimizer changed them (ddp_gpt_copy_params_from_host and
+ * ddp_gpt_init_weights do it themselves). A no-op in fp32. */
+ddp_status_t ddp_gpt_refresh_compute_params(ddp_gpt_t *m);
+
 /* Bytes of activation arena reserved (for logs and memory reports). */
 size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m);
 

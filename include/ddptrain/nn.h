@@ -11,7 +11,9 @@
  *   - gradients of activations flowing into the residual stream always
  *     accumulate (`dresid +=`), because the residual stream's gradient is the
  *     sum of its branches; other activation gradients are overwritten;
- *   - everything is fp32 here; half-precision variants come with AMP.
+ *   - values are fp32 in memory; under bf16/fp16 (ddptrain/amp.h) the model
+ *     stores activations and activation gradients in the half type through
+ *     store_round, so every op reads half values and computes in fp32.
  * Every op has a finite-difference test of its backward (tests/check_nn.c). */
 #ifndef DDPTRAIN_NN_H
 #define DDPTRAIN_NN_H
@@ -96,6 +98,13 @@ typedef struct ddp_nn_ops {
   ddp_status_t (*xent_fused)(ddp_backend_t *be, float *losses, float *loss_sum, float *dlogits,
                              const float *logits, const int32_t *targets, float dloss, int N, int V,
                              int Vp, ddp_stream_t s);
+
+  /* x (n) = x rounded to dtype (round to nearest even; fp32: unchanged): the
+   * store of a half-precision activation. The CPU backend keeps half values
+   * in fp32 slots (ddp_round_host), which holds exactly the numbers half
+   * storage would, so ops need no half variants there. */
+  ddp_status_t (*store_round)(ddp_backend_t *be, float *x, ddp_dtype_t dtype, size_t n,
+                              ddp_stream_t s);
 } ddp_nn_ops_t;
 
 /* The CPU implementation (also the oracle for every CUDA kernel). */

@@ -76,6 +76,17 @@ typedef struct ddp_optim_step_args {
   float grad_scale;        /* gradients are multiplied by this first */
   const float *grad_sumsq; /* backend memory, 1 float: sum of squares of the
                             *scaled* gradients; NULL when not clipping */
+  /* Mixed precision. compute_params (n, or NULL): the same pass also writes
+   * each updated weight rounded to compute_dtype there (the half compute
+   * copy the model reads), block by block while the weight is in cache, so
+   * the copy costs no extra sweep. */
+  float *compute_params;
+  ddp_dtype_t compute_dtype;
+  /* Nonzero (the loss scaler's skip): when *grad_sumsq is not finite, some
+   * gradient is inf or NaN and the step changes nothing at all (params,
+   * state, compute copy), decided from backend memory with no host sync.
+   * Needs grad_sumsq. */
+  int skip_nonfinite;
 } ddp_optim_step_args_t;
 
 /* sumsq (backend memory, 1 float) = sum over i < n of (scale * g[i])^2,
@@ -107,12 +118,12 @@ ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const flo
  *     segment as in NVLAMB): m, v as AdamW; per segment
  *     r = (m/bc1) / (sqrt(v/bc2) + eps) + wd p (wd on decaying segments only),
  *     trust = ||p|| / ||r|| when both are > 0, else 1; p -= lr trust r.
- * Bad input (NULL pointers, segments not sorted/disjoint/covering [0, n),
- * n_segments < 1, t < 1, lr negative or not finite, non-finite grad_scale,
- * unknown kind, negative or non-finite weight_decay, NaN max_grad_norm;
- * AdamW/LAMB: betas outside [0, 1), eps not > 0; SGD: negative momentum,
- * nesterov without momentum) returns DDP_ERR_INVALID_ARG with a logged
- * message and modifies nothing. */
+ * Bad input (NULL pointers, skip_nonfinite without grad_sumsq, a
+ * compute_params overlapping another buffer or a non-float compute_dtype, segments not
+ * sorted/disjoint/covering [0, n), n_segments < 1, t < 1, lr negative or not finite, non-finite
+ * grad_scale, unknown kind, negative or non-finite weight_decay, NaN max_grad_norm; AdamW/LAMB:
+ * betas outside [0, 1), eps not > 0; SGD: negative momentum, nesterov without momentum) returns
+ * DDP_ERR_INVALID_ARG with a logged message and modifies nothing. */
 ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *args,
                                 ddp_stream_t s);
 

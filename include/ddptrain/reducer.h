@@ -19,13 +19,20 @@
  * communication backward did not hide ("exposed").
  *
  * The reduction is a SUM: the loss is already scaled by 1 / (global target
- * tokens of the step), so the sum is the gradient of the global mean. */
+ * tokens of the step), so the sum is the gradient of the global mean.
+ *
+ * With a half-precision reduce dtype (--grad-reduce-dtype bf16|fp16) each
+ * bucket is rounded into a staging buffer of that type as it launches, the
+ * collective moves half the bytes and sums in that type (each partial sum
+ * rounds), and finish() widens the result back into the fp32 gradients: the
+ * trade of accuracy for traffic that bench/amp_curves.sh measures. */
 #ifndef DDPTRAIN_REDUCER_H
 #define DDPTRAIN_REDUCER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddptrain/backend.h"
 #include "ddptrain/comm.h"
 #include "ddptrain/status.h"
 
@@ -44,7 +51,9 @@ typedef struct ddp_reducer_config {
   const ddp_reducer_tensor_t *tensors;
   int n_tensors; /* tensors tile the buffer: offsets ascending, no gaps */
   double bucket_bytes, first_bucket_bytes;
-  void *stream; /* the compute stream gradients are produced on (NULL on CPU) */
+  void *stream;      /* the compute stream gradients are produced on (NULL on CPU) */
+  ddp_dtype_t dtype; /* type on the wire: fp32 (0, the default), bf16 or fp16 */
+  ddp_backend_t *be; /* owns grads; needed for a half dtype (staging buffer, conversion) */
 } ddp_reducer_config_t;
 
 ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cfg,

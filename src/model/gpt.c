@@ -51,6 +51,11 @@ struct ddp_gpt {
   ddp_gpt_tensor_t *tensors;
   size_t n_params;
   float *params, *grads, *loss_sum;
+  /* bf16/fp16: the half-precision compute copy of the weights (fp32 slots
+   * holding half values, written by the optimizer pass) that the p views
+   * point to; NULL in fp32, where p views the master weights. */
+  float *wcompute;
+  ddp_dtype_t act_dtype; /* storage type of activations and their gradients */
   model_views_t p, g;
   ddp_arena_t arena;
   acts_t a;
@@ -231,6 +236,7 @@ ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_co
   }
   m->cfg = *cfg;
   m->be = be;
+  m->act_dtype = DDP_DTYPE_F32;
   m->nn = be->ops->nn;
   m->max_tokens = tokens_per_batch;
   m->tensors = calloc((size_t)n_tensors, sizeof *m->tensors);
@@ -272,6 +278,7 @@ void ddp_gpt_destroy(ddp_gpt_t *m) {
   if (!m) return;
   ddp_arena_destroy(&m->arena);
   if (m->be) {
+    ddp_backend_free(m->be, m->wcompute);
     ddp_backend_free(m->be, m->loss_sum);
     ddp_backend_free(m->be, m->grads);
     ddp_backend_free(m->be, m->params);
@@ -329,6 +336,7 @@ ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host) {
 ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host) {
   DDP_CHECK(ddp_backend_copy(m->be, m->params, host, m->n_params * sizeof(float),
                              DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  DDP_CHECK(ddp_gpt_refresh_compute_params(m));
   return ddp_backend_sync(m->be, NULL);
 }
 
@@ -359,6 +367,55 @@ __attribute__((format(printf, 4, 5))) static ddp_status_t watch(ddp_gpt_t *m, fl
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   return m->watch(m->watch_ctx, what, x, n);
+}
+
+/* ---- precision ------------------------------------------------------------------ */
+
+/* Moves every view from one flat buffer to the same offsets of another. */
+static void rebase_views(model_views_t *v, const float *from, float *to, int n_layer) {
+  float **heads[] = {&v->wte, &v->wpe, &v->lnf_w, &v->lnf_b};
+  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; ++i) *heads[i] = to + (*heads[i] - from);
+  for (int l = 0; l < n_layer; ++l) {
+    block_views_t *b = &v->blocks[l];
+    float **p[] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->proj_w,   &b->proj_b,
+                   &b->ln2_w, &b->ln2_b, &b->fc_w,  &b->fc_b,  &b->fcproj_w, &b->fcproj_b};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; ++i) *p[i] = to + (*p[i] - from);
+  }
+}
+
+ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype) {
+  if (!m || !ddp_dtype_is_float(dtype))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_precision: NULL model or %s is not a float type",
+             ddp_dtype_name(dtype));
+  if (dtype == m->act_dtype) return DDP_OK;
+  if (m->act_dtype != DDP_DTYPE_F32)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_precision: precision is already %s",
+             ddp_dtype_name(m->act_dtype));
+  DDP_CHECK(ddp_backend_alloc(m->be, m->n_params * sizeof(float), (void **)&m->wcompute));
+  rebase_views(&m->p, m->params, m->wcompute, m->cfg.n_layer);
+  m->act_dtype = dtype;
+  return ddp_gpt_refresh_compute_params(m);
+}
+
+ddp_dtype_t ddp_gpt_precision(const ddp_gpt_t *m) {
+  return m->act_dtype;
+}
+
+float *ddp_gpt_compute_params(ddp_gpt_t *m) {
+  return m->wcompute;
+}
+
+ddp_status_t ddp_gpt_refresh_compute_params(ddp_gpt_t *m) {
+  if (!m->wcompute) return DDP_OK;
+  DDP_CHECK(ddp_backend_copy(m->be, m->wcompute, m->params, m->n_params * sizeof(float),
+                             DDP_COPY_KIND_DEVICE_TO_DEVICE, NULL));
+  return m->nn->store_round(m->be, m->wcompute, m->act_dtype, m->n_params, NULL);
+}
+
+/* The store of an activation (or activation gradient): a no-op in fp32. */
+static ddp_status_t store(const ddp_gpt_t *m, float *x, size_t n) {
+  if (m->act_dtype == DDP_DTYPE_F32) return DDP_OK;
+  return m->nn->store_round(m->be, x, m->act_dtype, n, NULL);
 }
 
 /* ---- initialisation --------------------------------------------------------- */
@@ -428,39 +485,59 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   DDP_CHECK(take_train_acts(m, &m->arena, N, (int64_t)B * NH * T * T));
   DDP_CHECK(upload(m, a->tokens, inputs, N));
   DDP_CHECK(upload(m, a->targets, targets, N));
+  const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
-  DDP_CHECK(watch(m, a->encoded, (size_t)N * C, "forward: embedding output"));
+  DDP_CHECK(store(m, a->encoded, nc));
+  DDP_CHECK(watch(m, a->encoded, nc, "forward: embedding output"));
   const float *res = a->encoded;
+  /* Under bf16/fp16 every activation is stored in the half type right after
+   * the op that makes it (store()); LayerNorm statistics and the attention
+   * probabilities stay fp32. */
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
     DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N, C,
                                 NULL));
+    DDP_CHECK(store(m, b->ln1, nc));
     DDP_CHECK(nn->linear_fwd(be, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
-    DDP_CHECK(watch(m, b->qkv, (size_t)N * 3 * C, "forward: h.%d.attn.c_attn output", l));
+    DDP_CHECK(store(m, b->qkv, 3 * nc));
+    DDP_CHECK(watch(m, b->qkv, 3 * nc, "forward: h.%d.attn.c_attn output", l));
     DDP_CHECK(nn->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
-    DDP_CHECK(watch(m, b->atty, (size_t)N * C, "forward: h.%d.attn output", l));
+    DDP_CHECK(store(m, b->atty, nc));
+    DDP_CHECK(watch(m, b->atty, nc, "forward: h.%d.attn output", l));
     DDP_CHECK(nn->linear_fwd(be, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
-    DDP_CHECK(nn->add(be, b->res2, b->res2, res, (size_t)N * C, NULL));
-    DDP_CHECK(watch(m, b->res2, (size_t)N * C, "forward: h.%d.attn.c_proj + residual", l));
+    DDP_CHECK(store(m, b->res2, nc));
+    DDP_CHECK(nn->add(be, b->res2, b->res2, res, nc, NULL));
+    DDP_CHECK(store(m, b->res2, nc));
+    DDP_CHECK(watch(m, b->res2, nc, "forward: h.%d.attn.c_proj + residual", l));
     DDP_CHECK(nn->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w, p->ln2_b,
                                 N, C, NULL));
+    DDP_CHECK(store(m, b->ln2, nc));
     DDP_CHECK(nn->linear_fwd(be, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
-    DDP_CHECK(watch(m, b->fch, (size_t)N * 4 * C, "forward: h.%d.mlp.c_fc output", l));
-    DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * C, NULL));
+    DDP_CHECK(store(m, b->fch, 4 * nc));
+    DDP_CHECK(watch(m, b->fch, 4 * nc, "forward: h.%d.mlp.c_fc output", l));
+    DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, 4 * nc, NULL));
+    DDP_CHECK(store(m, b->fch_gelu, 4 * nc));
     DDP_CHECK(
         nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
-    DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, (size_t)N * C, NULL));
-    DDP_CHECK(watch(m, b->res3, (size_t)N * C, "forward: h.%d.mlp.c_proj + residual", l));
+    DDP_CHECK(store(m, b->res3, nc));
+    DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, nc, NULL));
+    DDP_CHECK(store(m, b->res3, nc));
+    DDP_CHECK(watch(m, b->res3, nc, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
   }
   DDP_CHECK(nn->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b, N,
                               C, NULL));
+  DDP_CHECK(store(m, a->lnf, nc));
   DDP_CHECK(nn->linear_fwd(be, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
+  DDP_CHECK(store(m, a->logits, (size_t)N * V));
   DDP_CHECK(watch(m, a->logits, (size_t)N * V, "forward: logits"));
-  /* Loss and its gradient in one pass; the logits become their gradient. */
+  /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
+   * become their gradient, stored in the half type like every activation
+   * gradient (fp16: this is where an unscaled gradient would underflow). */
   DDP_CHECK(nn->xent_fused(be, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss, N,
                            V, V, NULL));
+  DDP_CHECK(store(m, a->logits, (size_t)N * V));
   DDP_CHECK(watch(m, a->losses, (size_t)N, "forward: token losses"));
   m->B = B;
   m->T = T;
@@ -478,23 +555,37 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   m->have_train_acts = 0;
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
   DDP_CHECK(upload(m, e.tokens, inputs, N));
+  const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  DDP_CHECK(store(m, e.res[0], nc));
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     float *res = e.res[0], *mid = e.res[1];
     DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C, NULL));
+    DDP_CHECK(store(m, e.ln, nc));
     DDP_CHECK(nn->linear_fwd(be, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(store(m, e.qkv, 3 * nc));
     DDP_CHECK(nn->attention_fwd(be, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
+    DDP_CHECK(store(m, e.atty, nc));
     DDP_CHECK(nn->linear_fwd(be, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
-    DDP_CHECK(nn->add(be, mid, mid, res, (size_t)N * C, NULL));
+    DDP_CHECK(store(m, mid, nc));
+    DDP_CHECK(nn->add(be, mid, mid, res, nc, NULL));
+    DDP_CHECK(store(m, mid, nc));
     DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C, NULL));
+    DDP_CHECK(store(m, e.ln, nc));
     DDP_CHECK(nn->linear_fwd(be, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
-    DDP_CHECK(nn->gelu_fwd(be, e.fch_gelu, e.fch, (size_t)N * 4 * C, NULL));
+    DDP_CHECK(store(m, e.fch, 4 * nc));
+    DDP_CHECK(nn->gelu_fwd(be, e.fch_gelu, e.fch, 4 * nc, NULL));
+    DDP_CHECK(store(m, e.fch_gelu, 4 * nc));
     DDP_CHECK(nn->linear_fwd(be, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
-    DDP_CHECK(nn->add(be, res, res, mid, (size_t)N * C, NULL));
+    DDP_CHECK(store(m, res, nc));
+    DDP_CHECK(nn->add(be, res, res, mid, nc, NULL));
+    DDP_CHECK(store(m, res, nc));
   }
   DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b, N, C, NULL));
+  DDP_CHECK(store(m, e.ln, nc));
   DDP_CHECK(nn->linear_fwd(be, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
+  DDP_CHECK(store(m, e.logits, (size_t)N * V));
   m->a.logits = e.logits;
   if (targets) {
     DDP_CHECK(upload(m, e.targets, targets, N));
@@ -539,13 +630,16 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
   m->cursor = 0;
   /* LM head: logits = lnf @ wte^T. This writes dwte first (the embedding
    * backward adds its part last). */
+  const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->linear_bwd(be, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V, acc,
                            0, NULL));
+  DDP_CHECK(store(m, a->dtmp, nc));
   /* The residual stream's gradient starts here; every later op adds to it. */
   DDP_CHECK(be->ops->fill(be, a->dres, DDP_DTYPE_F32, 0.0f, (size_t)N * C, NULL));
   const float *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
   DDP_CHECK(nn->layernorm_bwd(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last, m->p.lnf_w,
                               a->lnf_mean, a->lnf_rstd, N, C, acc, NULL));
+  DDP_CHECK(store(m, a->dres, nc)); /* activation gradients are half too */
   DDP_CHECK(announce(m, notify, 2));
   for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
     const block_views_t *p = &m->p.blocks[l];
@@ -554,23 +648,31 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     const float *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
     DDP_CHECK(nn->linear_bwd(be, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
                              p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
+    DDP_CHECK(store(m, a->dfch, 4 * nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->gelu_bwd(be, a->dfch, b->fch, a->dfch, (size_t)N * 4 * C, NULL));
+    DDP_CHECK(nn->gelu_bwd(be, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
+    DDP_CHECK(store(m, a->dfch, 4 * nc));
     DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C, 4 * C,
                              acc, 0, NULL));
+    DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
                                 b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
+    DDP_CHECK(store(m, a->dres, nc));
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N, C,
                              C, acc, 0, NULL));
+    DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->attention_bwd(be, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
+    DDP_CHECK(store(m, a->dqkv, 3 * nc));
     DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
                              3 * C, acc, 0, NULL));
+    DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
                                 b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
+    DDP_CHECK(store(m, a->dres, nc));
     DDP_CHECK(announce(m, notify, 2));
   }
   DDP_CHECK(nn->embed_bwd(be, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));

@@ -123,8 +123,9 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
                        (json_int_t)m->step, "world", m->world, "accum", m->accum));
   rng = dump(json_pack("{s:s, s:I, s:I}", "generator", "philox4x32-10", "seed", (json_int_t)m->seed,
                        "step", (json_int_t)m->step));
-  scl = dump(json_pack("{s:b, s:f, s:I}", "enabled", m->scaler.enabled, "scale", m->scaler.scale,
-                       "growth_tracker", (json_int_t)m->scaler.growth_tracker));
+  scl = dump(json_pack("{s:b, s:f, s:I, s:I}", "enabled", m->scaler.enabled, "scale",
+                       m->scaler.scale, "growth_tracker", (json_int_t)m->scaler.growth_tracker,
+                       "skipped_steps", (json_int_t)m->scaler.skipped_steps));
   if (!opt || !smp || !rng || !scl)
     DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "checkpoint: cannot build the metadata");
   const char *kv[] = {"format",      DDP_CKPT_FORMAT,
@@ -203,7 +204,7 @@ static ddp_status_t parse_meta(ddp_ckpt_t *ck) {
   json_t *rng = meta_object(ck, "rng"), *scl = meta_object(ck, "loss_scaler");
   ck->config = meta_object(ck, "config");
   const char *okind = NULL, *skind = NULL;
-  json_int_t step = -1, seed = 0, growth = 0;
+  json_int_t step = -1, seed = 0, growth = 0, skipped = 0;
   int enabled = 0;
   double scale = 1.0;
   ddp_status_t st = DDP_OK;
@@ -212,13 +213,14 @@ static ddp_status_t parse_meta(ddp_ckpt_t *ck) {
       json_unpack(smp, "{s:s, s:I, s:i, s:i}", "kind", &skind, "global_step", &step, "world",
                   &m->world, "accum", &m->accum) != 0 ||
       json_unpack(rng, "{s:I}", "seed", &seed) != 0 ||
-      json_unpack(scl, "{s:b, s:F, s:I}", "enabled", &enabled, "scale", &scale, "growth_tracker",
-                  &growth) != 0 ||
-      step < 0 || m->world < 1 || m->accum < 1)
+      json_unpack(scl, "{s:b, s:F, s:I, s:I}", "enabled", &enabled, "scale", &scale,
+                  "growth_tracker", &growth, "skipped_steps", &skipped) != 0 ||
+      step < 0 || skipped < 0 || skipped > step || m->world < 1 || m->accum < 1)
     DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, out, "%s: malformed checkpoint metadata", ck->path);
   m->step = step;
   m->seed = (uint64_t)seed;
-  m->scaler = (ddp_ckpt_scaler_t){.enabled = enabled, .scale = scale, .growth_tracker = growth};
+  m->scaler = (ddp_ckpt_scaler_t){
+      .enabled = enabled, .scale = scale, .growth_tracker = growth, .skipped_steps = skipped};
   snprintf(m->optimizer, sizeof m->optimizer, "%s", okind);
   snprintf(m->sampler, sizeof m->sampler, "%s", skind);
 out:

@@ -24,6 +24,10 @@ typedef struct bucket {
 struct ddp_reducer {
   ddp_comm_t *comm;
   float *grads;
+  ddp_dtype_t dtype;
+  ddp_backend_t *be;
+  uint16_t *staging; /* half dtype: the buffer's elements in that type */
+  size_t base;       /* offset of the first tensor (staging index 0) */
   void *stream;
   ddp_reducer_tensor_t *tensors;
   int n_tensors;
@@ -42,6 +46,7 @@ static double now_ms(void) {
 
 void ddp_reducer_destroy(ddp_reducer_t *r) {
   if (!r) return;
+  if (r->staging) ddp_backend_free(r->be, r->staging);
   free(r->tensors);
   free(r->bucket_of);
   free(r->marked);
@@ -66,6 +71,12 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
     DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: bucket sizes %g / %g bytes must be positive",
              cfg->bucket_bytes, cfg->first_bucket_bytes);
   *out = NULL;
+  if (cfg->dtype != DDP_DTYPE_F32 && cfg->dtype != DDP_DTYPE_BF16 && cfg->dtype != DDP_DTYPE_F16)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: cannot reduce gradients in %s",
+             ddp_dtype_name(cfg->dtype));
+  if (cfg->dtype != DDP_DTYPE_F32 && !cfg->be)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: a %s reduction needs the backend",
+             ddp_dtype_name(cfg->dtype));
   const int n = cfg->n_tensors;
   size_t expect = cfg->tensors[0].offset;
   for (int i = 0; i < n; ++i) {
@@ -91,6 +102,17 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
     DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
   }
   memcpy(r->tensors, cfg->tensors, (size_t)n * sizeof *r->tensors);
+  r->dtype = cfg->dtype;
+  r->be = cfg->be;
+  r->base = cfg->tensors[0].offset;
+  if (r->dtype != DDP_DTYPE_F32) {
+    const ddp_status_t st =
+        ddp_backend_alloc(r->be, (expect - r->base) * sizeof *r->staging, (void **)&r->staging);
+    if (st != DDP_OK) {
+      ddp_reducer_destroy(r);
+      return st;
+    }
+  }
   /* Cut buckets: close one when adding the next tensor would pass the cap. */
   double cap = cfg->first_bucket_bytes;
   bucket_t *b = NULL;
@@ -128,8 +150,15 @@ static ddp_status_t launch_ready(ddp_reducer_t *r) {
   while (r->next_launch < r->n_buckets) {
     bucket_t *b = &r->buckets[r->next_launch];
     if (b->ready < b->n_tensors) break;
-    DDP_CHECK(ddp_comm_allreduce_sum(r->comm, r->grads + b->offset, b->count, DDP_DTYPE_F32,
-                                     r->stream, &b->handle));
+    if (r->staging) {
+      uint16_t *h = r->staging + (b->offset - r->base);
+      DDP_CHECK(r->be->ops->convert(r->be, h, r->dtype, r->grads + b->offset, DDP_DTYPE_F32,
+                                    b->count, (ddp_stream_t)r->stream));
+      DDP_CHECK(ddp_comm_allreduce_sum(r->comm, h, b->count, r->dtype, r->stream, &b->handle));
+    } else {
+      DDP_CHECK(ddp_comm_allreduce_sum(r->comm, r->grads + b->offset, b->count, DDP_DTYPE_F32,
+                                       r->stream, &b->handle));
+    }
     r->next_launch++;
   }
   return DDP_OK;
@@ -164,6 +193,11 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
     const ddp_status_t w = ddp_comm_stream_wait(r->comm, b->handle, r->stream);
     if (st == DDP_OK) st = w;
     b->handle = DDP_COMM_HANDLE_NONE;
+    /* Widen the half sums back into the fp32 gradients (the epilogue). */
+    if (st == DDP_OK && r->staging)
+      st = r->be->ops->convert(r->be, r->grads + b->offset, DDP_DTYPE_F32,
+                               r->staging + (b->offset - r->base), r->dtype, b->count,
+                               (ddp_stream_t)r->stream);
   }
   if (exposed_ms) *exposed_ms = now_ms() - t0;
   const int incomplete = r->next_launch;

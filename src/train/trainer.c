@@ -28,6 +28,7 @@
 #include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
 #include "fault.h"
+#include "train/amp_train.h"
 #include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/metrics.h"
@@ -63,6 +64,8 @@ typedef struct trainer {
   ddp_train_ckpt_t ckpt;
   ddp_anomaly_t anomaly;
   int64_t start_step; /* steps done before this run (--resume) */
+  ddp_amp_train_t amp;
+  int64_t step; /* the step in progress */
 } trainer_t;
 
 static double now_seconds(void) {
@@ -94,6 +97,10 @@ static ddp_status_t fill_slot(void *ctx, int64_t seq, void *item) {
 
 static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   trainer_t *tr = ctx;
+  if (tr->hook_status != DDP_OK) return;
+  if (offset == 0)
+    tr->hook_status =
+        ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step, ddp_gpt_grads(tr->model));
   if (tr->hook_status != DDP_OK) return;
   tr->hook_status = ddp_reducer_mark_ready(tr->reducer, offset, count);
 }
@@ -142,7 +149,9 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
                              .tensors = tr->rtensors,
                              .n_tensors = ddp_gpt_num_tensors(tr->model),
                              .bucket_bytes = o->bucket_mb * 1048576.0,
-                             .first_bucket_bytes = o->first_bucket_mb * 1048576.0};
+                             .first_bucket_bytes = o->first_bucket_mb * 1048576.0,
+                             .dtype = tr->amp.reduce_dtype,
+                             .be = tr->be};
   DDP_CHECK(ddp_reducer_create(tr->comm, &rc, &tr->reducer));
   ddp_gpt_set_grad_hook(tr->model, on_grad_ready, tr);
   DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data.train,
@@ -152,6 +161,7 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
     DDP_CHECK(ddp_comm_broadcast(tr->comm, ddp_gpt_params(tr->model),
                                  ddp_gpt_num_params(tr->model) * sizeof(float), 0, NULL, &h));
     DDP_CHECK(ddp_comm_wait(tr->comm, h));
+    DDP_CHECK(ddp_gpt_refresh_compute_params(tr->model));
   }
   if (o->check_replicas > 0) {
     tr->host_params = malloc(ddp_gpt_num_params(tr->model) * sizeof(float));
@@ -180,21 +190,39 @@ static ddp_status_t setup_eval(trainer_t *tr, const ddp_gpt_config_t *mc) {
                         ddp_sampler_max_rows(tr->val_sampler));
 }
 
-/* The loss scaler's state for checkpoints. Training is fp32 today, so
- * there is no scaler: it is saved as disabled, and a checkpoint that had
- * one is refused rather than silently dropping its scale. */
+/* The loss scaler's state for checkpoints (saved as disabled when the run
+ * has no scaler: fp32, bf16 by default). */
 static ddp_ckpt_scaler_t loss_scaler_state(const trainer_t *tr) {
-  (void)tr;
-  return (ddp_ckpt_scaler_t){.enabled = 0, .scale = 1.0, .growth_tracker = 0};
+  const ddp_loss_scaler_t *s = &tr->amp.scaler;
+  return (ddp_ckpt_scaler_t){.enabled = s->enabled,
+                             .scale = s->enabled ? (double)s->state.scale : 1.0,
+                             .growth_tracker = s->state.growth_tracker,
+                             .skipped_steps = s->state.skipped_steps};
 }
 
+/* After --resume: the scaler continues where it was, and the optimizer's
+ * step count excludes the skipped steps as it did before the stop. A
+ * change of precision across the resume is allowed; the scale is then
+ * started afresh or dropped, and the log says so. */
 static ddp_status_t restore_loss_scaler(trainer_t *tr, const ddp_ckpt_scaler_t *s) {
-  (void)tr;
-  if (s->enabled)
-    DDP_FAIL(DDP_ERR_UNSUPPORTED,
-             "resume: the checkpoint has a loss scaler (scale %g) and this run trains in fp32",
-             s->scale);
-  return DDP_OK;
+  ddp_loss_scaler_t *ls = &tr->amp.scaler;
+  tr->amp.applied = tr->start_step - s->skipped_steps;
+  if (tr->start_step == 0) return DDP_OK; /* a fresh run */
+  if (ls->enabled && s->enabled) {
+    const ddp_loss_scaler_state_t st = {.scale = (float)s->scale,
+                                        .growth_tracker = s->growth_tracker,
+                                        .skipped_steps = s->skipped_steps};
+    DDP_CHECK(ddp_loss_scaler_set_state(ls, &st));
+  } else if (ls->enabled) {
+    ls->state.skipped_steps = s->skipped_steps;
+    DDP_LOG_INFO("resume: the checkpoint has no loss scaler; starting at scale %g",
+                 (double)ls->state.scale);
+  } else if (s->enabled) {
+    DDP_LOG_WARN("resume: this run has no loss scaler; the checkpoint's scale %g is dropped",
+                 s->scale);
+  }
+  /* the compute copy of the weights (bf16/fp16) from the loaded masters */
+  return ddp_gpt_refresh_compute_params(tr->model);
 }
 
 static ddp_status_t setup(trainer_t *tr) {
@@ -213,6 +241,8 @@ static ddp_status_t setup(trainer_t *tr) {
   tr->steps = o->steps;
   if (tr->steps == 0) tr->steps = (o->epochs > 0 ? o->epochs : 1) * es.steps;
   DDP_CHECK(ddp_gpt_create(&tr->model, tr->be, &mc, o->tokens_per_batch));
+  DDP_CHECK(ddp_amp_setup(&tr->amp, o, tr->dist->rank));
+  DDP_CHECK(ddp_gpt_set_precision(tr->model, ddp_precision_dtype(tr->amp.precision)));
   DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
@@ -297,6 +327,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const double t0 = now_seconds();
   double wait_s = 0.0;
   ddp_step_info_t info = {0};
+  tr->step = step;
   DDP_CHECK(ddp_anomaly_begin_step(&tr->anomaly, step));
   for (int64_t k = 0; k < accum; ++k) {
     void *item;
@@ -307,7 +338,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     info = b->info;
     if (info.n_targets <= 0)
       DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
-    const float dloss = 1.0f / (float)info.n_targets;
+    const float dloss = ddp_amp_loss_scale(&tr->amp) / (float)info.n_targets;
     DDP_CHECK(ddp_gpt_forward(tr->model, b->inputs, b->targets, b->B, b->T, 1, dloss));
     DDP_CHECK(ddp_gpt_backward(tr->model, k > 0, k == accum - 1));
     DDP_CHECK(tr->hook_status);
@@ -326,9 +357,13 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   w->loss_targets += (double)info.n_targets;
 
   const size_t n = ddp_gpt_num_params(tr->model);
+  /* The norm of the unscaled gradients (clipping sees the true norm); an
+   * inf/NaN makes it non-finite, which is the loss scaler's overflow flag. */
+  const float unscale = ddp_amp_unscale(&tr->amp);
   DDP_CHECK(
-      ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f, NULL));
-  DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
+      ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
+  /* With a loss scaler an inf/NaN is an overflow: the step is skipped, not an error. */
+  if (!tr->amp.scaler.enabled) DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
@@ -336,11 +371,15 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .segments = tr->segs,
                              .n_segments = ddp_gpt_num_tensors(tr->model),
                              .n = n,
-                             .t = step + 1,
+                             .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,
-                             .grad_scale = 1.0f,
-                             .grad_sumsq = tr->grad_sumsq};
+                             .grad_scale = unscale,
+                             .grad_sumsq = tr->grad_sumsq,
+                             .compute_params = ddp_gpt_compute_params(tr->model),
+                             .compute_dtype = ddp_gpt_precision(tr->model),
+                             .skip_nonfinite = tr->amp.scaler.enabled};
   DDP_CHECK(ddp_optim_step_cpu(tr->be, &a, NULL));
+  DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
 }
@@ -409,17 +448,24 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   if (!isfinite(loss))
     DDP_FAIL(DDP_ERR_NUMERIC, "step %lld: the loss is %g; lower --lr or enable --grad-clip",
              (long long)step + 1, loss);
+  const ddp_loss_scaler_state_t *ls_state = &tr->amp.scaler.state;
+  char scale_note[64] = "";
+  if (tr->amp.scaler.enabled)
+    snprintf(scale_note, sizeof scale_note, " | loss scale %g (%lld skipped)",
+             (double)ls_state->scale, (long long)ls_state->skipped_steps);
   DDP_LOG_INFO(
-      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f ms/step | "
+      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f%s | %.0f tok/s | %.1f ms/step | "
       "MFU %.1f%% | pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms",
-      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, tok_s, ms, 100.0 * mfu,
-      100.0 * pad, imb, comm_ms, exposed, wait_ms);
+      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, scale_note, tok_s, ms,
+      100.0 * mfu, 100.0 * pad, imb, comm_ms, exposed, wait_ms);
   DDP_CHECK(ddp_metrics_write(
       &tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr", (double)lr, "grad_norm", gnorm,
       "tokens", (double)tot->useful, "tok_per_s", tok_s, "ms_per_step", ms, "mfu", mfu, "pad_frac",
       pad, "imbalance", imb, "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms",
       exposed, "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
-      "allreduce_per_step", (double)cs.n_allreduce / ns, NULL));
+      "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
+      (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
+      NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }

@@ -448,6 +448,14 @@ DDP_CPU_CLONES static ddp_status_t cpu_xent_fused(ddp_backend_t *be, float *loss
   return DDP_OK;
 }
 
+/* ---- half storage --------------------------------------------------------- */
+
+// x (n) rounded in place
+static ddp_status_t cpu_store_round(ddp_backend_t *be, float *x, ddp_dtype_t dtype, size_t n,
+                                    ddp_stream_t s) {
+  return dtype == DDP_DTYPE_F32 ? DDP_OK : ddp_round_host(x, x, dtype, n);
+}
+
 const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .embed_fwd = cpu_embed_fwd,
     .embed_bwd = cpu_embed_bwd,
@@ -461,4 +469,5 @@ const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .attention_fwd = ddp_cpu_attention_fwd,
     .attention_bwd = ddp_cpu_attention_bwd,
     .xent_fused = cpu_xent_fused,
+    .store_round = cpu_store_round,
 };
