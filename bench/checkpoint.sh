@@ -17,7 +17,7 @@ if [ -z "$work" ]; then
 fi
 log=$(mktemp)
 trap 'rm -f "$log"; [ -n "$made" ] && rm -rf "$work"' EXIT
-"$build/ddptrain" --threads 0 --peak-gflops 10 --n-layer 6 --n-head 8 --n-embd 512 --seq-len 128 \
+"$build/ddptrain" --threads 0 --n-layer 6 --n-head 8 --n-embd 512 --seq-len 128 \
   --tokens-per-batch 1024 --steps 8 --log-every 2 --eval-every 0 --eval-tokens 256 \
   --save "$work/ck" --save-every 2 --keep 2 > "$log" 2>&1 || { cat "$log"; exit 1; }
 grep -E "model:|step +[0-9]+/" "$log" | sed 's/^/  /'

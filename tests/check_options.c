@@ -151,6 +151,42 @@ START_TEST(test_options_help_lists_every_flag) {
 }
 END_TEST
 
+/* ddp_options_format is what checkpoints record: every value must parse
+ * back to itself (a resumed run compares the two as text). Actions take no
+ * value, so one that is on is given by name. */
+START_TEST(test_options_format_round_trips) {
+  ddp_options_t o, back;
+  char *log = NULL;
+  ck_assert_int_eq(parse(&o, &log, "--lr", "0.001", "--save", "ck dir", "--detect-anomaly", NULL),
+                   DDP_OK);
+  free(log);
+  ck_assert_int_eq(ddp_options_defaults(&back), DDP_OK);
+  char value[1100], arg[1200];
+  char *argv[] = {"ddptrain", arg};
+  for (int i = 0; i < ddp_options_count(); ++i) {
+    const char *name = ddp_options_name(i);
+    ck_assert_int_eq(ddp_options_format(&o, i, value, sizeof value), 0);
+    if (strcmp(name, "lr") == 0) ck_assert_str_eq(value, "0.001");
+    if (strcmp(name, "save") == 0) ck_assert_str_eq(value, "ck dir");
+    if (strcmp(name, "detect-anomaly") == 0) ck_assert_str_eq(value, "1");
+    snprintf(arg, sizeof arg, "--%s=%s", name, value);
+    ddp_test_log_start();
+    ddp_status_t st = ddp_options_parse(&back, 2, argv);
+    free(ddp_test_log_stop());
+    if (st != DDP_OK && strcmp(value, "1") == 0) { /* an action that is on */
+      snprintf(arg, sizeof arg, "--%s", name);
+      ck_assert_int_eq(ddp_options_parse(&back, 2, argv), DDP_OK);
+    }
+    ck_assert_msg(ddp_options_value_hash(&o, i) == ddp_options_value_hash(&back, i),
+                  "--%s=%s does not parse back to itself", name, value);
+  }
+  ck_assert_int_eq(ddp_options_format(&o, -1, value, sizeof value), -1);
+  int seed = 0;
+  while (strcmp(ddp_options_name(seed), "seed") != 0) ++seed;
+  ck_assert_int_eq(ddp_options_format(&o, seed, value, 4), -1); /* "1337" needs 5 */
+}
+END_TEST
+
 static Suite *options_suite(void) {
   Suite *s = suite_create("options");
   TCase *tc = tcase_create("core");
@@ -162,6 +198,7 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_missing_value_and_stray_arguments);
   tcase_add_test(tc, test_options_bad_device);
   tcase_add_test(tc, test_options_help_lists_every_flag);
+  tcase_add_test(tc, test_options_format_round_trips);
   suite_add_tcase(s, tc);
   return s;
 }

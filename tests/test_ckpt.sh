@@ -115,6 +115,27 @@ else
   bad "corrupt checkpoint" "$d.b.log"
 fi
 
+size=$(wc -c < "$d/ckpt_00000005.safetensors")
+printf garbage | dd of="$d/ckpt_00000005.safetensors" bs=1 seek=$((size - 100)) conv=notrunc 2> /dev/null
+train 1 "$d.c.log" --resume "$d" --save "$d"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "corrupt holds no valid checkpoint" "$d.c.log" && [ "$(ls "$d" | wc -l)" -eq 2 ]; then
+  ok "only corrupt checkpoints: exit 1, nothing written"
+else
+  bad "only corrupt checkpoints (exit $rc)" "$d.c.log"
+fi
+# resuming a finished run, or with --stop-at below the checkpoint, trains
+# nothing and writes no checkpoint that would rewind the step
+d="$dir/done"
+train 1 "$d.a.log" --save "$d" --stop-at 8 --export "$d.a.st"
+train 1 "$d.b.log" --save "$d" --resume "$d" --stop-at 4 --export "$d.b.st"
+if [ $? -eq 0 ] && grep -q "8 steps already done; nothing to train" "$d.b.log" && [ "$(ls "$d")" = "ckpt_00000008.safetensors" ] &&
+  cmp -s "$d.a.st" "$d.b.st"; then
+  ok "--stop-at below the resumed step trains nothing and rewinds nothing"
+else
+  bad "--stop-at below the resumed step: $(ls "$d" | tr '\n' ' ')" "$d.b.log"
+fi
+
 # ---- configuration mismatch ----------------------------------------------------------
 d="$dir/mismatch"
 train 1 "$d.a.log" --save "$d" --stop-at 5

@@ -119,8 +119,10 @@ ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, const ddp_ckpt_im
     DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "checkpoint writer: %.1f MiB of staging memory",
                   (double)floats * 4 / 1048576.0);
   /* Touch every page now, so the first checkpoint's pause is a copy and not
-   * page faults. */
-  memset(w->img.params, 0, floats * sizeof(float));
+   * page faults. Through a volatile pointer: the compiler may turn malloc +
+   * memset(0) into calloc, whose fresh pages are mapped only on first use. */
+  volatile char *touch = (volatile char *)w->img.params;
+  for (size_t b = 0; b < floats * sizeof(float); b += 4096) touch[b] = 1;
   w->img.state = w->img.params + layout->n_params;
   w->img.config = w->config;
   pthread_mutex_init(&w->mu, NULL);

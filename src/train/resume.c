@@ -102,9 +102,13 @@ ddp_status_t ddp_train_resume(const ddp_options_t *opts, const ddp_dist_t *dist,
   img.params = NULL;
   if (dist->rank == 0) {
     img.params = malloc((n + state_n) * sizeof(float));
-    if (!img.params) st = DDP_ERR_OOM, DDP_LOG_ERROR("resume: no host memory for the checkpoint");
-    img.state = img.params + n;
-    if (st == DDP_OK) st = load_rank0(opts, dir, missing_ok, &img, found);
+    if (img.params) {
+      img.state = img.params + n;
+      st = load_rank0(opts, dir, missing_ok, &img, found);
+    } else {
+      st = DDP_ERR_OOM;
+      DDP_LOG_ERROR("resume: no host memory for the checkpoint (%zu floats)", n + state_n);
+    }
     hdr[0] = st;
     hdr[1] = st == DDP_OK && *found;
   }

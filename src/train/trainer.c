@@ -599,7 +599,8 @@ static ddp_status_t run(trainer_t *tr) {
   double val_loss = NAN;
   totals_t tot = {.t0 = now_seconds()};
   /* --stop-at ends this run early; the schedule still spans --steps. */
-  const int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
+  int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
+  if (end < tr->start_step) end = tr->start_step; /* never a checkpoint that rewinds the step */
   if (tr->start_step >= end)
     DDP_LOG_INFO("resume: %lld steps already done; nothing to train", (long long)tr->start_step);
   DDP_CHECK(ddp_loader_start(tr->loader, tr->start_step * o->accum, end * o->accum));
