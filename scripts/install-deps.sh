@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs what ddptrain needs to build on Debian 12 (or Ubuntu): the
-# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson and pkg-config; with
+# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib and pkg-config; with
 # --test also what only the tests need (PyTorch for the reference model, a
 # large download the default job does not need; SLURM and munge for
 # `make check-slurm`; iproute2 for the two-host network-namespace test). Idempotent:
@@ -11,7 +11,8 @@
 # ddptrain builds its CPU backend only.
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
-      openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev"
+      openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev
+      zlib1g-dev"
 case "${1:-}" in
   --test) pkgs="$pkgs python3-torch python3-numpy slurm-wlm munge iproute2" ;;
   "") ;;

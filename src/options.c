@@ -150,6 +150,26 @@ static const opt_row_t k_rows[] = {
      "write every micro-batch this run trained on to FILE (safetensors: batch.K.inputs/targets), "
      "to replay them elsewhere, e.g. in a PyTorch comparison",
      NULL, 1},
+    {"save", 0, OPT_STRING, OFF(save), "", 0, 0, "DIR", "Checkpoints",
+     "write checkpoints (DIR/ckpt_<step>.safetensors) every --save-every steps and at the end; "
+     "rank 0 writes them in the background",
+     NULL, 1},
+    {"save-every", 0, OPT_INT, OFF(save_every), "0", 0, 1e15, "N", "Checkpoints",
+     "with --save: a checkpoint every N steps; 0 = only at the end (and when preempted)", NULL, 0},
+    {"keep", 0, OPT_INT, OFF(keep), "3", 1, 1e9, "K", "Checkpoints",
+     "with --save: keep the K newest checkpoints, delete older ones", NULL, 1},
+    {"resume", 0, OPT_STRING, OFF(resume), "", 0, 0, "DIR|auto", "Checkpoints",
+     "continue from the newest valid checkpoint in DIR (corrupt ones are reported and skipped); "
+     "auto = from the --save directory when it holds one, else start fresh",
+     NULL, 0},
+    {"stop-at", 0, OPT_INT, OFF(stop_at), "0", 0, 1e15, "N", "Checkpoints",
+     "end the run after step N with a checkpoint, keeping the schedule --steps defines; 0 = off",
+     NULL, 0},
+    {"detect-anomaly", 0, OPT_ACTION, OFF(detect_anomaly), NULL, 0, 0, NULL, "Checkpoints",
+     "check every layer's activations in forward and gradients in backward for NaN/inf and name "
+     "the first non-finite one (slower; without it a non-finite gradient is still caught per "
+     "step)",
+     NULL, 0},
     {"plan-only", 0, OPT_ACTION, OFF(plan_only), NULL, 0, 0, NULL, "Information",
      "build the first epoch's sampler plan for --world-size ranks, print its padding, balance "
      "and build time, and exit without training",
@@ -183,6 +203,28 @@ uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index) {
   /* strings up to their NUL (bytes after it are not part of the value) */
   const size_t n = row->kind == OPT_STRING ? strnlen(field, row->size) : row->size;
   return ddp_fnv1a64(DDP_FNV1A64_INIT, field, n);
+}
+
+int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t len) {
+  if (index < 0 || index >= N_ROWS || !buf || !len) return -1;
+  const opt_row_t *row = &k_rows[index];
+  const char *field = (const char *)opts + row->offset;
+  int n = -1;
+  switch (row->kind) {
+    case OPT_INT:
+      n = snprintf(buf, len, "%lld", (long long)*(const int64_t *)field);
+      break;
+    case OPT_FLOAT:
+      n = snprintf(buf, len, "%.17g", *(const double *)field);
+      break;
+    case OPT_STRING:
+      n = snprintf(buf, len, "%.*s", (int)strnlen(field, row->size), field);
+      break;
+    case OPT_ACTION:
+      n = snprintf(buf, len, "%d", *(const int *)field);
+      break;
+  }
+  return n >= 0 && (size_t)n < len ? 0 : -1;
 }
 
 int ddp_options_count(void) {
@@ -370,6 +412,8 @@ void ddp_options_print_help(FILE *out) {
   fputc('\n', out);
   ddp_env_print_help(out);
   fprintf(out,
-          "\nExit status: 0 success, 1 runtime failure, 2 bad command line.\n"
+          "\nExit status: 0 success, 1 runtime failure, 2 bad command line, 75 preempted\n"
+          "(SIGTERM, SIGUSR1 or SIGINT: the step finished and a checkpoint was written),\n"
+          "130 a second SIGINT (immediate exit).\n"
           "Errors name the rank that saw them; a fatal error on one rank ends every rank.\n");
 }

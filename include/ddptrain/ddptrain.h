@@ -5,6 +5,7 @@
 #include "ddptrain/arena.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"
+#include "ddptrain/ckpt.h"
 #include "ddptrain/comm.h"
 #include "ddptrain/dist.h"
 #include "ddptrain/data.h"

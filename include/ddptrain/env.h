@@ -28,6 +28,18 @@ extern "C" {
   X(FAULT_PERTURB_RANK, "-1",                                                             \
     "fault injection for tests: this rank nudges one weight after step 1, which "         \
     "--check-replicas must catch")                                                        \
+  X(FAULT_CKPT_FULL_STEP, "0",                                                            \
+    "fault injection for tests: the checkpoint of this step fails part-way with ENOSPC, " \
+    "as on a full disk; 0 = off")                                                         \
+  X(FAULT_STEP_SLEEP_MS, "0",                                                             \
+    "fault injection for tests: sleep this long after every step (so a signal lands "     \
+    "mid-run); a signal restarts the sleep")                                              \
+  X(FAULT_NAN_STEP, "0",                                                                  \
+    "fault injection for tests: at this step put a NaN into DDPTRAIN_FAULT_NAN_TENSOR; "  \
+    "0 = off")                                                                            \
+  X(FAULT_NAN_TENSOR, "grad:transformer.h.0.mlp.c_fc.weight",                             \
+    "with DDPTRAIN_FAULT_NAN_STEP: grad:NAME (that parameter's gradient, during "         \
+    "backward) or weight:NAME (the parameter itself, before forward)")                     \
   X(FAULT_RANK, "-1", "fault injection for tests: the rank that fails (-1 = none)")       \
   X(FAULT_KIND, "KILL",                                                                   \
     "how it fails: KILL (SIGKILL), STOP (freezes for good) or PAUSE (freezes, then "      \

@@ -92,6 +92,14 @@ ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed);
 
 void ddp_gpt_set_grad_hook(ddp_gpt_t *m, ddp_grad_ready_fn fn, void *ctx);
 
+/* A watcher (--detect-anomaly, fault injection) is shown each activation of
+ * a training forward and each parameter gradient as backward completes it,
+ * with a name ("forward: h.0.mlp.c_fc output", "backward: gradient of
+ * transformer.h.0.mlp.c_fc.weight"); x is backend memory. A status other
+ * than DDP_OK ends the pass with it. NULL (the default): no calls, no cost. */
+typedef ddp_status_t (*ddp_gpt_watch_fn)(void *ctx, const char *what, float *x, size_t n);
+void ddp_gpt_set_watch(ddp_gpt_t *m, ddp_gpt_watch_fn fn, void *ctx);
+
 /* Forward of one micro-batch: inputs/targets (B,T) int32 host arrays (targets
  * -1 at ignored positions). With train != 0 activations are kept for
  * backward and the loss gradient (scaled by dloss) is fused into the loss.

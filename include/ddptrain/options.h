@@ -46,6 +46,10 @@ typedef struct ddp_options {
   /* logging, evaluation, export */
   int64_t log_every, eval_every, eval_tokens;
   char metrics[1024], export_path[1024], dump_batches[1024];
+  /* checkpoints (see ddptrain/ckpt.h) */
+  char save[1024], resume[1024];
+  int64_t save_every, keep, stop_at;
+  int detect_anomaly;
   /* actions */
   int help, version, build_info, self_test, plan_only, json;
   int64_t world_size;
@@ -65,6 +69,11 @@ void ddp_options_print_help(FILE *out);
  * in `opts`: the trainer compares these across ranks at start-up. */
 int ddp_options_must_agree(int index);
 uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index);
+
+/* Row `index`'s value in `opts` as text that parses back to it (numbers
+ * with full precision, strings as they are, actions 0/1); 0 on success, -1
+ * for a bad index or a value longer than len - 1. */
+int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t len);
 
 /* Number of table rows, and a row's long name (for tests). */
 int ddp_options_count(void);

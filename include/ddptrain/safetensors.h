@@ -37,6 +37,19 @@ typedef struct ddp_st_tensor {
 ddp_status_t ddp_safetensors_write(const char *path, const ddp_st_tensor_t *tensors, int n,
                                    const char *const *meta);
 
+/* How ddp_safetensors_write_opts writes. */
+typedef struct ddp_st_write_opts {
+  const char *tmp_path;       /* NULL: PATH.tmp.PID; must be on PATH's file system */
+  int64_t enospc_after_bytes; /* fault injection: > 0 makes the write fail
+                                  with ENOSPC after that many bytes, as on a
+                                  full disk; 0: off */
+} ddp_st_write_opts_t;
+
+/* ddp_safetensors_write with a chosen temporary file; wo may be NULL. On
+ * any failure the temporary file is removed and PATH is untouched. */
+ddp_status_t ddp_safetensors_write_opts(const char *path, const ddp_st_tensor_t *tensors, int n,
+                                        const char *const *meta, const ddp_st_write_opts_t *wo);
+
 typedef struct ddp_safetensors ddp_safetensors_t;
 
 ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out);

@@ -31,9 +31,18 @@ static ddp_status_t numel_of(const char *what, int ndim, const int64_t *shape, i
 
 /* ---- writing ------------------------------------------------------------ */
 
-static ddp_status_t write_all(FILE *f, const void *p, size_t n, const char *path) {
-  if (n && fwrite(p, 1, n, f) != n)
+/* *budget < 0: unlimited; otherwise the bytes the fault-injected file may
+ * still take before writes fail with ENOSPC, as on a full disk. */
+static ddp_status_t write_all(FILE *f, const void *p, size_t n, const char *path, int64_t *budget) {
+  size_t take = n;
+  if (*budget >= 0 && (int64_t)n > *budget) take = (size_t)*budget;
+  if (take && fwrite(p, 1, take, f) != take)
     DDP_FAIL(DDP_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+  if (take < n) {
+    *budget = 0;
+    DDP_FAIL(DDP_ERR_IO, "cannot write %s: %s", path, strerror(ENOSPC));
+  }
+  if (*budget >= 0) *budget -= (int64_t)n;
   return DDP_OK;
 }
 
@@ -78,6 +87,11 @@ static char *header_json(const ddp_st_tensor_t *t, int n, const char *const *met
 
 ddp_status_t ddp_safetensors_write(const char *path, const ddp_st_tensor_t *t, int n,
                                    const char *const *meta) {
+  return ddp_safetensors_write_opts(path, t, n, meta, NULL);
+}
+
+ddp_status_t ddp_safetensors_write_opts(const char *path, const ddp_st_tensor_t *t, int n,
+                                        const char *const *meta, const ddp_st_write_opts_t *wo) {
   if (!path || (n > 0 && !t) || n < 0)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: bad arguments");
   for (int i = 0; i < n; ++i) {
@@ -100,7 +114,10 @@ ddp_status_t ddp_safetensors_write(const char *path, const ddp_st_tensor_t *t, i
   /* Pad the header with spaces so the data starts 8-byte aligned. */
   size_t hlen = strlen(json), padded = (hlen + 7) & ~(size_t)7;
   char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+  int tlen = wo && wo->tmp_path ? snprintf(tmp, sizeof tmp, "%s", wo->tmp_path)
+                                : snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  int64_t budget = wo && wo->enospc_after_bytes > 0 ? wo->enospc_after_bytes : -1;
+  if (tlen >= (int)sizeof tmp) {
     free(json);
     DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: path too long");
   }
@@ -112,14 +129,15 @@ ddp_status_t ddp_safetensors_write(const char *path, const ddp_st_tensor_t *t, i
   }
   unsigned char len8[8];
   for (int i = 0; i < 8; ++i) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-  DDP_CHECK_GOTO(write_all(f, len8, 8, tmp), st, remove_tmp);
-  DDP_CHECK_GOTO(write_all(f, json, hlen, tmp), st, remove_tmp);
-  DDP_CHECK_GOTO(write_all(f, "        ", padded - hlen, tmp), st, remove_tmp);
+  DDP_CHECK_GOTO(write_all(f, len8, 8, tmp, &budget), st, remove_tmp);
+  DDP_CHECK_GOTO(write_all(f, json, hlen, tmp, &budget), st, remove_tmp);
+  DDP_CHECK_GOTO(write_all(f, "        ", padded - hlen, tmp, &budget), st, remove_tmp);
   for (int i = 0; i < n; ++i) {
     int64_t numel = 0;
     numel_of(t[i].name, t[i].ndim, t[i].shape, &numel);
-    DDP_CHECK_GOTO(write_all(f, t[i].data, (size_t)numel * ddp_dtype_size(t[i].dtype), tmp), st,
-                   remove_tmp);
+    DDP_CHECK_GOTO(
+        write_all(f, t[i].data, (size_t)numel * ddp_dtype_size(t[i].dtype), tmp, &budget), st,
+        remove_tmp);
   }
   if (fflush(f) != 0 || fsync(fileno(f)) != 0)
     DDP_FAIL_GOTO(st, DDP_ERR_IO, remove_tmp, "cannot write %s: %s", tmp, strerror(errno));

@@ -6,6 +6,8 @@
  * the table is laid out in exactly that completion order, so a cursor over
  * it is all the bookkeeping the gradient hook needs. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +58,8 @@ struct ddp_gpt {
   ddp_grad_ready_fn hook;
   void *hook_ctx;
   int cursor; /* next tensor to announce during backward */
+  ddp_gpt_watch_fn watch;
+  void *watch_ctx;
 };
 
 ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *c) {
@@ -340,6 +344,23 @@ void ddp_gpt_set_grad_hook(ddp_gpt_t *m, ddp_grad_ready_fn fn, void *ctx) {
   m->hook_ctx = ctx;
 }
 
+void ddp_gpt_set_watch(ddp_gpt_t *m, ddp_gpt_watch_fn fn, void *ctx) {
+  m->watch = fn;
+  m->watch_ctx = ctx;
+}
+
+/* Shows x to the watcher; the name is formatted only when there is one. */
+__attribute__((format(printf, 4, 5))) static ddp_status_t watch(ddp_gpt_t *m, float *x, size_t n,
+                                                                const char *fmt, ...) {
+  if (!m->watch) return DDP_OK;
+  char what[96];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return m->watch(m->watch_ctx, what, x, n);
+}
+
 /* ---- initialisation --------------------------------------------------------- */
 
 ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed) {
@@ -408,6 +429,7 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   DDP_CHECK(upload(m, a->tokens, inputs, N));
   DDP_CHECK(upload(m, a->targets, targets, N));
   DDP_CHECK(nn->embed_fwd(be, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  DDP_CHECK(watch(m, a->encoded, (size_t)N * C, "forward: embedding output"));
   const float *res = a->encoded;
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
@@ -415,24 +437,31 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
     DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N, C,
                                 NULL));
     DDP_CHECK(nn->linear_fwd(be, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(watch(m, b->qkv, (size_t)N * 3 * C, "forward: h.%d.attn.c_attn output", l));
     DDP_CHECK(nn->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
+    DDP_CHECK(watch(m, b->atty, (size_t)N * C, "forward: h.%d.attn output", l));
     DDP_CHECK(nn->linear_fwd(be, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
     DDP_CHECK(nn->add(be, b->res2, b->res2, res, (size_t)N * C, NULL));
+    DDP_CHECK(watch(m, b->res2, (size_t)N * C, "forward: h.%d.attn.c_proj + residual", l));
     DDP_CHECK(nn->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w, p->ln2_b,
                                 N, C, NULL));
     DDP_CHECK(nn->linear_fwd(be, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(watch(m, b->fch, (size_t)N * 4 * C, "forward: h.%d.mlp.c_fc output", l));
     DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, (size_t)N * 4 * C, NULL));
     DDP_CHECK(
         nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
     DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, (size_t)N * C, NULL));
+    DDP_CHECK(watch(m, b->res3, (size_t)N * C, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
   }
   DDP_CHECK(nn->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b, N,
                               C, NULL));
   DDP_CHECK(nn->linear_fwd(be, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
+  DDP_CHECK(watch(m, a->logits, (size_t)N * V, "forward: logits"));
   /* Loss and its gradient in one pass; the logits become their gradient. */
   DDP_CHECK(nn->xent_fused(be, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss, N,
                            V, V, NULL));
+  DDP_CHECK(watch(m, a->losses, (size_t)N, "forward: token losses"));
   m->B = B;
   m->T = T;
   m->have_train_acts = 1;
@@ -488,11 +517,15 @@ ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t 
 
 /* ---- backward ------------------------------------------------------------------ */
 
-/* Announces the next n tensors of the table: their gradients are final. */
-static void announce(ddp_gpt_t *m, int notify, int n) {
-  for (int i = 0; i < n; ++i, ++m->cursor)
-    if (notify && m->hook)
-      m->hook(m->hook_ctx, m->tensors[m->cursor].offset, m->tensors[m->cursor].count);
+/* Announces the next n tensors of the table: their gradients are final
+ * (shown to the watcher first: the hook may start reducing them). */
+static ddp_status_t announce(ddp_gpt_t *m, int notify, int n) {
+  for (int i = 0; i < n; ++i, ++m->cursor) {
+    const ddp_gpt_tensor_t *t = &m->tensors[m->cursor];
+    DDP_CHECK(watch(m, m->grads + t->offset, t->count, "backward: gradient of %s", t->name));
+    if (notify && m->hook) m->hook(m->hook_ctx, t->offset, t->count);
+  }
+  return DDP_OK;
 }
 
 ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
@@ -513,7 +546,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
   const float *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
   DDP_CHECK(nn->layernorm_bwd(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last, m->p.lnf_w,
                               a->lnf_mean, a->lnf_rstd, N, C, acc, NULL));
-  announce(m, notify, 2);
+  DDP_CHECK(announce(m, notify, 2));
   for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
     const block_views_t *p = &m->p.blocks[l];
     block_views_t *g = &m->g.blocks[l];
@@ -521,24 +554,24 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     const float *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
     DDP_CHECK(nn->linear_bwd(be, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
                              p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
-    announce(m, notify, 2);
+    DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->gelu_bwd(be, a->dfch, b->fch, a->dfch, (size_t)N * 4 * C, NULL));
     DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C, 4 * C,
                              acc, 0, NULL));
-    announce(m, notify, 2);
+    DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
                                 b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
-    announce(m, notify, 2);
+    DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N, C,
                              C, acc, 0, NULL));
-    announce(m, notify, 2);
+    DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->attention_bwd(be, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
     DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
                              3 * C, acc, 0, NULL));
-    announce(m, notify, 2);
+    DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
                                 b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
-    announce(m, notify, 2);
+    DDP_CHECK(announce(m, notify, 2));
   }
   DDP_CHECK(nn->embed_bwd(be, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
   /* The first micro-step writes dwpe rows 0..T-1 only; the positions this
@@ -547,7 +580,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
   if (!acc && T < m->cfg.max_seq_len)
     DDP_CHECK(be->ops->fill(be, m->g.wpe + (size_t)T * C, DDP_DTYPE_F32, 0.0f,
                             (size_t)(m->cfg.max_seq_len - T) * C, NULL));
-  announce(m, notify, 2);
+  DDP_CHECK(announce(m, notify, 2));
   m->have_train_acts = 0; /* activations are consumed (logits hold gradients) */
   return DDP_OK;
 }

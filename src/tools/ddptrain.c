@@ -2,7 +2,8 @@
  * the backend and trains (or, with --self-test, checks the node). Library code returns statuses;
  * this is the one place that turns a failure into an exit code, and with several ranks it aborts
  * the whole job (MPI_Abort) so no rank is left waiting for another. Exit codes: 0 success, 1
- * runtime failure, 2 bad command line. */
+ * runtime failure, 2 bad command line, 75 preempted (a stop signal; the checkpoint is written),
+ * 130 a second SIGINT (src/train/preempt.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,7 +17,9 @@
 #include "comm/heartbeat.h"
 #include "tools/smoke.h"
 
-enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+/* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
+ * and resume from the checkpoint just written. */
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_PREEMPTED = 75 };
 
 int main(int argc, char **argv) {
   ddp_options_t opts;
@@ -64,9 +67,14 @@ int main(int argc, char **argv) {
     st = ddp_heartbeat_start(&dist, opts.heartbeat_timeout, &hb);
     if (st == DDP_OK)
       st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
-    if (st == DDP_OK) ddp_heartbeat_stop(hb);
+    /* a clean end, or a preemption every rank agreed on: stop the ring before MPI ends */
+    if (st == DDP_OK || st == DDP_ERR_INTERRUPTED) ddp_heartbeat_stop(hb);
   }
   ddp_backend_destroy(be);
+  if (st == DDP_ERR_INTERRUPTED) { /* every rank voted to stop at the same step */
+    ddp_dist_finalize(&dist);
+    return EXIT_PREEMPTED;
+  }
   if (st != DDP_OK) {
     DDP_LOG_ERROR("rank %d on %s stops: %s", dist.rank, dist.host, ddp_status_string(st));
     ddp_dist_abort(&dist, EXIT_RUNTIME);

@@ -28,9 +28,12 @@
 #include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
 #include "fault.h"
+#include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/metrics.h"
+#include "train/preempt.h"
 #include "train/task_eval.h"
+#include "train/train_ckpt.h"
 #include "train/train_data.h"
 
 enum { TASK_EVAL_DOCS = 128, LOADER_DEPTH = 3 };
@@ -57,6 +60,9 @@ typedef struct trainer {
   double peak_gflops;
   int64_t steps;
   double train_loss; /* of the last log window */
+  ddp_train_ckpt_t ckpt;
+  ddp_anomaly_t anomaly;
+  int64_t start_step; /* steps done before this run (--resume) */
 } trainer_t;
 
 static double now_seconds(void) {
@@ -174,6 +180,23 @@ static ddp_status_t setup_eval(trainer_t *tr, const ddp_gpt_config_t *mc) {
                         ddp_sampler_max_rows(tr->val_sampler));
 }
 
+/* The loss scaler's state for checkpoints. Training is fp32 today, so
+ * there is no scaler: it is saved as disabled, and a checkpoint that had
+ * one is refused rather than silently dropping its scale. */
+static ddp_ckpt_scaler_t loss_scaler_state(const trainer_t *tr) {
+  (void)tr;
+  return (ddp_ckpt_scaler_t){.enabled = 0, .scale = 1.0, .growth_tracker = 0};
+}
+
+static ddp_status_t restore_loss_scaler(trainer_t *tr, const ddp_ckpt_scaler_t *s) {
+  (void)tr;
+  if (s->enabled)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED,
+             "resume: the checkpoint has a loss scaler (scale %g) and this run trains in fp32",
+             s->scale);
+  return DDP_OK;
+}
+
 static ddp_status_t setup(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   if (o->min_lr > o->lr)
@@ -193,6 +216,11 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
+  ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
+  DDP_CHECK(ddp_train_ckpt_init(&tr->ckpt, o, tr->dist, tr->comm, tr->be, tr->model, tr->state,
+                                &tr->ocfg, &tr->start_step, &scaler));
+  DDP_CHECK(restore_loss_scaler(tr, &scaler));
+  DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
   DDP_CHECK(setup_eval(tr, &mc));
 
   int sync = 0;
@@ -269,6 +297,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const double t0 = now_seconds();
   double wait_s = 0.0;
   ddp_step_info_t info = {0};
+  DDP_CHECK(ddp_anomaly_begin_step(&tr->anomaly, step));
   for (int64_t k = 0; k < accum; ++k) {
     void *item;
     const double a0 = now_seconds();
@@ -299,6 +328,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const size_t n = ddp_gpt_num_params(tr->model);
   DDP_CHECK(
       ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, 1.0f, NULL));
+  DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
@@ -499,19 +529,46 @@ static void print_summary(const trainer_t *tr, const totals_t *t, double val_los
     DDP_LOG_INFO("summary: final train loss %.4f", tr->train_loss);
 }
 
+/* After each step: periodic checkpoints, or the last one when the ranks
+ * voted to stop (signo: this rank's stop signal, 0 if another rank's). */
+static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo) {
+  const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
+  if (stop) {
+    DDP_LOG_INFO("preempted (%s) after step %lld: %s, exit status 75",
+                 signo ? strsignal(signo) : "a stop signal on another rank", (long long)step + 1,
+                 tr->o->save[0] ? "writing a checkpoint" : "no --save directory, nothing saved");
+    DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 1));
+    /* No rank exits before rank 0's file is complete: a launcher may end
+     * the whole job as soon as one rank has exited non-zero. */
+    return tr->dist->world > 1 ? ddp_comm_barrier(tr->comm) : DDP_OK;
+  }
+  if (ddp_train_ckpt_due(&tr->ckpt, step + 1))
+    DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 0));
+  return DDP_OK;
+}
+
 static ddp_status_t run(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   DDP_CHECK(setup(tr));
   double val_loss = NAN;
   totals_t tot = {.t0 = now_seconds()};
-  DDP_CHECK(ddp_loader_start(tr->loader, 0, tr->steps * o->accum));
+  /* --stop-at ends this run early; the schedule still spans --steps. */
+  const int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
+  if (tr->start_step >= end)
+    DDP_LOG_INFO("resume: %lld steps already done; nothing to train", (long long)tr->start_step);
+  DDP_CHECK(ddp_loader_start(tr->loader, tr->start_step * o->accum, end * o->accum));
   window_t w = {.t0 = now_seconds()};
-  for (int64_t step = 0; step < tr->steps; ++step) {
+  for (int64_t step = tr->start_step; step < end; ++step) {
     DDP_CHECK(ddp_fault_maybe_inject(tr->dist->rank, step));
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
     DDP_CHECK(train_step(tr, step, &w, lr));
+    /* the stop vote right after the step's own collectives, so the log
+     * window that counts them also counts it */
+    int stop = 0, signo = 0;
+    DDP_CHECK(ddp_preempt_fault_sleep());
+    DDP_CHECK(ddp_preempt_vote(tr->comm, tr->dist->world, &stop, &signo));
     if (step == 0) DDP_CHECK(maybe_perturb(tr));
-    const int last = step + 1 == tr->steps;
+    const int last = step + 1 == end;
     if ((step + 1) % o->log_every == 0 || last) DDP_CHECK(log_progress(tr, step, &w, lr, &tot));
     if (o->check_replicas > 0 && ((step + 1) % o->check_replicas == 0 || last))
       DDP_CHECK(check_replicas(tr, step));
@@ -524,9 +581,16 @@ static ddp_status_t run(trainer_t *tr) {
       w.t0 += spent;
       tot.t0 += spent;
     }
+    DDP_CHECK(after_step(tr, step, stop, signo));
+    if (stop) return DDP_ERR_INTERRUPTED;
   }
   tot.t_end = now_seconds();
   DDP_CHECK(ddp_loader_stop(tr->loader));
+  const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
+  DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, end, &scaler, 1));
+  if (end < tr->steps)
+    DDP_LOG_INFO("--stop-at: stopped after step %lld of %lld", (long long)end,
+                 (long long)tr->steps);
   DDP_CHECK(evaluate(tr, &val_loss));
   double acc = 0.0;
   int n_acc = 0;
@@ -551,7 +615,11 @@ static ddp_status_t run(trainer_t *tr) {
 
 ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_backend_t *be) {
   trainer_t tr = {.o = opts, .dist = dist, .be = be};
-  ddp_status_t st = run(&tr);
+  ddp_status_t st = ddp_preempt_install();
+  if (st == DDP_OK) st = run(&tr);
+  ddp_preempt_restore();
+  ddp_train_ckpt_destroy(&tr.ckpt);
+  ddp_anomaly_destroy(&tr.anomaly);
   ddp_loader_destroy(tr.loader);
   ddp_metrics_close(&tr.metrics);
   ddp_reducer_destroy(tr.reducer);

@@ -1,0 +1,108 @@
+/* Training checkpoints: the file format, its integrity check and the
+ * checkpoint directory.
+ *
+ * A checkpoint is one safetensors file, DIR/ckpt_<step %08d>.safetensors,
+ * holding everything a run needs to continue bit-exactly:
+ *   tensors   model.<name>            the fp32 parameters (PyTorch names)
+ *             optim.<slot>.<name>     optimizer state per parameter:
+ *                                     exp_avg, exp_avg_sq (AdamW, LAMB) or
+ *                                     momentum_buffer (SGD)
+ *   metadata  format    "ddptrain-checkpoint-1"
+ *             step      optimizer steps completed = the sampler position
+ *                       (the global step the next run starts at)
+ *             config    every option of the run, {"flag": "value"}
+ *             optimizer {"kind", "t", "slots"}
+ *             sampler   {"kind", "global_step", "world", "accum"}
+ *             rng       {"generator", "seed", "step"}: the generator is
+ *                       counter-based, so a key and a position are its state
+ *             loss_scaler {"enabled", "scale", "growth_tracker"}
+ *             crc32     CRC-32 (zlib) of the tensor data in file order, then
+ *                       of the metadata values above in that order; a file
+ *                       whose CRC differs is corrupt.
+ * Writes are atomic (DIR/.ckpt_<step>.safetensors.tmp.<pid>, fsync, rename,
+ * fsync of DIR), so a crash or a full disk never leaves a damaged file under
+ * a checkpoint name and never touches an older checkpoint. */
+#ifndef DDPTRAIN_CKPT_H
+#define DDPTRAIN_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/gpt.h"
+#include "ddptrain/options.h"
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDP_CKPT_FORMAT "ddptrain-checkpoint-1"
+
+/* The dynamic loss scaler's state (GradScaler semantics). */
+typedef struct ddp_ckpt_scaler {
+  int enabled;
+  double scale;
+  int64_t growth_tracker; /* clean steps since the scale last changed */
+} ddp_ckpt_scaler_t;
+
+/* What a checkpoint holds besides the tensors. */
+typedef struct ddp_ckpt_meta {
+  int64_t step;     /* optimizer steps completed */
+  int world, accum; /* of the run that wrote it */
+  uint64_t seed;    /* the RNG key */
+  char optimizer[16], sampler[16];
+  ddp_ckpt_scaler_t scaler;
+} ddp_ckpt_meta_t;
+
+/* A host-side image of the training state, laid out as the model's flat
+ * buffers: params[n_params], state[n_slots * n_params] (slot s at
+ * s * n_params, the optimizer's own layout). */
+typedef struct ddp_ckpt_image {
+  const ddp_gpt_tensor_t *tensors;
+  int n_tensors;
+  size_t n_params;
+  float *params, *state;
+  int n_slots;
+  const char *const *slot_names; /* n_slots names */
+  ddp_ckpt_meta_t meta;
+  const char *config; /* JSON object text (ddp_ckpt_config_json) */
+} ddp_ckpt_image_t;
+
+/* Optimizer slot names for an optimizer kind name ("adamw", "lamb", "sgd"):
+ * returns the slot count and sets *names (static). */
+int ddp_ckpt_slot_names(const char *optimizer, const char *const **names);
+
+/* "DIR/ckpt_%08lld.safetensors" and its temporary twin
+ * "DIR/.ckpt_%08lld.safetensors.tmp.<pid>"; DDP_ERR_INVALID_ARG if too long. */
+ddp_status_t ddp_ckpt_path(char *buf, size_t len, const char *dir, int64_t step);
+ddp_status_t ddp_ckpt_tmp_path(char *buf, size_t len, const char *dir, int64_t step);
+
+/* Every option of `opts` as a JSON object of strings; malloc'ed, NULL on OOM. */
+char *ddp_ckpt_config_json(const ddp_options_t *opts);
+
+/* Writes img to `path` atomically. enospc_after_bytes > 0 makes the write
+ * fail like a full disk after that many bytes (fault injection). */
+ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ckpt_image_t *img,
+                            int64_t enospc_after_bytes);
+
+/* An opened, verified checkpoint (format, CRC, metadata parsed). */
+typedef struct ddp_ckpt ddp_ckpt_t;
+ddp_status_t ddp_ckpt_open(const char *path, ddp_ckpt_t **out);
+void ddp_ckpt_close(ddp_ckpt_t *ck);
+const ddp_ckpt_meta_t *ddp_ckpt_meta(const ddp_ckpt_t *ck);
+/* A configuration value the writing run had ("lr" -> "0.003"), or NULL. */
+const char *ddp_ckpt_config_value(const ddp_ckpt_t *ck, const char *flag);
+/* Copies the tensors into img->params / img->state after checking that
+ * every tensor of img's layout is there with its shape (errors name it). */
+ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img);
+
+/* The steps of the checkpoints in dir, newest first; *steps malloc'ed (NULL
+ * when *n == 0). A missing directory is an empty list. */
+ddp_status_t ddp_ckpt_list(const char *dir, int64_t **steps, int *n);
+/* Deletes all but the `keep` newest checkpoints; failures are warnings. */
+void ddp_ckpt_prune(const char *dir, int keep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

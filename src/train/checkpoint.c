@@ -1,0 +1,365 @@
+/* The checkpoint file format (see ddptrain/ckpt.h): writing an image,
+ * verifying and loading a file, listing and pruning a directory. JSON
+ * through jansson, the checksum through zlib's crc32. */
+#include "ddptrain/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "ascii.h"
+#include "ddptrain/check.h"
+#include "ddptrain/safetensors.h"
+
+/* The metadata values the CRC covers, in order (after the tensor data). */
+static const char *const k_crc_keys[] = {"format",  "step", "config",      "optimizer",
+                                         "sampler", "rng",  "loss_scaler", NULL};
+
+static const char *const k_adam_slots[] = {"exp_avg", "exp_avg_sq"};
+static const char *const k_sgd_slots[] = {"momentum_buffer"};
+
+int ddp_ckpt_slot_names(const char *optimizer, const char *const **names) {
+  if (ddp_ascii_ieq(optimizer, "sgd")) {
+    *names = k_sgd_slots;
+    return 1;
+  }
+  *names = k_adam_slots;
+  return 2;
+}
+
+ddp_status_t ddp_ckpt_path(char *buf, size_t len, const char *dir, int64_t step) {
+  int n = snprintf(buf, len, "%s/ckpt_%08lld.safetensors", dir, (long long)step);
+  if (n < 0 || (size_t)n >= len) DDP_FAIL(DDP_ERR_INVALID_ARG, "checkpoint path too long: %s", dir);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_ckpt_tmp_path(char *buf, size_t len, const char *dir, int64_t step) {
+  int n = snprintf(buf, len, "%s/.ckpt_%08lld.safetensors.tmp.%ld", dir, (long long)step,
+                   (long)getpid());
+  if (n < 0 || (size_t)n >= len) DDP_FAIL(DDP_ERR_INVALID_ARG, "checkpoint path too long: %s", dir);
+  return DDP_OK;
+}
+
+char *ddp_ckpt_config_json(const ddp_options_t *opts) {
+  json_t *o = json_object();
+  char value[1100];
+  for (int i = 0; o && i < ddp_options_count(); ++i)
+    if (ddp_options_format(opts, i, value, sizeof value) == 0)
+      json_object_set_new(o, ddp_options_name(i), json_string(value));
+  char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(o);
+  return text;
+}
+
+/* ---- writing ----------------------------------------------------------------- */
+
+static uLong crc_bytes(uLong crc, const void *p, size_t n) {
+  const unsigned char *b = p;
+  while (n) { /* zlib takes uInt lengths */
+    const uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+    crc = crc32(crc, b, chunk);
+    b += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
+static size_t tensor_bytes(const ddp_st_tensor_t *t) {
+  size_t n = ddp_dtype_size(t->dtype);
+  for (int d = 0; d < t->ndim; ++d) n *= (size_t)t->shape[d];
+  return n;
+}
+
+static uLong crc_meta(uLong crc, const char *const *kv) {
+  for (int k = 0; k_crc_keys[k]; ++k)
+    for (int i = 0; kv[i]; i += 2)
+      if (strcmp(kv[i], k_crc_keys[k]) == 0) crc = crc_bytes(crc, kv[i + 1], strlen(kv[i + 1]));
+  return crc;
+}
+
+static char *dump(json_t *j) {
+  char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  json_decref(j);
+  return s;
+}
+
+ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ckpt_image_t *img,
+                            int64_t enospc_after_bytes) {
+  const int nt = img->n_tensors * (1 + img->n_slots);
+  ddp_status_t st = DDP_OK;
+  ddp_st_tensor_t *t = calloc((size_t)nt, sizeof *t);
+  char *names = calloc((size_t)nt, 96);
+  char *opt = NULL, *smp = NULL, *rng = NULL, *scl = NULL, step[24];
+  if (!t || !names) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "checkpoint: out of host memory");
+  for (int s = -1, j = 0; s < img->n_slots; ++s)
+    for (int i = 0; i < img->n_tensors; ++i, ++j) {
+      const ddp_gpt_tensor_t *g = &img->tensors[i];
+      const float *base = s < 0 ? img->params : img->state + (size_t)s * img->n_params;
+      if (s < 0)
+        snprintf(names + 96 * j, 96, "model.%s", g->name);
+      else
+        snprintf(names + 96 * j, 96, "optim.%s.%s", img->slot_names[s], g->name);
+      t[j] = (ddp_st_tensor_t){.name = names + 96 * j,
+                               .dtype = DDP_DTYPE_F32,
+                               .ndim = g->ndim,
+                               .data = base + g->offset};
+      t[j].shape[0] = g->shape[0];
+      t[j].shape[1] = g->shape[1];
+    }
+  const ddp_ckpt_meta_t *m = &img->meta;
+  snprintf(step, sizeof step, "%lld", (long long)m->step);
+  json_t *slots = json_array();
+  for (int s = 0; s < img->n_slots; ++s)
+    json_array_append_new(slots, json_string(img->slot_names[s]));
+  opt = dump(
+      json_pack("{s:s, s:I, s:o}", "kind", m->optimizer, "t", (json_int_t)m->step, "slots", slots));
+  smp = dump(json_pack("{s:s, s:I, s:i, s:i}", "kind", m->sampler, "global_step",
+                       (json_int_t)m->step, "world", m->world, "accum", m->accum));
+  rng = dump(json_pack("{s:s, s:I, s:I}", "generator", "philox4x32-10", "seed", (json_int_t)m->seed,
+                       "step", (json_int_t)m->step));
+  scl = dump(json_pack("{s:b, s:f, s:I}", "enabled", m->scaler.enabled, "scale", m->scaler.scale,
+                       "growth_tracker", (json_int_t)m->scaler.growth_tracker));
+  if (!opt || !smp || !rng || !scl)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "checkpoint: cannot build the metadata");
+  const char *kv[] = {"format",      DDP_CKPT_FORMAT,
+                      "step",        step,
+                      "config",      img->config,
+                      "optimizer",   opt,
+                      "sampler",     smp,
+                      "rng",         rng,
+                      "loss_scaler", scl,
+                      NULL,          NULL,
+                      NULL};
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int j = 0; j < nt; ++j) crc = crc_bytes(crc, t[j].data, tensor_bytes(&t[j]));
+  crc = crc_meta(crc, kv);
+  char crc_hex[16];
+  snprintf(crc_hex, sizeof crc_hex, "%08lx", (unsigned long)crc);
+  kv[14] = "crc32";
+  kv[15] = crc_hex;
+  const char *meta[17];
+  memcpy(meta, kv, sizeof kv);
+  meta[16] = NULL;
+  ddp_st_write_opts_t wo = {.tmp_path = tmp_path, .enospc_after_bytes = enospc_after_bytes};
+  st = ddp_safetensors_write_opts(path, t, nt, meta, &wo);
+out:
+  free(opt);
+  free(smp);
+  free(rng);
+  free(scl);
+  free(names);
+  free(t);
+  return st;
+}
+
+/* ---- reading ----------------------------------------------------------------- */
+
+struct ddp_ckpt {
+  char *path;
+  ddp_safetensors_t *st;
+  json_t *config;
+  ddp_ckpt_meta_t meta;
+};
+
+void ddp_ckpt_close(ddp_ckpt_t *ck) {
+  if (!ck) return;
+  ddp_safetensors_close(ck->st);
+  json_decref(ck->config);
+  free(ck->path);
+  free(ck);
+}
+
+const ddp_ckpt_meta_t *ddp_ckpt_meta(const ddp_ckpt_t *ck) {
+  return &ck->meta;
+}
+
+const char *ddp_ckpt_config_value(const ddp_ckpt_t *ck, const char *flag) {
+  json_t *v = json_object_get(ck->config, flag);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* A metadata entry as a parsed JSON object; NULL (and a message) when it
+ * is missing or not an object. */
+static json_t *meta_object(const ddp_ckpt_t *ck, const char *key) {
+  const char *text = ddp_safetensors_meta(ck->st, key);
+  json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+  if (!json_is_object(j)) {
+    json_decref(j);
+    DDP_LOG_ERROR("%s: metadata '%s' is missing or not a JSON object", ck->path, key);
+    return NULL;
+  }
+  return j;
+}
+
+static ddp_status_t parse_meta(ddp_ckpt_t *ck) {
+  ddp_ckpt_meta_t *m = &ck->meta;
+  json_t *opt = meta_object(ck, "optimizer"), *smp = meta_object(ck, "sampler");
+  json_t *rng = meta_object(ck, "rng"), *scl = meta_object(ck, "loss_scaler");
+  ck->config = meta_object(ck, "config");
+  const char *okind = NULL, *skind = NULL;
+  json_int_t step = -1, seed = 0, growth = 0;
+  int enabled = 0;
+  double scale = 1.0;
+  ddp_status_t st = DDP_OK;
+  if (!opt || !smp || !rng || !scl || !ck->config ||
+      json_unpack(opt, "{s:s}", "kind", &okind) != 0 ||
+      json_unpack(smp, "{s:s, s:I, s:i, s:i}", "kind", &skind, "global_step", &step, "world",
+                  &m->world, "accum", &m->accum) != 0 ||
+      json_unpack(rng, "{s:I}", "seed", &seed) != 0 ||
+      json_unpack(scl, "{s:b, s:F, s:I}", "enabled", &enabled, "scale", &scale, "growth_tracker",
+                  &growth) != 0 ||
+      step < 0 || m->world < 1 || m->accum < 1)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, out, "%s: malformed checkpoint metadata", ck->path);
+  m->step = step;
+  m->seed = (uint64_t)seed;
+  m->scaler = (ddp_ckpt_scaler_t){.enabled = enabled, .scale = scale, .growth_tracker = growth};
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", okind);
+  snprintf(m->sampler, sizeof m->sampler, "%s", skind);
+out:
+  json_decref(opt);
+  json_decref(smp);
+  json_decref(rng);
+  json_decref(scl);
+  return st;
+}
+
+ddp_status_t ddp_ckpt_open(const char *path, ddp_ckpt_t **out) {
+  *out = NULL;
+  ddp_ckpt_t *ck = calloc(1, sizeof *ck);
+  if (!ck || !(ck->path = strdup(path))) {
+    free(ck);
+    DDP_FAIL(DDP_ERR_OOM, "checkpoint: out of host memory");
+  }
+  ddp_status_t st = DDP_OK;
+  DDP_CHECK_GOTO(ddp_safetensors_open(path, &ck->st), st, fail);
+  const char *format = ddp_safetensors_meta(ck->st, "format");
+  const char *crc_text = ddp_safetensors_meta(ck->st, "crc32");
+  if (!format || strcmp(format, DDP_CKPT_FORMAT) != 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail, "%s: not a ddptrain checkpoint (format '%s')", path,
+                  format ? format : "missing");
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int i = 0; i < ddp_safetensors_count(ck->st); ++i) {
+    ddp_st_tensor_t t;
+    DDP_CHECK_GOTO(ddp_safetensors_get(ck->st, i, &t), st, fail);
+    crc = crc_bytes(crc, t.data, tensor_bytes(&t));
+  }
+  const char *kv[2 * 8 + 1];
+  int n = 0;
+  for (int k = 0; k_crc_keys[k]; ++k) {
+    const char *v = ddp_safetensors_meta(ck->st, k_crc_keys[k]);
+    kv[n++] = k_crc_keys[k];
+    kv[n++] = v ? v : "";
+  }
+  kv[n] = NULL;
+  crc = crc_meta(crc, kv);
+  char want[16];
+  snprintf(want, sizeof want, "%08lx", (unsigned long)crc);
+  if (!crc_text || strcmp(crc_text, want) != 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail, "%s: checksum mismatch (crc32 %s stored, %s computed)",
+                  path, crc_text ? crc_text : "missing", want);
+  DDP_CHECK_GOTO(parse_meta(ck), st, fail);
+  *out = ck;
+  return DDP_OK;
+fail:
+  ddp_ckpt_close(ck);
+  return st;
+}
+
+static ddp_status_t load_tensor(const ddp_ckpt_t *ck, const char *name, const ddp_gpt_tensor_t *g,
+                                float *dst) {
+  ddp_st_tensor_t t;
+  if (ddp_safetensors_find(ck->st, name, &t) != DDP_OK)
+    DDP_FAIL(DDP_ERR_MISMATCH, "%s: holds no tensor %s that this model has", ck->path, name);
+  const int64_t s1 = g->ndim > 1 ? g->shape[1] : 1, t1 = t.ndim > 1 ? t.shape[1] : 1;
+  if (t.dtype != DDP_DTYPE_F32 || t.ndim != g->ndim || t.shape[0] != g->shape[0] || t1 != s1)
+    DDP_FAIL(DDP_ERR_MISMATCH,
+             "%s: tensor %s has shape [%lld, %lld] there and [%lld, %lld] in this model", ck->path,
+             name, (long long)t.shape[0], (long long)t1, (long long)g->shape[0], (long long)s1);
+  memcpy(dst + g->offset, t.data, g->count * sizeof(float));
+  return DDP_OK;
+}
+
+ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img) {
+  char name[96];
+  for (int s = -1; s < img->n_slots; ++s)
+    for (int i = 0; i < img->n_tensors; ++i) {
+      const ddp_gpt_tensor_t *g = &img->tensors[i];
+      if (s < 0)
+        snprintf(name, sizeof name, "model.%s", g->name);
+      else
+        snprintf(name, sizeof name, "optim.%s.%s", img->slot_names[s], g->name);
+      DDP_CHECK(
+          load_tensor(ck, name, g, s < 0 ? img->params : img->state + (size_t)s * img->n_params));
+    }
+  img->meta = ck->meta;
+  return DDP_OK;
+}
+
+/* ---- the directory ------------------------------------------------------------- */
+
+static int cmp_desc(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step of "ckpt_%08lld.safetensors", or -1 for any other name. */
+static int64_t step_of(const char *name) {
+  long long step;
+  int end = 0;
+  if (sscanf(name, "ckpt_%lld.safetensors%n", &step, &end) != 1 || name[end] != '\0' || step < 0 ||
+      strncmp(name, "ckpt_", 5) != 0 || name[5] < '0' || name[5] > '9')
+    return -1;
+  return step;
+}
+
+ddp_status_t ddp_ckpt_list(const char *dir, int64_t **steps, int *n) {
+  *steps = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT) return DDP_OK;
+    DDP_FAIL(DDP_ERR_IO, "cannot read checkpoint directory %s: %s", dir, strerror(errno));
+  }
+  int cap = 0;
+  ddp_status_t st = DDP_OK;
+  for (struct dirent *e; (e = readdir(d));) {
+    const int64_t s = step_of(e->d_name);
+    if (s < 0) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      int64_t *g = realloc(*steps, (size_t)cap * sizeof *g);
+      if (!g) {
+        st = DDP_ERR_OOM;
+        break;
+      }
+      *steps = g;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  if (st != DDP_OK) {
+    free(*steps);
+    *steps = NULL;
+    *n = 0;
+    DDP_FAIL(st, "checkpoint directory %s: out of host memory", dir);
+  }
+  if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+  return DDP_OK;
+}
+
+void ddp_ckpt_prune(const char *dir, int keep) {
+  int64_t *steps = NULL;
+  int n = 0;
+  if (ddp_ckpt_list(dir, &steps, &n) != DDP_OK) return;
+  char path[4200];
+  for (int i = keep; i < n; ++i)
+    if (ddp_ckpt_path(path, sizeof path, dir, steps[i]) == DDP_OK && unlink(path) != 0)
+      DDP_LOG_WARN("cannot delete old checkpoint %s: %s", path, strerror(errno));
+  free(steps);
+}

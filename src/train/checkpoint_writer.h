@@ -1,0 +1,33 @@
+/* The background checkpoint writer of rank 0 (src/train/checkpoint_writer.c).
+ *
+ * The step loop pauses only to copy the parameters and optimizer state from
+ * the backend into a staging buffer allocated (and touched) once, at
+ * creation; a thread then writes the file, renames it into place and prunes
+ * old checkpoints while training goes on. A failed write (full disk,
+ * unwritable directory) is a warning naming the path: training continues
+ * and the previous checkpoint is left as it was. */
+#ifndef DDPTRAIN_TRAIN_CHECKPOINT_WRITER_H
+#define DDPTRAIN_TRAIN_CHECKPOINT_WRITER_H
+
+#include "ddptrain/backend.h"
+#include "ddptrain/ckpt.h"
+
+typedef struct ddp_ckpt_writer ddp_ckpt_writer_t;
+
+/* layout: tensors, n_tensors, n_params, n_slots and slot_names of the images
+ * to write (the pointers must outlive the writer); config: JSON text, copied. */
+ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, const ddp_ckpt_image_t *layout,
+                                    const char *config, ddp_ckpt_writer_t **out);
+void ddp_ckpt_writer_destroy(ddp_ckpt_writer_t *w);
+
+/* Waits for the previous write, copies params (n_params) and state
+ * (n_slots x n_params) from backend memory into the staging buffer, and hands
+ * it to the thread with meta. *pause_ms: how long the caller was held. */
+ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const float *params,
+                                  const float *state, const ddp_ckpt_meta_t *meta,
+                                  double *pause_ms);
+
+/* Waits until the thread is idle; returns the status of the last write. */
+ddp_status_t ddp_ckpt_writer_flush(ddp_ckpt_writer_t *w);
+
+#endif

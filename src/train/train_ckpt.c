@@ -1,0 +1,102 @@
+/* The trainer's checkpoint schedule (see train_ckpt.h). */
+#include "train/train_ckpt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddptrain/check.h"
+#include "train/resume.h"
+
+static ddp_status_t make_layout(ddp_train_ckpt_t *tc, const ddp_optim_config_t *ocfg) {
+  const int nt = ddp_gpt_num_tensors(tc->model);
+  tc->tensors = calloc((size_t)nt, sizeof *tc->tensors);
+  tc->config = ddp_ckpt_config_json(tc->o);
+  if (!tc->tensors || !tc->config) DDP_FAIL(DDP_ERR_OOM, "checkpoint: out of host memory");
+  for (int i = 0; i < nt; ++i) tc->tensors[i] = *ddp_gpt_tensor(tc->model, i);
+  const char *const *slots = NULL;
+  int n_slots = ddp_ckpt_slot_names(ddp_optim_kind_name(ocfg->kind), &slots);
+  if ((size_t)n_slots != ddp_optim_state_per_param(ocfg))
+    DDP_FAIL(DDP_ERR_INTERNAL, "checkpoint: %s keeps %zu state slots, the format names %d",
+             ddp_optim_kind_name(ocfg->kind), ddp_optim_state_per_param(ocfg), n_slots);
+  tc->layout = (ddp_ckpt_image_t){.tensors = tc->tensors,
+                                  .n_tensors = nt,
+                                  .n_params = ddp_gpt_num_params(tc->model),
+                                  .n_slots = n_slots,
+                                  .slot_names = slots,
+                                  .config = tc->config};
+  ddp_ckpt_meta_t *m = &tc->layout.meta;
+  m->world = tc->dist->world;
+  m->accum = (int)tc->o->accum;
+  m->seed = (uint64_t)tc->o->seed;
+  snprintf(m->optimizer, sizeof m->optimizer, "%s", ddp_optim_kind_name(ocfg->kind));
+  snprintf(m->sampler, sizeof m->sampler, "%s", tc->o->sampler);
+  return DDP_OK;
+}
+
+static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *start_step,
+                           ddp_ckpt_scaler_t *scaler) {
+  const ddp_options_t *o = tc->o;
+  const int automatic = strcmp(o->resume, "auto") == 0;
+  if (automatic && !o->save[0])
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "--resume auto needs --save DIR (the directory to resume from)");
+  ddp_ckpt_meta_t meta = {0};
+  int found = 0;
+  DDP_CHECK(ddp_train_resume(o, tc->dist, comm, tc->be, automatic ? o->save : o->resume, automatic,
+                             &tc->layout, ddp_gpt_params(tc->model), tc->state, &meta, &found));
+  if (!found) return DDP_OK;
+  *start_step = meta.step;
+  *scaler = meta.scaler;
+  tc->last_saved = meta.step;
+  if (meta.world != tc->dist->world || meta.accum != o->accum)
+    DDP_LOG_INFO(
+        "resume: the checkpoint comes from %d rank%s x accum %d, this run has %d x %lld: the "
+        "data continues at global step %lld of this run's sampler plan (same seed and epoch "
+        "order; each step's micro-batches are dealt for the new world size)",
+        meta.world, meta.world == 1 ? "" : "s", meta.accum, tc->dist->world, (long long)o->accum,
+        (long long)meta.step);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
+                                 const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
+                                 ddp_gpt_t *model, float *state, const ddp_optim_config_t *ocfg,
+                                 int64_t *start_step, ddp_ckpt_scaler_t *scaler) {
+  *tc = (ddp_train_ckpt_t){.o = o, .dist = dist, .be = be, .model = model, .state = state};
+  *start_step = 0;
+  if (!o->save[0] && !o->resume[0]) return DDP_OK;
+  DDP_CHECK(make_layout(tc, ocfg));
+  if (o->resume[0]) DDP_CHECK(resume(tc, comm, start_step, scaler));
+  if (o->save[0] && dist->rank == 0)
+    DDP_CHECK(ddp_ckpt_writer_create(o->save, (int)o->keep, &tc->layout, tc->config, &tc->writer));
+  return DDP_OK;
+}
+
+int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done) {
+  return tc->o->save_every > 0 && done % tc->o->save_every == 0;
+}
+
+ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
+                                 const ddp_ckpt_scaler_t *scaler, int wait) {
+  if (!tc->writer) return DDP_OK;
+  if (done != tc->last_saved) {
+    ddp_ckpt_meta_t meta = tc->layout.meta;
+    meta.step = done;
+    meta.scaler = *scaler;
+    double pause_ms = 0.0;
+    DDP_CHECK(ddp_ckpt_writer_save(tc->writer, tc->be, ddp_gpt_params(tc->model), tc->state, &meta,
+                                   &pause_ms));
+    tc->last_saved = done;
+    DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
+                 (long long)done, pause_ms);
+  }
+  /* A failed write was reported by the writer and is not fatal. */
+  if (wait) (void)ddp_ckpt_writer_flush(tc->writer);
+  return DDP_OK;
+}
+
+void ddp_train_ckpt_destroy(ddp_train_ckpt_t *tc) {
+  ddp_ckpt_writer_destroy(tc->writer);
+  free(tc->tensors);
+  free(tc->config);
+  *tc = (ddp_train_ckpt_t){0};
+}

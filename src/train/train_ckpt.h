@@ -1,0 +1,46 @@
+/* The trainer's checkpoint schedule (src/train/train_ckpt.c): resuming at
+ * start-up, saving every --save-every steps, at --stop-at, on preemption and
+ * at the end, through rank 0's background writer. */
+#ifndef DDPTRAIN_TRAIN_TRAIN_CKPT_H
+#define DDPTRAIN_TRAIN_TRAIN_CKPT_H
+
+#include "ddptrain/ckpt.h"
+#include "ddptrain/comm.h"
+#include "ddptrain/dist.h"
+#include "ddptrain/optim.h"
+#include "train/checkpoint_writer.h"
+
+typedef struct ddp_train_ckpt {
+  const ddp_options_t *o;
+  const ddp_dist_t *dist;
+  ddp_backend_t *be;
+  ddp_gpt_t *model;
+  float *state; /* optimizer state, backend memory */
+  ddp_gpt_tensor_t *tensors;
+  ddp_ckpt_image_t layout;
+  char *config;
+  ddp_ckpt_writer_t *writer; /* rank 0 with --save */
+  int64_t last_saved;        /* steps of the last checkpoint handed to the writer */
+} ddp_train_ckpt_t;
+
+/* Sets up saving and, with --resume, loads the checkpoint on every rank:
+ * *start_step = the optimizer steps already done (0 for a fresh run) and
+ * *scaler = the saved loss-scaler state (untouched for a fresh run). */
+ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
+                                 const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
+                                 ddp_gpt_t *model, float *state, const ddp_optim_config_t *ocfg,
+                                 int64_t *start_step, ddp_ckpt_scaler_t *scaler);
+
+/* Whether a checkpoint is due after `done` steps (--save-every). */
+int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done);
+
+/* Rank 0 with --save hands the state after `done` steps to the writer; with
+ * wait it also waits for the file and returns the write's status (the end
+ * of a run); without, a failed write is only the writer's warning. Other
+ * ranks and runs without --save do nothing. */
+ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
+                                 const ddp_ckpt_scaler_t *scaler, int wait);
+
+void ddp_train_ckpt_destroy(ddp_train_ckpt_t *tc);
+
+#endif
