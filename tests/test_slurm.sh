@@ -166,40 +166,48 @@ if [ $pmix = 1 ]; then
 fi
 
 # ---- preemption and requeue -------------------------------------------------
-# A stand-in for ddptrain with checkpoints: it lists --save in --help, and
-# on its first start waits for SIGUSR1 and exits 75; restarted, it checks it
-# was asked to resume and exits 0.
+# SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends) must reach the
+# ranks; ddptrain writes a checkpoint and exits 75, the job requeues itself
+# and its second start resumes from the checkpoint and completes. A ddptrain
+# without --save is replaced by a stand-in that behaves so (it lists --save,
+# exits 75 on SIGUSR1, and restarted checks it was asked to resume).
 cat > "$t/fake-ddptrain" << 'FAKE'
 #!/bin/sh
 case "$1" in --help) echo "  --save DIR  checkpoint directory"; exit 0 ;; esac
-echo "fake-ddptrain start ${SLURM_RESTART_COUNT:-0}: $*"
+echo "stand-in start ${SLURM_RESTART_COUNT:-0}: $*"
 if [ "${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then
-  trap 'echo "fake-ddptrain: SIGUSR1, checkpoint written"; exit 75' USR1
-  touch "$FAKE_READY.$$"
+  trap 'echo "checkpoint: written (stand-in)"; exit 75' USR1
+  echo "step 1 (stand-in)"
   i=0; while [ $i -lt 600 ]; do sleep 0.2; i=$((i + 1)); done
   exit 1
 fi
-case "$*" in *"--resume auto"*) exit 0 ;; *) echo "fake-ddptrain: not resumed"; exit 1 ;; esac
+case "$*" in *"--resume auto"*) echo "resume: loaded (stand-in)"; exit 0 ;; esac
+echo "stand-in: not resumed"; exit 1
 FAKE
 chmod +x "$t/fake-ddptrain"
-export FAKE_READY=$t/job/ready
-job=$(cd "$t/job" && DDPTRAIN=$t/fake-ddptrain sbatch --parsable --job-name=preempt \
-  --output="$t/job/preempt.out" $SHAPE "$t/1node.sbatch")
+prog=$DDPTRAIN
+[ $ckpt = 1 ] || prog=$t/fake-ddptrain
+# 100 ms a step: long enough to be inside training when the signal comes.
+job=$(cd "$t/job" && DDPTRAIN=$prog DDPTRAIN_FAULT_STEP_SLEEP_MS=100 sbatch --parsable \
+  --job-name=preempt --output="$t/job/preempt.out" $SHAPE "$t/1node.sbatch" $SMALL --steps 150)
 i=0
-until [ "$(ls "$t/job" | grep -c '^ready\.')" -ge 2 ] || [ $i -gt 120 ]; do sleep 0.5; i=$((i + 1)); done
+until grep -q "step " "$t/job/preempt.out" 2> /dev/null || [ $i -gt 240 ]; do sleep 0.5; i=$((i + 1)); done
 scancel --batch --signal=USR1 "$job"
-state=
-for i in $(seq 1 120); do
-  state=$(scontrol show job "$job" 2> /dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-  restarts=$(scontrol show job "$job" 2> /dev/null | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+state= restarts=0
+for i in $(seq 1 150); do
+  info=$(scontrol show job "$job" 2> /dev/null)
+  state=$(echo "$info" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+  restarts=$(echo "$info" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
   case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT) break ;; esac
   sleep 1
 done
-if [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] && grep -q "requeueing job $job" "$t/job/preempt.out" &&
-  grep -q "fake-ddptrain start 1: --save $t/job/checkpoints/preempt --resume auto" "$t/job/preempt.out"; then
-  ok "preemption: SIGUSR1 reached the ranks, status 75 requeued the job, the restart resumed and completed"
+out=$t/job/preempt.out
+if [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] && grep -q "requeueing job $job" "$out" &&
+  grep -q "checkpoint: " "$out" && grep -q "resume: loaded" "$out" &&
+  grep -q -e "--save $t/job/checkpoints/preempt --resume auto" "$out"; then
+  ok "preemption ($([ $ckpt = 1 ] && echo ddptrain || echo stand-in)): SIGUSR1 reached the ranks, status 75 requeued the job, the restart $(grep -m1 -o 'resume: loaded.*' "$out") and completed"
 else
-  bad "preemption: job $job ended $state after ${restarts:-0} restarts"; dump "$t/job/preempt.out"
+  bad "preemption: job $job ended ${state:-?} after ${restarts:-0} restarts"; dump "$out"
 fi
 scancel "$job" 2> /dev/null
 exit $fail
