@@ -3,8 +3,8 @@
 # CPU backend, one thread per rank, the 2 cores of a CI-like machine) with
 # the heartbeat off (--heartbeat-timeout 0), at its default (20 s: a beat
 # every 2 s, a poll every 0.25 s) and at 5 s (a beat every 0.5 s, a poll
-# every 0.125 s), alternating the settings within each round so drifting
-# machine load touches all alike. (A 1 s timeout was tried too: on this
+# every 0.125 s), alternating the settings within each round (and their
+# order between rounds) so drifting machine load touches all alike. (A 1 s timeout was tried too: on this
 # 2-core machine with other jobs running it raised a false alarm, a rank
 # starved of CPU for a second; timeouts that short are not for shared nodes.)
 #   model: GPT L2 H4 C128, seq-len 128, 2048 padded tokens per micro-batch,
@@ -19,7 +19,7 @@
 # "ddp-heartbeat", sampled every 0.2 s while the job runs), which other
 # jobs do not disturb: that share of one core is the direct cost.
 # Usage: bench/heartbeat.sh [BUILD_DIR, default .] [STEPS, default 60]
-#          [ROUNDS, default 3]
+#          [ROUNDS, default 3]; HEARTBEAT_SETTINGS="0 20" picks the timeouts
 set -eu
 build=$(cd "${1:-.}" && pwd)
 steps=${2:-60}
@@ -29,10 +29,14 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 MODEL="--threads 1 --peak-gflops 10 --n-layer 2 --n-head 4 --n-embd 128 --seq-len 128 \
 --tokens-per-batch 2048 --steps $steps --log-every $steps --eval-every 0 --eval-tokens 256"
-settings="0 20 5"
+settings=${HEARTBEAT_SETTINGS:-"0 20 5"} # must start with 0 (the baseline)
 r=1
 while [ $r -le "$rounds" ]; do
-  for hb in $settings; do
+  # Odd rounds run the settings in one order, even rounds in the other, so
+  # load that drifts within a round does not favour one setting.
+  order=$settings
+  [ $((r % 2)) -eq 1 ] || order=$(echo "$settings" | awk '{for (i = NF; i > 0; i--) printf "%s ", $i}')
+  for hb in $order; do
     t0=$(date +%s.%N)
     mpirun -np 2 "$build/ddptrain" $MODEL --heartbeat-timeout "$hb" > "$dir/run.log" 2>&1 &
     job=$!
