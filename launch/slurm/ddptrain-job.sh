@@ -1,8 +1,7 @@
 # Shared by the ddptrain SLURM batch templates, which source it (bash). It is
 # the part of a job that is the same on one node and on many:
-#  - checkpoints: ddptrain's --save DIR --resume auto when this ddptrain has
-#    them (asked of --help, so the templates work with builds before and
-#    after checkpoints existed), into $CKPT_DIR;
+#  - checkpoints: ddptrain's --save DIR --resume auto into $CKPT_DIR, so a
+#    requeued job continues from its last checkpoint;
 #  - preemption: SLURM sends SIGUSR1 to the batch shell ahead of the time
 #    limit (#SBATCH --signal=B:USR1@120); the shell passes it on to the
 #    launcher, which passes it to every rank; ddptrain then writes a
@@ -18,13 +17,8 @@ DDPTRAIN=${DDPTRAIN:-$(command -v ddptrain || echo ddptrain)}
 CKPT_DIR=${CKPT_DIR:-${SLURM_SUBMIT_DIR:-.}/checkpoints/${SLURM_JOB_NAME:-ddptrain}}
 EXIT_PREEMPTED=75 # ddptrain's status after a checkpoint on SIGTERM/SIGUSR1/SIGINT
 
-# The one capability check: --save appears in --help only in builds that
-# write checkpoints; older builds train without them.
-DDP_CKPT_ARGS=()
-if "$DDPTRAIN" --help 2> /dev/null | grep -q -e '--save '; then
-  mkdir -p "$CKPT_DIR" || exit 1
-  DDP_CKPT_ARGS=(--save "$CKPT_DIR" --resume auto)
-fi
+mkdir -p "$CKPT_DIR" || { echo "ddptrain job: cannot create CKPT_DIR $CKPT_DIR" >&2; exit 1; }
+DDP_CKPT_ARGS=(--save "$CKPT_DIR" --resume auto)
 
 # ddp_job_run CMD...: runs the launch command, forwards preemption signals to
 # it, requeues the job when ddptrain says it was preempted, and exits with

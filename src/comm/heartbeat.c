@@ -1,6 +1,7 @@
 /* The heartbeat ring (see comm/heartbeat.h). It lives in src/comm/ because
  * it talks MPI; it uses its own duplicate of MPI_COMM_WORLD so its messages
  * can never match a receive of the training collectives. */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include <config.h>
 
 #include "comm/heartbeat.h"
@@ -55,6 +56,8 @@ static void hb_fail(const ddp_heartbeat_t *hb, const char *what, int code) {
 
 static void *watch(void *arg) {
   ddp_heartbeat_t *hb = arg;
+  /* Named so `top -H` and bench/heartbeat.sh can find it (15 chars at most). */
+  pthread_setname_np(pthread_self(), "ddp-heartbeat");
   int in = 0, out = 0, rc, flag = 0;
   int left_done = 0, bye_sent = 0;
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL;
