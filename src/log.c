@@ -19,6 +19,10 @@ void ddp_log_set_rank(int rank, int world) {
   g_world = world > 0 ? world : 1;
 }
 
+int ddp_log_rank(void) {
+  return g_rank;
+}
+
 void ddp_log_set_level(ddp_log_level_t level) {
   g_level = level;
 }

@@ -131,6 +131,31 @@ START_TEST(test_backend_alloc_accounting) {
 }
 END_TEST
 
+/* Without a caching allocator (the CPU) every alloc is a raw allocation and
+ * nothing is held beyond what is in use; trim has nothing to release. The
+ * peak_mem_mb metric reads the same peak. */
+START_TEST(test_backend_mem_stats_without_cache) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  void *a, *b;
+  ck_assert_int_eq(ddp_backend_alloc(be, 3 << 20, &a), DDP_OK);
+  ck_assert_int_eq(ddp_backend_alloc(be, 1 << 20, &b), DDP_OK);
+  ddp_backend_free(be, a);
+  ddp_caching_alloc_stats_t s;
+  ddp_backend_mem_stats(be, &s);
+  ck_assert_uint_eq(s.raw_alloc_calls, 2);
+  ck_assert_uint_eq(s.raw_free_calls, 1);
+  ck_assert_uint_eq(s.live_blocks, 1);
+  ck_assert_uint_eq(s.bytes_in_use, 1 << 20);
+  ck_assert_uint_eq(s.bytes_reserved, 1 << 20);
+  ck_assert_uint_eq(s.peak_bytes_in_use, 4 << 20);
+  ck_assert_uint_eq(s.peak_bytes_reserved, 4 << 20);
+  ck_assert_double_eq(ddp_backend_peak_mem_mb(be), 4.0);
+  ck_assert_uint_eq(ddp_backend_trim(be), 0);
+  ddp_backend_free(be, b);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(test_backend_fill_copy_convert_every_dtype) {
   ddp_backend_t *be = ddp_test_cpu_backend();
   enum { N = 37 };
@@ -210,6 +235,7 @@ static Suite *backend_suite(void) {
   tcase_add_test(tc, test_backend_auto_skips_backends_without_model_ops);
   tcase_add_test(tc, test_backend_cpu_threads_default_and_explicit);
   tcase_add_test(tc, test_backend_alloc_accounting);
+  tcase_add_test(tc, test_backend_mem_stats_without_cache);
   tcase_add_test(tc, test_backend_fill_copy_convert_every_dtype);
   tcase_add_test(tc, test_backend_streams_and_events);
   tcase_add_test(tc, test_backend_measure_gemm_gflops);

@@ -7,8 +7,10 @@
  * beta 1 accumulation, padded pitches, strided batches (B shared through
  * stride_b 0) and k 0; fill and convert for every dtype pair, bit for bit;
  * copies of odd byte counts ordered across streams by events; allocation
- * counters through more than a hundred live allocations; the out-of-memory
- * message and recovery; descriptor rejections; mem_info.
+ * counters through more than a hundred live allocations; the caching
+ * allocator (no raw cudaMalloc in steady-state cycles, trim); the
+ * out-of-memory message (free bytes, rank, operation) and recovery;
+ * descriptor rejections; mem_info.
  *
  * Device memory is never read except through copy(), and every output is
  * poisoned first (padding of A and B with NaN, everything outside C with a
@@ -1028,6 +1030,68 @@ START_TEST(test_gpu_backend_oom_is_reported_and_recoverable) {
 }
 END_TEST
 
+/* The OOM message carries the device's free bytes (as cudaMemGetInfo says),
+ * the bytes asked for, the rank and the operation. */
+START_TEST(test_gpu_backend_oom_message_has_free_bytes) {
+  size_t free_b = 0, total_b = 0;
+  ck_assert_int_eq(g_gpu->ops->mem_info(g_gpu, &free_b, &total_b), DDP_OK);
+  void *p = NULL;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_backend_alloc(g_gpu, (size_t)1 << 50, &p), DDP_ERR_OOM);
+  char *text = ddp_test_log_stop();
+  ddp_assert_contains(text, "rank 0: cudaMalloc of 1125899906842624 bytes");
+  char where[32];
+  snprintf(where, sizeof where, "failed on cuda:%d", g_gpu->device);
+  ddp_assert_contains(text, where);
+  const char *at = strstr(text, "MiB free (");
+  ck_assert_msg(at != NULL, "no free bytes in: %s", text);
+  const unsigned long long said = strtoull(at + strlen("MiB free ("), NULL, 10);
+  ck_assert_msg(said > 0 && said <= total_b, "free bytes %llu (device total %zu) in: %s", said,
+                total_b, text);
+  free(text);
+}
+END_TEST
+
+/* After one warm-up cycle, repeated alloc/free cycles of the same sizes are
+ * served from the cache: zero raw cudaMalloc calls, and the memory works. */
+START_TEST(test_gpu_backend_steady_state_makes_no_raw_cudamalloc) {
+  static const size_t sizes[] = {4, 4096, 123457, 3 << 20, 64 << 20, 999, 2 << 20};
+  enum { N = sizeof sizes / sizeof sizes[0], CYCLES = 5 };
+  void *p[N];
+  ddp_caching_alloc_stats_t warm, now;
+  for (int cycle = 0; cycle <= CYCLES; ++cycle) {
+    for (int i = 0; i < N; ++i) p[i] = dev_alloc(g_gpu, sizes[i]);
+    ck_assert_int_eq(g_gpu->ops->fill(g_gpu, p[4], DDP_DTYPE_F32, (float)cycle, 1, NULL), DDP_OK);
+    float back = -1.0f;
+    download(g_gpu, &back, p[4], sizeof back);
+    ck_assert_float_eq(back, (float)cycle);
+    for (int i = N - 1; i >= 0; --i) ddp_backend_free(g_gpu, p[(i * 3) % N]);
+    if (cycle == 0) ddp_backend_mem_stats(g_gpu, &warm);
+  }
+  ddp_backend_mem_stats(g_gpu, &now);
+  ck_assert_msg(now.raw_alloc_calls == warm.raw_alloc_calls,
+                "%llu raw cudaMalloc calls in %d steady-state cycles",
+                (unsigned long long)(now.raw_alloc_calls - warm.raw_alloc_calls), CYCLES);
+  ck_assert_uint_eq(now.raw_free_calls, warm.raw_free_calls);
+  ck_assert_uint_eq(now.bytes_reserved, warm.bytes_reserved);
+  ck_assert_uint_ge(now.peak_bytes_in_use, (size_t)64 << 20);
+}
+END_TEST
+
+/* trim gives cached segments back: reserved drops by what it released. */
+START_TEST(test_gpu_backend_trim_releases_cached_memory) {
+  void *p = dev_alloc(g_gpu, (size_t)96 << 20);
+  ddp_backend_free(g_gpu, p);
+  ddp_caching_alloc_stats_t before, after;
+  ddp_backend_mem_stats(g_gpu, &before);
+  const size_t released = ddp_backend_trim(g_gpu);
+  ddp_backend_mem_stats(g_gpu, &after);
+  ck_assert_uint_ge(released, (size_t)96 << 20);
+  ck_assert_uint_eq(after.bytes_reserved, before.bytes_reserved - released);
+  ck_assert_uint_gt(after.raw_free_calls, before.raw_free_calls);
+}
+END_TEST
+
 /* Descriptors ddp_gemm_validate rejects are rejected by both backends with
  * the same status, and nothing is written to C. */
 START_TEST(test_gpu_backend_gemm_rejects_invalid_descriptors) {
@@ -1138,10 +1202,13 @@ static Suite *gpu_backend_suite(void) {
   tcase_add_test(tc, test_gpu_backend_copy_odd_sizes_across_streams);
   tcase_add_test(tc, test_gpu_backend_alloc_accounting_many_live);
   tcase_add_test(tc, test_gpu_backend_mem_info);
+  tcase_add_test(tc, test_gpu_backend_steady_state_makes_no_raw_cudamalloc);
+  tcase_add_test(tc, test_gpu_backend_trim_releases_cached_memory);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("errors");
   tcase_add_test(tc, test_gpu_backend_oom_is_reported_and_recoverable);
+  tcase_add_test(tc, test_gpu_backend_oom_message_has_free_bytes);
   tcase_add_test(tc, test_gpu_backend_gemm_rejects_invalid_descriptors);
   tcase_add_test(tc, test_gpu_backend_fill_convert_reject_invalid_types);
   suite_add_tcase(s, tc);

@@ -36,9 +36,12 @@ if [ "$n" -eq 6 ] && grep -q '"final":true,"train_loss":[0-9.]*,"val_loss":[0-9.
 else
   echo "FAIL: metrics file"; sed 's/^/  | /' "$dir/m.jsonl"; fail=1
 fi
-for key in '"step"' '"lr"' '"grad_norm"' '"tokens"' '"tok_per_s"' '"ms_per_step"' '"mfu"'; do
+for key in '"step"' '"lr"' '"grad_norm"' '"tokens"' '"tok_per_s"' '"ms_per_step"' '"mfu"' '"peak_mem_mb"'; do
   head -n 1 "$dir/m.jsonl" | grep -q "$key" || { echo "FAIL: metrics lack $key"; fail=1; }
 done
+peak=$(sed -n '1s/.*"peak_mem_mb":\([0-9.e+-]*\).*/\1/p' "$dir/m.jsonl")
+awk -v p="$peak" 'BEGIN { exit !(p > 0) }' || { echo "FAIL: peak_mem_mb '$peak' is not positive"; fail=1; }
+grep -q "summary: .* | peak mem [0-9.]* MiB" "$dir/out" || { echo "FAIL: summary lacks peak mem"; fail=1; }
 if [ -s "$dir/w.safetensors" ] && grep -aq 'transformer.h.0.mlp.c_fc.weight' "$dir/w.safetensors"; then
   echo "ok: --export wrote the weights"
 else

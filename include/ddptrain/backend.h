@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddptrain/caching_alloc.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/status.h"
 
@@ -142,6 +143,12 @@ typedef struct ddp_backend_ops {
 
   /* The model kernels (ddptrain/nn.h); NULL where this backend has none. */
   const struct ddp_nn_ops *nn;
+
+  /* Backends with a caching allocator (CUDA): its counters, and returning
+   * cached memory to the driver. NULL where alloc goes straight to the
+   * system (CPU); ddp_backend_mem_stats/ddp_backend_trim cover both. */
+  void (*cache_stats)(ddp_backend_t *be, ddp_caching_alloc_stats_t *stats);
+  size_t (*trim)(ddp_backend_t *be);
 } ddp_backend_ops_t;
 
 struct ddp_backend {
@@ -177,6 +184,18 @@ ddp_status_t ddp_device_parse(const char *text, const char **backend_name, int *
  * never inside the step loop. */
 ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,
                                              double *gflops);
+
+/* Memory counters of any backend, in the caching allocator's terms. Without
+ * a cache every alloc is a raw allocation and nothing is held beyond what is
+ * in use, so raw calls equal alloc/free calls and reserved equals in use. */
+void ddp_backend_mem_stats(ddp_backend_t *be, ddp_caching_alloc_stats_t *stats);
+/* Returns cached device memory to the driver; the bytes released (0 on the
+ * CPU). For sharing a GPU with another process between phases, never per step. */
+size_t ddp_backend_trim(ddp_backend_t *be);
+/* Peak bytes of live backend allocations, in MiB: the peak_mem_mb metric. */
+static inline double ddp_backend_peak_mem_mb(const ddp_backend_t *be) {
+  return (double)be->peak_bytes / 1048576.0;
+}
 
 /* Thin wrappers, so call sites read as verbs. */
 static inline ddp_status_t ddp_backend_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {

@@ -27,6 +27,8 @@ typedef enum ddp_log_level {
 
 /* Rank and world size shown in every prefix; (0, 1) until set. */
 void ddp_log_set_rank(int rank, int world);
+/* The rank set above: for messages that must name it in their text. */
+int ddp_log_rank(void);
 
 void ddp_log_set_level(ddp_log_level_t level);
 ddp_log_level_t ddp_log_level(void);

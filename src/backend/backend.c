@@ -98,6 +98,24 @@ void ddp_backend_count_free(ddp_backend_t *be, size_t bytes) {
   be->bytes_in_use -= bytes <= be->bytes_in_use ? bytes : be->bytes_in_use;
 }
 
+void ddp_backend_mem_stats(ddp_backend_t *be, ddp_caching_alloc_stats_t *stats) {
+  if (be->ops->cache_stats) {
+    be->ops->cache_stats(be, stats);
+    return;
+  }
+  *stats = (ddp_caching_alloc_stats_t){.raw_alloc_calls = be->alloc_calls,
+                                       .raw_free_calls = be->free_calls,
+                                       .live_blocks = be->alloc_calls - be->free_calls,
+                                       .bytes_in_use = be->bytes_in_use,
+                                       .peak_bytes_in_use = be->peak_bytes,
+                                       .bytes_reserved = be->bytes_in_use,
+                                       .peak_bytes_reserved = be->peak_bytes};
+}
+
+size_t ddp_backend_trim(ddp_backend_t *be) {
+  return be->ops->trim ? be->ops->trim(be) : 0;
+}
+
 /* One matrix as stored: rows x cols with row pitch ld. */
 static ddp_status_t check_operand(const char *what, const void *ptr, int64_t cols, int64_t ld,
                                   int64_t stride, int64_t batch) {

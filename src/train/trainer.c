@@ -465,7 +465,7 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
       exposed, "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
       "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
       (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
-      NULL));
+      "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }
@@ -552,10 +552,11 @@ static void print_summary(const trainer_t *tr, const totals_t *t, double val_los
   const double step_ms = 1e3 * t->compute_s / ns + t->exposed_ms / ns;
   DDP_LOG_INFO(
       "summary: %lld steps in %.1f s on %d rank%s | %lld useful tokens | %.0f tok/s "
-      "(%.0f per rank) | MFU %.1f%%",
+      "(%.0f per rank) | MFU %.1f%% | peak mem %.1f MiB",
       (long long)t->steps, dt, tr->dist->world, tr->dist->world == 1 ? "" : "s",
       (long long)t->useful, tok_s, tok_s / tr->dist->world,
-      100.0 * t->flops / dt / (tr->peak_gflops * 1e9 * tr->dist->world));
+      100.0 * t->flops / dt / (tr->peak_gflops * 1e9 * tr->dist->world),
+      ddp_backend_peak_mem_mb(tr->be));
   DDP_LOG_INFO(
       "summary: per step %.1f ms compute, %.1f ms in collectives, %.2f ms exposed "
       "(%.1f%% of the step), %.2f ms waiting for data",
@@ -648,10 +649,12 @@ static ddp_status_t run(trainer_t *tr) {
   if (n_acc)
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
                                 "task_acc", acc, "tok_per_s",
-                                (double)tot.useful / (tot.t_end - tot.t0), NULL));
+                                (double)tot.useful / (tot.t_end - tot.t0), "peak_mem_mb",
+                                ddp_backend_peak_mem_mb(tr->be), NULL));
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
-                                "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0), NULL));
+                                "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0),
+                                "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), NULL));
   if (o->dump_batches[0]) DDP_CHECK(dump_batches(tr, o->dump_batches));
   if (o->export_path[0] && tr->dist->rank == 0) {
     DDP_CHECK(ddp_gpt_export_safetensors(tr->model, o->export_path));

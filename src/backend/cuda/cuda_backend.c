@@ -18,23 +18,20 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/device_error.h"
+#include "ddptrain/caching_alloc.h"
 #include "foreign_check.h"
 #include "kernels.h"
 
-/* Live device allocations, ptr -> size, so free() can keep the byte counters
- * exact (device memory has no room for a host-readable header). The backend
- * allocates a few large buffers up front, so a small open-addressing table
- * that grows by doubling is plenty. */
-typedef struct alloc_slot {
-  void *ptr;
-  size_t bytes;
-} alloc_slot_t;
-
+/* Device memory comes from a caching allocator over cudaMalloc/cudaFree
+ * (ddptrain/caching_alloc.h): after warm-up nothing reaches cudaMalloc, which
+ * synchronises the device. The allocator also knows each block's requested
+ * size, which keeps the backend's byte counters exact (device memory has no
+ * room for a host-readable header). */
 typedef struct cuda_state {
   cudaStream_t compute;
   cublasHandle_t blas;
-  alloc_slot_t *slots;
-  size_t n_slots, n_live;
+  ddp_caching_alloc_t *cache;
 } cuda_state_t;
 
 static cuda_state_t *state(ddp_backend_t *be) {
@@ -45,49 +42,24 @@ static cudaStream_t stream_of(ddp_backend_t *be, ddp_stream_t s) {
   return s ? (cudaStream_t)(void *)s : state(be)->compute;
 }
 
-static size_t slot_index(const cuda_state_t *st, const void *ptr) {
-  /* Fibonacci hashing: take the product's high bits. cudaMalloc returns
-   * 2 MiB-aligned pointers for large buffers, so low bits carry nothing. */
-  size_t i = (size_t)(((uint64_t)(uintptr_t)ptr * 0x9E3779B97F4A7C15ull) >> 32) & (st->n_slots - 1);
-  while (st->slots[i].ptr && st->slots[i].ptr != ptr) i = (i + 1) & (st->n_slots - 1);
-  return i;
-}
-
-static ddp_status_t slots_insert(cuda_state_t *st, void *ptr, size_t bytes) {
-  if (2 * (st->n_live + 1) > st->n_slots) {
-    size_t old_n = st->n_slots;
-    alloc_slot_t *old = st->slots;
-    st->n_slots = old_n ? 2 * old_n : 64;
-    st->slots = calloc(st->n_slots, sizeof *st->slots);
-    if (!st->slots) {
-      st->slots = old;
-      st->n_slots = old_n;
-      DDP_FAIL(DDP_ERR_OOM, "cuda backend: out of host memory");
-    }
-    for (size_t i = 0; i < old_n; ++i)
-      if (old[i].ptr) st->slots[slot_index(st, old[i].ptr)] = old[i];
-    free(old);
+/* The raw pair under the cache. Out of memory is returned silently: the
+ * cache trims itself and retries, and only a final failure is reported, by
+ * cuda_oom with the device's numbers. */
+static ddp_status_t raw_cuda_malloc(void *ctx, size_t bytes, void **ptr) {
+  (void)ctx;
+  cudaError_t err = cudaMalloc(ptr, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError(); /* clear the error so later calls work */
+    *ptr = NULL;
+    return DDP_ERR_OOM;
   }
-  st->slots[slot_index(st, ptr)] = (alloc_slot_t){ptr, bytes};
-  st->n_live++;
+  DDP_CUDA_CHECK(err);
   return DDP_OK;
 }
 
-/* Removes ptr and returns its size (0 if unknown). Backward-shift deletion
- * keeps every probe chain intact without tombstones. */
-static size_t slots_remove(cuda_state_t *st, void *ptr) {
-  if (!st->n_slots) return 0;
-  size_t i = slot_index(st, ptr), mask = st->n_slots - 1;
-  if (!st->slots[i].ptr) return 0;
-  size_t bytes = st->slots[i].bytes;
-  st->slots[i].ptr = NULL;
-  st->n_live--;
-  for (size_t j = (i + 1) & mask; st->slots[j].ptr; j = (j + 1) & mask) {
-    alloc_slot_t moved = st->slots[j];
-    st->slots[j].ptr = NULL;
-    st->slots[slot_index(st, moved.ptr)] = moved;
-  }
-  return bytes;
+static void raw_cuda_free(void *ctx, void *ptr) {
+  (void)ctx;
+  cudaFree(ptr);
 }
 
 static int cuda_available(char *why, size_t why_len) {
@@ -116,6 +88,8 @@ static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg
   DDP_CUBLAS_CHECK_GOTO(cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH), rc, destroy_blas);
   struct cudaDeviceProp prop;
   DDP_CUDA_CHECK_GOTO(cudaGetDeviceProperties(&prop, dev), rc, destroy_blas);
+  const ddp_raw_alloc_t raw = {.alloc = raw_cuda_malloc, .free = raw_cuda_free};
+  DDP_CHECK_GOTO(ddp_caching_alloc_create(&raw, &st->cache), rc, destroy_blas);
   be->impl = st;
   be->device = dev;
   be->threads = 1;
@@ -137,45 +111,60 @@ static void cuda_shutdown(ddp_backend_t *be) {
   cudaStreamSynchronize(st->compute);
   cublasDestroy(st->blas);
   cudaStreamDestroy(st->compute);
-  free(st->slots);
+  cudaDeviceSynchronize(); /* work on other streams may still use cached blocks */
+  ddp_caching_alloc_destroy(st->cache);
   free(st);
   be->impl = NULL;
 }
 
 /* Out of memory is the error users hit most; say what was asked for, what
- * was free, and what to change. */
+ * was free, what ddptrain holds, and what to change. */
 static ddp_status_t cuda_oom(ddp_backend_t *be, const char *what, size_t bytes) {
-  size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
-  DDP_FAIL(DDP_ERR_OOM,
-           "cuda:%d: %s of %.1f MiB failed with %.1f of %.1f MiB free; "
-           "lower --tokens-per-batch",
-           be->device, what, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+  ddp_oom_report_t r = {
+      .rank = ddp_log_rank(), .device = be->device, .what = what, .requested = bytes};
+  cudaMemGetInfo(&r.free_bytes, &r.total_bytes);
+  cudaGetLastError();
+  if (state(be)) {
+    ddp_caching_alloc_stats_t s;
+    ddp_caching_alloc_get_stats(state(be)->cache, &s);
+    r.in_use = s.bytes_in_use;
+    r.reserved = s.bytes_reserved;
+  }
+  char text[512];
+  ddp_device_oom_message(text, sizeof text, &r);
+  DDP_FAIL(DDP_ERR_OOM, "%s", text);
 }
 
 static ddp_status_t cuda_alloc(ddp_backend_t *be, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (bytes == 0) return DDP_OK;
-  cudaError_t err = cudaMalloc(ptr, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError(); /* clear the sticky-free error so later calls work */
-    return cuda_oom(be, "cudaMalloc", bytes);
-  }
-  DDP_CUDA_CHECK(err);
-  ddp_status_t st = slots_insert(state(be), *ptr, bytes);
-  if (st != DDP_OK) {
-    cudaFree(*ptr);
-    *ptr = NULL;
-    return st;
-  }
+  const ddp_status_t st = ddp_caching_alloc_malloc(state(be)->cache, bytes, ptr);
+  if (st == DDP_ERR_OOM) return cuda_oom(be, "cudaMalloc", bytes);
+  DDP_CHECK(st);
   ddp_backend_count_alloc(be, bytes);
   return DDP_OK;
 }
 
+/* cudaFree synchronised the device, and callers may rely on that: a block is
+ * handed out again at once, so work still using it on any stream must finish
+ * first. Frees happen at set-up and shutdown, never in the step loop. */
 static void cuda_free(ddp_backend_t *be, void *ptr) {
   if (!ptr) return;
-  ddp_backend_count_free(be, slots_remove(state(be), ptr));
-  cudaFree(ptr);
+  cudaDeviceSynchronize();
+  const size_t bytes = ddp_caching_alloc_free(state(be)->cache, ptr);
+  if (bytes)
+    ddp_backend_count_free(be, bytes);
+  else
+    DDP_LOG_WARN("cuda:%d: free of %p, which this backend did not allocate", be->device, ptr);
+}
+
+static void cuda_cache_stats(ddp_backend_t *be, ddp_caching_alloc_stats_t *stats) {
+  ddp_caching_alloc_get_stats(state(be)->cache, stats);
+}
+
+static size_t cuda_trim(ddp_backend_t *be) {
+  cudaDeviceSynchronize(); /* as in cuda_free: cached blocks may still be read */
+  return ddp_caching_alloc_trim(state(be)->cache);
 }
 
 static ddp_status_t cuda_alloc_host(ddp_backend_t *be, size_t bytes, void **ptr) {
@@ -331,4 +320,6 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .synchronize = cuda_synchronize,
     .gemm = cuda_gemm,
     .mem_info = cuda_mem_info,
+    .cache_stats = cuda_cache_stats,
+    .trim = cuda_trim,
 };

@@ -1,7 +1,8 @@
 /* Converters from CUDA-family error codes to ddp_status_t (see
  * src/foreign_check.h). Each logs the library's own message once, with the
- * failing expression, file:line and the current device, so a report from rank
- * 3 of 64 says which GPU and which call failed. */
+ * failing operation, file:line, the rank and the current device, so a report
+ * from rank 3 of 64 says which GPU and which call failed (wording in
+ * backend/device_error.c, tested without a GPU). */
 #include <config.h>
 
 #include <cublas_v2.h>
@@ -13,6 +14,7 @@
 #include <nccl.h>
 #endif
 
+#include "backend/device_error.h"
 #include "foreign_check.h"
 
 static int current_device(void) {
@@ -23,8 +25,10 @@ static int current_device(void) {
 
 static ddp_status_t report(ddp_status_t st, const char *lib, const char *expr, const char *msg,
                            long code, const char *file, int line) {
-  ddp_log_at(DDP_LOG_LEVEL_ERROR, file, line, "%s failed on cuda:%d: %s (%s error %ld)", expr,
-             current_device(), msg, lib, code);
+  char text[512];
+  ddp_device_error_message(text, sizeof text, ddp_log_rank(), current_device(), expr, lib, msg,
+                           code);
+  ddp_log_at(DDP_LOG_LEVEL_ERROR, file, line, "%s", text);
   return st;
 }
 
