@@ -23,6 +23,9 @@ extern "C" {
   X(LOG_ALL_RANKS, "0", "1: every rank prints info and debug lines, not only rank 0")     \
   X(DEBUG_CHECKS, "0", "1: poison fresh arena memory and check arena bounds (slower)")    \
   X(CPU_PEAK_GFLOPS, "0", "CPU peak GFLOP/s per rank for MFU; 0 measures it at start-up") \
+  X(BIND, "auto",                                                                         \
+    "auto: bind GPU ranks to the cores nearest their GPU; 1: bind CPU ranks too "         \
+    "(the node's cores split between its ranks); 0: bind nothing")                        \
   X(LOADER_SYNC, "0",                                                                     \
     "1: fill micro-batches on the step loop's thread, not the loader thread (debugging)") \
   X(FAULT_PERTURB_RANK, "-1",                                                             \

@@ -14,6 +14,7 @@
 #include "ddptrain/options.h"
 #include "ddptrain/trainer.h"
 #include "ddptrain/version.h"
+#include "binding.h"
 #include "comm/heartbeat.h"
 #include "tools/smoke.h"
 
@@ -63,6 +64,9 @@ int main(int argc, char **argv) {
   if (st == DDP_OK) {
     DDP_LOG_INFO("ddptrain %s: %d rank%s, rank 0 on %s: %s", ddp_version(), dist.world,
                  dist.world == 1 ? "" : "s", dist.host, be->description);
+    st = ddp_binding_setup(&dist, be); /* binds GPU ranks near their GPU; logs the map */
+  }
+  if (st == DDP_OK) {
     ddp_heartbeat_t *hb = NULL; /* ends the job if a rank stops (see comm/heartbeat.h) */
     st = ddp_heartbeat_start(&dist, opts.heartbeat_timeout, &hb);
     if (st == DDP_OK)

@@ -1,0 +1,168 @@
+/* Rank placement and the binding map (see binding.h). */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+#include "ddptrain/check.h"
+#include "ddptrain/env.h"
+#include "ddptrain/log.h"
+
+#define MAP_LINE 256 /* one rank's line in the gathered map */
+
+void ddp_binding_format(const ddp_binding_t *b, char *out, size_t len) {
+  char dev[64];
+  if (b->gpu >= 0)
+    snprintf(dev, sizeof dev, "gpu %d (pci %s)", b->gpu, b->pci[0] ? b->pci : "?");
+  else
+    snprintf(dev, sizeof dev, "cpu");
+  snprintf(out, len, "rank %d host %s %s numa %s cpus %s (%d core%s, %s)", b->rank, b->host, dev,
+           b->numa[0] ? b->numa : "?", b->cpus[0] ? b->cpus : "?", b->cores,
+           b->cores == 1 ? "" : "s", b->bound ? "bound" : "as launched");
+}
+
+ddp_status_t ddp_bind_mode_parse(const char *text, ddp_bind_mode_t *mode) {
+  if (!text) return DDP_ERR_INVALID_ARG;
+  if (strcmp(text, "auto") == 0)
+    *mode = DDP_BIND_MODE_AUTO;
+  else if (strcmp(text, "1") == 0)
+    *mode = DDP_BIND_MODE_ALL;
+  else if (strcmp(text, "0") == 0)
+    *mode = DDP_BIND_MODE_NONE;
+  else
+    return DDP_ERR_INVALID_ARG;
+  return DDP_OK;
+}
+
+#if DDP_HAVE_HWLOC
+/* The cpuset a rank's cores come from: its GPU's nearest non-I/O ancestor,
+ * or the whole machine for a CPU rank. Returns NULL for an unknown bus id. */
+static hwloc_const_bitmap_t locality(hwloc_topology_t topo, const char *pci) {
+  if (!pci || !pci[0]) return hwloc_topology_get_topology_cpuset(topo);
+  hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topo, pci);
+  if (!dev) return NULL;
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, dev);
+  return anc && anc->cpuset ? anc->cpuset : hwloc_topology_get_topology_cpuset(topo);
+}
+
+ddp_status_t ddp_binding_plan(hwloc_topology_t topo, const char *const *pci, int local_size,
+                              int local_rank, hwloc_bitmap_t cpuset) {
+  if (local_size < 1 || local_rank < 0 || local_rank >= local_size)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "binding: local rank %d of %d", local_rank, local_size);
+  hwloc_const_bitmap_t mine = locality(topo, pci ? pci[local_rank] : NULL);
+  if (!mine)
+    DDP_FAIL(DDP_ERR_NO_DEVICE, "binding: no PCI device %s in the hwloc topology", pci[local_rank]);
+  /* Ranks sharing this locality, and this rank's place among them. */
+  int sharing = 0, index = 0;
+  for (int r = 0; r < local_size; ++r) {
+    hwloc_const_bitmap_t other = locality(topo, pci ? pci[r] : NULL);
+    if (other && hwloc_bitmap_isequal(other, mine)) {
+      if (r < local_rank) index++;
+      sharing++;
+    }
+  }
+  const int cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, mine, HWLOC_OBJ_CORE);
+  hwloc_bitmap_zero(cpuset);
+  if (cores <= 0) { /* no core objects: use the whole locality */
+    hwloc_bitmap_copy(cpuset, mine);
+    return DDP_OK;
+  }
+  int first, last; /* cores [first, last) of the locality, in logical order */
+  if (sharing <= cores) {
+    first = (int)((long)index * cores / sharing);
+    last = (int)((long)(index + 1) * cores / sharing);
+  } else {
+    first = index % cores;
+    last = first + 1;
+  }
+  for (int c = first; c < last; ++c) {
+    hwloc_obj_t core = hwloc_get_obj_inside_cpuset_by_type(topo, mine, HWLOC_OBJ_CORE, (unsigned)c);
+    if (core) hwloc_bitmap_or(cpuset, cpuset, core->cpuset);
+  }
+  return DDP_OK;
+}
+
+void ddp_binding_describe(hwloc_topology_t topo, hwloc_const_bitmap_t cpuset, ddp_binding_t *b) {
+  hwloc_bitmap_list_snprintf(b->cpus, sizeof b->cpus, cpuset);
+  b->cores = hwloc_get_nbobjs_inside_cpuset_by_type(topo, cpuset, HWLOC_OBJ_CORE);
+  if (b->cores < 0) b->cores = 0;
+  hwloc_bitmap_t nodes = hwloc_bitmap_alloc();
+  snprintf(b->numa, sizeof b->numa, "?");
+  if (nodes) {
+    hwloc_cpuset_to_nodeset(topo, cpuset, nodes);
+    if (!hwloc_bitmap_iszero(nodes)) hwloc_bitmap_list_snprintf(b->numa, sizeof b->numa, nodes);
+    hwloc_bitmap_free(nodes);
+  }
+}
+
+/* Plans, binds (when the mode says so) and describes this rank. A binding
+ * that fails is a warning, not an error: the run is correct, only slower. */
+static ddp_status_t place(const ddp_dist_t *dist, ddp_backend_t *be, ddp_bind_mode_t mode,
+                          ddp_binding_t *b) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) return DDP_OK;
+  ddp_status_t st = DDP_OK;
+  char(*ids)[32] = NULL;
+  const char **pci = NULL;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (!set) goto destroy_topology;
+  const int gpu_rank = b->gpu >= 0;
+  /* PCI objects only where a GPU must be found: reading them costs time. */
+  if (gpu_rank) hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(topo) != 0) goto free_set;
+  if (mode == DDP_BIND_MODE_NONE || (mode == DDP_BIND_MODE_AUTO && !gpu_rank)) {
+    if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0)
+      hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
+    ddp_binding_describe(topo, set, b);
+    goto free_set;
+  }
+  ids = calloc((size_t)dist->local_size, sizeof *ids);
+  pci = calloc((size_t)dist->local_size, sizeof *pci);
+  if (!ids || !pci) DDP_FAIL_GOTO(st, DDP_ERR_OOM, free_lists, "binding: out of host memory");
+  for (int r = 0; gpu_rank && be->ops->peer_pci_bus_id && r < dist->local_size; ++r) {
+    DDP_CHECK_GOTO(be->ops->peer_pci_bus_id(be, r, ids[r], sizeof ids[r]), st, free_lists);
+    pci[r] = ids[r];
+  }
+  DDP_CHECK_GOTO(ddp_binding_plan(topo, pci, dist->local_size, dist->local_rank, set), st,
+                 free_lists);
+  if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0)
+    b->bound = 1;
+  else
+    DDP_LOG_WARN("rank %d: could not bind to cpus of its %s; running unbound", dist->rank,
+                 gpu_rank ? "GPU" : "share of the node");
+  ddp_binding_describe(topo, set, b);
+free_lists:
+  free(pci);
+  free(ids);
+free_set:
+  hwloc_bitmap_free(set);
+destroy_topology:
+  hwloc_topology_destroy(topo);
+  return st;
+}
+#endif
+
+ddp_status_t ddp_binding_setup(const ddp_dist_t *dist, ddp_backend_t *be) {
+  ddp_bind_mode_t mode;
+  if (ddp_bind_mode_parse(ddp_env_get(DDP_ENV_BIND), &mode) != DDP_OK)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s' is not one of auto, 1, 0", ddp_env_name(DDP_ENV_BIND),
+             ddp_env_get(DDP_ENV_BIND));
+  ddp_binding_t b = {.rank = dist->rank, .gpu = be->device, .cores = 0};
+  snprintf(b.host, sizeof b.host, "%s", dist->host);
+  if (b.gpu >= 0 && be->ops->peer_pci_bus_id)
+    DDP_CHECK(be->ops->peer_pci_bus_id(be, dist->local_rank, b.pci, sizeof b.pci));
+#if DDP_HAVE_HWLOC
+  DDP_CHECK(place(dist, be, mode, &b));
+#endif
+  char line[MAP_LINE];
+  ddp_binding_format(&b, line, sizeof line);
+  char *all = NULL;
+  DDP_CHECK(ddp_dist_gather_lines(dist, line, MAP_LINE, &all));
+  if (all) {
+    for (int r = 0; r < dist->world; ++r) DDP_LOG_INFO("binding: %s", all + (size_t)r * MAP_LINE);
+    free(all);
+  }
+  return DDP_OK;
+}
