@@ -10,7 +10,8 @@
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
 
-#define MAP_LINE 256 /* one rank's line in the gathered map */
+#define MAP_LINE 256  /* one rank's line in the gathered map */
+#define KEY_WIDTH 128 /* "host pci" */
 
 void ddp_binding_format(const ddp_binding_t *b, char *out, size_t len) {
   char dev[64];
@@ -97,45 +98,33 @@ void ddp_binding_describe(hwloc_topology_t topo, hwloc_const_bitmap_t cpuset, dd
   }
 }
 
-/* Plans, binds (when the mode says so) and describes this rank. A binding
- * that fails is a warning, not an error: the run is correct, only slower. */
-static ddp_status_t place(const ddp_dist_t *dist, ddp_backend_t *be, ddp_bind_mode_t mode,
+/* Plans, binds (when the mode says so) and describes this rank; pci lists
+ * the node's ranks' GPUs (NULL: none known, bind nothing). A binding that
+ * fails is a warning, not an error: the run is correct, only slower. */
+static ddp_status_t place(const ddp_dist_t *dist, ddp_bind_mode_t mode, const char *const *pci,
                           ddp_binding_t *b) {
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return DDP_OK;
   ddp_status_t st = DDP_OK;
-  char(*ids)[32] = NULL;
-  const char **pci = NULL;
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
   if (!set) goto destroy_topology;
   const int gpu_rank = b->gpu >= 0;
   /* PCI objects only where a GPU must be found: reading them costs time. */
   if (gpu_rank) hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (hwloc_topology_load(topo) != 0) goto free_set;
-  if (mode == DDP_BIND_MODE_NONE || (mode == DDP_BIND_MODE_AUTO && !gpu_rank)) {
+  if (!pci || mode == DDP_BIND_MODE_NONE || (mode == DDP_BIND_MODE_AUTO && !gpu_rank)) {
     if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0)
       hwloc_bitmap_copy(set, hwloc_topology_get_topology_cpuset(topo));
     ddp_binding_describe(topo, set, b);
     goto free_set;
   }
-  ids = calloc((size_t)dist->local_size, sizeof *ids);
-  pci = calloc((size_t)dist->local_size, sizeof *pci);
-  if (!ids || !pci) DDP_FAIL_GOTO(st, DDP_ERR_OOM, free_lists, "binding: out of host memory");
-  for (int r = 0; gpu_rank && be->ops->peer_pci_bus_id && r < dist->local_size; ++r) {
-    DDP_CHECK_GOTO(be->ops->peer_pci_bus_id(be, r, ids[r], sizeof ids[r]), st, free_lists);
-    pci[r] = ids[r];
-  }
   DDP_CHECK_GOTO(ddp_binding_plan(topo, pci, dist->local_size, dist->local_rank, set), st,
-                 free_lists);
+                 free_set);
   if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0)
     b->bound = 1;
   else
-    DDP_LOG_WARN("rank %d: could not bind to cpus of its %s; running unbound", dist->rank,
-                 gpu_rank ? "GPU" : "share of the node");
+    DDP_LOG_WARN("rank %d: could not bind to cpus %s; running as launched", dist->rank, b->cpus);
   ddp_binding_describe(topo, set, b);
-free_lists:
-  free(pci);
-  free(ids);
 free_set:
   hwloc_bitmap_free(set);
 destroy_topology:
@@ -144,6 +133,23 @@ destroy_topology:
 }
 #endif
 
+int ddp_binding_node_pci(char *keys, size_t width, int world, const char *host, const char **pci,
+                         int max) {
+  int n = 0;
+  for (int r = 0; r < world; ++r) {
+    char *key = keys + (size_t)r * width;
+    char *sep = strrchr(key, ' ');
+    if (!sep) continue;
+    *sep = '\0';
+    if (strcmp(key, host) == 0) {
+      if (n < max) pci[n] = strcmp(sep + 1, "-") == 0 ? NULL : sep + 1;
+      n++;
+    }
+    *sep = ' ';
+  }
+  return n;
+}
+
 ddp_status_t ddp_binding_setup(const ddp_dist_t *dist, ddp_backend_t *be) {
   ddp_bind_mode_t mode;
   if (ddp_bind_mode_parse(ddp_env_get(DDP_ENV_BIND), &mode) != DDP_OK)
@@ -151,18 +157,35 @@ ddp_status_t ddp_binding_setup(const ddp_dist_t *dist, ddp_backend_t *be) {
              ddp_env_get(DDP_ENV_BIND));
   ddp_binding_t b = {.rank = dist->rank, .gpu = be->device, .cores = 0};
   snprintf(b.host, sizeof b.host, "%s", dist->host);
-  if (b.gpu >= 0 && be->ops->peer_pci_bus_id)
-    DDP_CHECK(be->ops->peer_pci_bus_id(be, dist->local_rank, b.pci, sizeof b.pci));
+  if (b.gpu >= 0 && be->ops->pci_bus_id) DDP_CHECK(be->ops->pci_bus_id(be, b.pci, sizeof b.pci));
+  /* Every rank's host and GPU: a rank's share of its node's cores depends on
+   * the GPUs of the other ranks there. Gathered rather than derived from the
+   * device rule, since a launcher may give each rank its own
+   * CUDA_VISIBLE_DEVICES (every rank then sees its GPU as device 0). */
+  char key[KEY_WIDTH];
+  snprintf(key, sizeof key, "%s %s", dist->host, b.pci[0] ? b.pci : "-");
+  char *keys = NULL;
+  DDP_CHECK(ddp_dist_allgather_lines(dist, key, KEY_WIDTH, &keys));
+  const char **pci = calloc((size_t)dist->local_size, sizeof *pci);
+  ddp_status_t st = DDP_OK;
+  if (!pci) DDP_FAIL_GOTO(st, DDP_ERR_OOM, free_keys, "binding: out of host memory");
+  const int on_node =
+      ddp_binding_node_pci(keys, KEY_WIDTH, dist->world, dist->host, pci, dist->local_size);
+  if (on_node != dist->local_size && mode != DDP_BIND_MODE_NONE)
+    DDP_LOG_WARN("rank %d: %d ranks report host %s but MPI counts %d on this node; not binding",
+                 dist->rank, on_node, dist->host, dist->local_size);
 #if DDP_HAVE_HWLOC
-  DDP_CHECK(place(dist, be, mode, &b));
+  DDP_CHECK_GOTO(place(dist, mode, on_node == dist->local_size ? pci : NULL, &b), st, free_pci);
 #endif
   char line[MAP_LINE];
   ddp_binding_format(&b, line, sizeof line);
   char *all = NULL;
-  DDP_CHECK(ddp_dist_gather_lines(dist, line, MAP_LINE, &all));
-  if (all) {
-    for (int r = 0; r < dist->world; ++r) DDP_LOG_INFO("binding: %s", all + (size_t)r * MAP_LINE);
-    free(all);
-  }
-  return DDP_OK;
+  DDP_CHECK_GOTO(ddp_dist_allgather_lines(dist, line, MAP_LINE, &all), st, free_pci);
+  for (int r = 0; r < dist->world; ++r) DDP_LOG_INFO("binding: %s", all + (size_t)r * MAP_LINE);
+  free(all);
+free_pci:
+  free(pci);
+free_keys:
+  free(keys);
+  return st;
 }

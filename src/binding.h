@@ -11,7 +11,8 @@
  * The planning and formatting are pure (a loaded topology and strings in,
  * a cpuset and strings out), so they are tested on a topology loaded from
  * XML with PCI GPUs at known bus ids; only ddp_binding_setup touches the
- * process (binding it) and MPI (gathering the map to rank 0).
+ * process (binding it) and MPI (gathering every rank's host and GPU, and the
+ * map for rank 0 to print).
  *
  * DDPTRAIN_BIND: auto (default) binds GPU ranks and reports CPU ranks'
  * binding as the launcher left it (mpirun binds, and oversubscribed test
@@ -69,6 +70,14 @@ ddp_status_t ddp_binding_plan(hwloc_topology_t topo, const char *const *pci, int
 /* Fills numa, cpus and cores of b from a cpuset. */
 void ddp_binding_describe(hwloc_topology_t topo, hwloc_const_bitmap_t cpuset, ddp_binding_t *b);
 #endif
+
+/* From every rank's "host pci" key (pci "-" for a CPU rank; world keys,
+ * width bytes apart, as ddp_dist_allgather_lines gives them), the bus ids of
+ * the ranks on `host`, in rank order (= local-rank order), into pci[0..max)
+ * (pointers into keys; NULL for a CPU rank). Returns how many ranks name
+ * `host`; keys is left as it was. */
+int ddp_binding_node_pci(char *keys, size_t width, int world, const char *host, const char **pci,
+                         int max);
 
 /* Collective over all ranks: plans and (per DDPTRAIN_BIND) binds this rank,
  * then rank 0 logs the map, one line per rank. Without hwloc the map still

@@ -112,21 +112,21 @@ ddp_status_t ddp_dist_sum_double(const ddp_dist_t *dist, double *value) {
   return DDP_OK;
 }
 
-ddp_status_t ddp_dist_gather_lines(const ddp_dist_t *dist, const char *line, size_t width,
-                                   char **all) {
+ddp_status_t ddp_dist_allgather_lines(const ddp_dist_t *dist, const char *line, size_t width,
+                                      char **all) {
   *all = NULL;
   char *mine = calloc(1, width);
-  char *buf = dist->rank == 0 ? calloc((size_t)dist->world, width) : NULL;
-  if (!mine || (dist->rank == 0 && !buf)) {
+  char *buf = calloc((size_t)dist->world, width);
+  if (!mine || !buf) {
     free(mine);
     free(buf);
-    DDP_FAIL(DDP_ERR_OOM, "gather: out of host memory");
+    DDP_FAIL(DDP_ERR_OOM, "allgather: out of host memory");
   }
   snprintf(mine, width, "%s", line);
 #if DDP_HAVE_MPI
   if (dist->world > 1) {
     const int rc =
-        MPI_Gather(mine, (int)width, MPI_CHAR, buf, (int)width, MPI_CHAR, 0, MPI_COMM_WORLD);
+        MPI_Allgather(mine, (int)width, MPI_CHAR, buf, (int)width, MPI_CHAR, MPI_COMM_WORLD);
     free(mine);
     if (rc != MPI_SUCCESS) free(buf);
     DDP_MPI_CHECK(rc);
@@ -134,7 +134,7 @@ ddp_status_t ddp_dist_gather_lines(const ddp_dist_t *dist, const char *line, siz
     return DDP_OK;
   }
 #endif
-  if (buf) memcpy(buf, mine, width);
+  memcpy(buf, mine, width);
   free(mine);
   *all = buf;
   return DDP_OK;

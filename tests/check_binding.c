@@ -3,8 +3,8 @@
  * bridge (0000:07:00.0 and 0000:0a:00.0 on node 0, 0000:85:00.0 and
  * 0000:8a:00.0 on node 1). Checks the cores chosen for GPU ranks (one per
  * GPU, several sharing a node, more ranks than cores), for CPU ranks, the
- * unknown-bus-id error, the map line, DDPTRAIN_BIND parsing, the gather of
- * the map, and the start-up path on the CPU backend. */
+ * unknown-bus-id error, the map line, DDPTRAIN_BIND parsing, the node's GPUs
+ * from gathered keys, and the start-up path on the CPU backend. */
 #include <config.h>
 
 #include <stdarg.h>
@@ -200,14 +200,36 @@ START_TEST(test_binding_mode_parse) {
 }
 END_TEST
 
-/* A single process: rank 0 receives its own line, truncated to the width. */
-START_TEST(test_binding_gather_lines_single_rank) {
+/* A single process receives its own line, truncated to the width. */
+START_TEST(test_binding_allgather_lines_single_rank) {
   const ddp_dist_t dist = {.rank = 0, .world = 1, .local_size = 1};
   char *all = NULL;
-  ck_assert_int_eq(ddp_dist_gather_lines(&dist, "rank 0 host h cpu", 8, &all), DDP_OK);
+  ck_assert_int_eq(ddp_dist_allgather_lines(&dist, "rank 0 host h cpu", 8, &all), DDP_OK);
   ck_assert_ptr_nonnull(all);
   ck_assert_str_eq(all, "rank 0 ");
   free(all);
+}
+END_TEST
+
+/* The node's GPUs from every rank's "host pci" key: only this host's ranks,
+ * in rank order, CPU ranks as NULL; the keys are left intact. */
+START_TEST(test_binding_node_pci_from_gathered_keys) {
+  enum { W = 40, WORLD = 5 };
+  static const char *const k[WORLD] = {"a 0000:07:00.0", "b 0000:07:00.0", "a 0000:85:00.0", "a -",
+                                       "bad-entry"};
+  char keys[WORLD * W] = {0};
+  for (int r = 0; r < WORLD; ++r) snprintf(keys + r * W, W, "%s", k[r]);
+  const char *pci[4] = {NULL};
+  ck_assert_int_eq(ddp_binding_node_pci(keys, W, WORLD, "a", pci, 4), 3);
+  ck_assert_str_eq(pci[0], "0000:07:00.0");
+  ck_assert_str_eq(pci[1], "0000:85:00.0");
+  ck_assert_ptr_null(pci[2]);
+  for (int r = 0; r < WORLD; ++r) ck_assert_str_eq(keys + r * W, k[r]);
+  /* more ranks name the host than fit: counted, not written past max */
+  const char *one[1] = {NULL};
+  ck_assert_int_eq(ddp_binding_node_pci(keys, W, WORLD, "a", one, 1), 3);
+  ck_assert_str_eq(one[0], "0000:07:00.0");
+  ck_assert_int_eq(ddp_binding_node_pci(keys, W, WORLD, "c", one, 1), 0);
 }
 END_TEST
 
@@ -251,7 +273,8 @@ static Suite *binding_suite(void) {
   tc = tcase_create("map");
   tcase_add_test(tc, test_binding_map_line);
   tcase_add_test(tc, test_binding_mode_parse);
-  tcase_add_test(tc, test_binding_gather_lines_single_rank);
+  tcase_add_test(tc, test_binding_allgather_lines_single_rank);
+  tcase_add_test(tc, test_binding_node_pci_from_gathered_keys);
   tcase_add_test(tc, test_binding_setup_logs_the_map_and_rejects_bad_mode);
   suite_add_tcase(s, tc);
   return s;

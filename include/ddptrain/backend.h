@@ -149,10 +149,9 @@ typedef struct ddp_backend_ops {
    * system (CPU); ddp_backend_mem_stats/ddp_backend_trim cover both. */
   void (*cache_stats)(ddp_backend_t *be, ddp_caching_alloc_stats_t *stats);
   size_t (*trim)(ddp_backend_t *be);
-  /* The PCI bus id ("0000:07:00.0") of the GPU that node-local rank
-   * local_rank uses under this backend's device rule (rank binding needs the
-   * GPUs of every rank on the node). NULL without GPUs. */
-  ddp_status_t (*peer_pci_bus_id)(ddp_backend_t *be, int local_rank, char *out, size_t len);
+  /* The PCI bus id ("0000:07:00.0") of this backend's GPU, for binding the
+   * rank to the cores nearest it. NULL without GPUs. */
+  ddp_status_t (*pci_bus_id)(ddp_backend_t *be, char *out, size_t len);
 } ddp_backend_ops_t;
 
 struct ddp_backend {

@@ -40,11 +40,11 @@ ddp_status_t ddp_dist_agree_u64(const ddp_dist_t *dist, const char *what, uint64
 /* Collective: sum of a double over ranks (the world-size-1 sum is the value). */
 ddp_status_t ddp_dist_sum_double(const ddp_dist_t *dist, double *value);
 
-/* Collective: rank 0 receives every rank's `line` (at most width - 1 chars,
- * truncated beyond) in rank order, width bytes apart, in *all (caller frees);
- * other ranks get NULL. */
-ddp_status_t ddp_dist_gather_lines(const ddp_dist_t *dist, const char *line, size_t width,
-                                   char **all);
+/* Collective: every rank receives every rank's `line` (at most width - 1
+ * chars, truncated beyond) in rank order, width bytes apart, in *all (caller
+ * frees). */
+ddp_status_t ddp_dist_allgather_lines(const ddp_dist_t *dist, const char *line, size_t width,
+                                      char **all);
 
 /* A one-line name of the MPI library ("Open MPI v4.1.4, ...") or "none". */
 const char *ddp_dist_library(void);

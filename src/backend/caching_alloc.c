@@ -191,6 +191,16 @@ static ddp_status_t maybe_split(ddp_caching_alloc_t *ca, block_t *b, size_t roun
   return DDP_OK;
 }
 
+/* Absorbs b->next (free) into b. */
+static void merge_next(ddp_caching_alloc_t *ca, block_t *b) {
+  block_t *n = b->next;
+  free_list_unlink(ca, n);
+  b->size += n->size;
+  b->next = n->next;
+  if (n->next) n->next->prev = b;
+  free(n);
+}
+
 ddp_status_t ddp_caching_alloc_malloc(ddp_caching_alloc_t *ca, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (bytes == 0) return DDP_OK;
@@ -201,8 +211,9 @@ ddp_status_t ddp_caching_alloc_malloc(ddp_caching_alloc_t *ca, size_t bytes, voi
   free_list_unlink(ca, b);
   ddp_status_t st = maybe_split(ca, b, rounded);
   if (st == DDP_OK) st = slots_insert(ca, b);
-  if (st != DDP_OK) { /* host bookkeeping failed: put the block back */
+  if (st != DDP_OK) { /* host bookkeeping failed: put the block back, whole */
     free_list_push(ca, b);
+    if (b->next && !b->next->live) merge_next(ca, b);
     return st;
   }
   b->live = 1;
@@ -213,16 +224,6 @@ ddp_status_t ddp_caching_alloc_malloc(ddp_caching_alloc_t *ca, size_t bytes, voi
     ca->stats.peak_bytes_in_use = ca->stats.bytes_in_use;
   *ptr = b->ptr;
   return DDP_OK;
-}
-
-/* Absorbs b->next (free) into b. */
-static void merge_next(ddp_caching_alloc_t *ca, block_t *b) {
-  block_t *n = b->next;
-  free_list_unlink(ca, n);
-  b->size += n->size;
-  b->next = n->next;
-  if (n->next) n->next->prev = b;
-  free(n);
 }
 
 size_t ddp_caching_alloc_free(ddp_caching_alloc_t *ca, void *ptr) {

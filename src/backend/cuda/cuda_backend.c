@@ -32,7 +32,6 @@ typedef struct cuda_state {
   cudaStream_t compute;
   cublasHandle_t blas;
   ddp_caching_alloc_t *cache;
-  int explicit_index, count; /* --device cuda:N (-1 if none), GPUs visible */
 } cuda_state_t;
 
 static cuda_state_t *state(ddp_backend_t *be) {
@@ -72,22 +71,15 @@ static int cuda_available(char *why, size_t why_len) {
   return 0;
 }
 
-/* The device rule: --device cuda:N wins; otherwise local rank mod GPUs. */
-static int device_for(int explicit_index, int local_rank, int count) {
-  return explicit_index >= 0 ? explicit_index : (local_rank > 0 ? local_rank : 0) % count;
-}
-
-static ddp_status_t cuda_peer_pci_bus_id(ddp_backend_t *be, int local_rank, char *out, size_t len) {
-  const cuda_state_t *st = state(be);
-  const int dev = device_for(st->explicit_index, local_rank, st->count);
-  DDP_CUDA_CHECK(cudaDeviceGetPCIBusId(out, (int)len, dev));
+static ddp_status_t cuda_pci_bus_id(ddp_backend_t *be, char *out, size_t len) {
+  DDP_CUDA_CHECK(cudaDeviceGetPCIBusId(out, (int)len, be->device));
   return DDP_OK;
 }
 
 static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg, int index) {
   int count = 0;
   DDP_CUDA_CHECK(cudaGetDeviceCount(&count));
-  const int dev = device_for(index, cfg->local_rank, count);
+  int dev = index >= 0 ? index : (cfg->local_rank > 0 ? cfg->local_rank : 0) % count;
   if (dev >= count)
     DDP_FAIL(DDP_ERR_NO_DEVICE, "device cuda:%d requested, but this host has %d GPU%s", dev, count,
              count == 1 ? "" : "s");
@@ -103,8 +95,6 @@ static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg
   DDP_CUDA_CHECK_GOTO(cudaGetDeviceProperties(&prop, dev), rc, destroy_blas);
   const ddp_raw_alloc_t raw = {.alloc = raw_cuda_malloc, .free = raw_cuda_free};
   DDP_CHECK_GOTO(ddp_caching_alloc_create(&raw, &st->cache), rc, destroy_blas);
-  st->explicit_index = index;
-  st->count = count;
   be->impl = st;
   be->device = dev;
   be->threads = 1;
@@ -337,5 +327,5 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .mem_info = cuda_mem_info,
     .cache_stats = cuda_cache_stats,
     .trim = cuda_trim,
-    .peer_pci_bus_id = cuda_peer_pci_bus_id,
+    .pci_bus_id = cuda_pci_bus_id,
 };
