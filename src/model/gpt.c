@@ -486,7 +486,8 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   DDP_CHECK(upload(m, a->tokens, inputs, N));
   DDP_CHECK(upload(m, a->targets, targets, N));
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->embed_fwd(be, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  DDP_CHECK(
+      nn->embed_fwd(be, DDP_DTYPE_F32, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   DDP_CHECK(store(m, a->encoded, nc));
   DDP_CHECK(watch(m, a->encoded, nc, "forward: embedding output"));
   const float *res = a->encoded;
@@ -496,47 +497,50 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
-    DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N, C,
-                                NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, DDP_DTYPE_F32, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w,
+                                p->ln1_b, N, C, NULL));
     DDP_CHECK(store(m, b->ln1, nc));
-    DDP_CHECK(nn->linear_fwd(be, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(
+        nn->linear_fwd(be, DDP_DTYPE_F32, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(store(m, b->qkv, 3 * nc));
     DDP_CHECK(watch(m, b->qkv, 3 * nc, "forward: h.%d.attn.c_attn output", l));
-    DDP_CHECK(nn->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
+    DDP_CHECK(nn->attention_fwd(be, DDP_DTYPE_F32, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
     DDP_CHECK(store(m, b->atty, nc));
     DDP_CHECK(watch(m, b->atty, nc, "forward: h.%d.attn output", l));
-    DDP_CHECK(nn->linear_fwd(be, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
+    DDP_CHECK(
+        nn->linear_fwd(be, DDP_DTYPE_F32, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
     DDP_CHECK(store(m, b->res2, nc));
-    DDP_CHECK(nn->add(be, b->res2, b->res2, res, nc, NULL));
+    DDP_CHECK(nn->add(be, DDP_DTYPE_F32, b->res2, b->res2, res, nc, NULL));
     DDP_CHECK(store(m, b->res2, nc));
     DDP_CHECK(watch(m, b->res2, nc, "forward: h.%d.attn.c_proj + residual", l));
-    DDP_CHECK(nn->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w, p->ln2_b,
-                                N, C, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, DDP_DTYPE_F32, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2,
+                                p->ln2_w, p->ln2_b, N, C, NULL));
     DDP_CHECK(store(m, b->ln2, nc));
-    DDP_CHECK(nn->linear_fwd(be, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(
+        nn->linear_fwd(be, DDP_DTYPE_F32, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
     DDP_CHECK(store(m, b->fch, 4 * nc));
     DDP_CHECK(watch(m, b->fch, 4 * nc, "forward: h.%d.mlp.c_fc output", l));
-    DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, 4 * nc, NULL));
+    DDP_CHECK(nn->gelu_fwd(be, DDP_DTYPE_F32, b->fch_gelu, b->fch, 4 * nc, NULL));
     DDP_CHECK(store(m, b->fch_gelu, 4 * nc));
-    DDP_CHECK(
-        nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, DDP_DTYPE_F32, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N,
+                             4 * C, C, NULL));
     DDP_CHECK(store(m, b->res3, nc));
-    DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, nc, NULL));
+    DDP_CHECK(nn->add(be, DDP_DTYPE_F32, b->res3, b->res3, b->res2, nc, NULL));
     DDP_CHECK(store(m, b->res3, nc));
     DDP_CHECK(watch(m, b->res3, nc, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
   }
-  DDP_CHECK(nn->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b, N,
-                              C, NULL));
+  DDP_CHECK(nn->layernorm_fwd(be, DDP_DTYPE_F32, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w,
+                              m->p.lnf_b, N, C, NULL));
   DDP_CHECK(store(m, a->lnf, nc));
-  DDP_CHECK(nn->linear_fwd(be, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
+  DDP_CHECK(nn->linear_fwd(be, DDP_DTYPE_F32, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
   DDP_CHECK(store(m, a->logits, (size_t)N * V));
   DDP_CHECK(watch(m, a->logits, (size_t)N * V, "forward: logits"));
   /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
    * become their gradient, stored in the half type like every activation
    * gradient (fp16: this is where an unscaled gradient would underflow). */
-  DDP_CHECK(nn->xent_fused(be, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss, N,
-                           V, V, NULL));
+  DDP_CHECK(nn->xent_fused(be, DDP_DTYPE_F32, a->losses, m->loss_sum, a->logits, a->logits,
+                           a->targets, dloss, N, V, V, NULL));
   DDP_CHECK(store(m, a->logits, (size_t)N * V));
   DDP_CHECK(watch(m, a->losses, (size_t)N, "forward: token losses"));
   m->B = B;
@@ -556,41 +560,47 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
   DDP_CHECK(upload(m, e.tokens, inputs, N));
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->embed_fwd(be, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  DDP_CHECK(
+      nn->embed_fwd(be, DDP_DTYPE_F32, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   DDP_CHECK(store(m, e.res[0], nc));
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     float *res = e.res[0], *mid = e.res[1];
-    DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, DDP_DTYPE_F32, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C,
+                                NULL));
     DDP_CHECK(store(m, e.ln, nc));
-    DDP_CHECK(nn->linear_fwd(be, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(
+        nn->linear_fwd(be, DDP_DTYPE_F32, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(store(m, e.qkv, 3 * nc));
-    DDP_CHECK(nn->attention_fwd(be, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
+    DDP_CHECK(nn->attention_fwd(be, DDP_DTYPE_F32, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
     DDP_CHECK(store(m, e.atty, nc));
-    DDP_CHECK(nn->linear_fwd(be, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, DDP_DTYPE_F32, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
     DDP_CHECK(store(m, mid, nc));
-    DDP_CHECK(nn->add(be, mid, mid, res, nc, NULL));
+    DDP_CHECK(nn->add(be, DDP_DTYPE_F32, mid, mid, res, nc, NULL));
     DDP_CHECK(store(m, mid, nc));
-    DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, DDP_DTYPE_F32, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C,
+                                NULL));
     DDP_CHECK(store(m, e.ln, nc));
-    DDP_CHECK(nn->linear_fwd(be, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, DDP_DTYPE_F32, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
     DDP_CHECK(store(m, e.fch, 4 * nc));
-    DDP_CHECK(nn->gelu_fwd(be, e.fch_gelu, e.fch, 4 * nc, NULL));
+    DDP_CHECK(nn->gelu_fwd(be, DDP_DTYPE_F32, e.fch_gelu, e.fch, 4 * nc, NULL));
     DDP_CHECK(store(m, e.fch_gelu, 4 * nc));
-    DDP_CHECK(nn->linear_fwd(be, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, DDP_DTYPE_F32, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C,
+                             C, NULL));
     DDP_CHECK(store(m, res, nc));
-    DDP_CHECK(nn->add(be, res, res, mid, nc, NULL));
+    DDP_CHECK(nn->add(be, DDP_DTYPE_F32, res, res, mid, nc, NULL));
     DDP_CHECK(store(m, res, nc));
   }
-  DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b, N, C, NULL));
+  DDP_CHECK(nn->layernorm_fwd(be, DDP_DTYPE_F32, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b,
+                              N, C, NULL));
   DDP_CHECK(store(m, e.ln, nc));
-  DDP_CHECK(nn->linear_fwd(be, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
+  DDP_CHECK(nn->linear_fwd(be, DDP_DTYPE_F32, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
   DDP_CHECK(store(m, e.logits, (size_t)N * V));
   m->a.logits = e.logits;
   if (targets) {
     DDP_CHECK(upload(m, e.targets, targets, N));
-    DDP_CHECK(
-        nn->xent_fused(be, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V, V, NULL));
+    DDP_CHECK(nn->xent_fused(be, DDP_DTYPE_F32, e.losses, m->loss_sum, NULL, e.logits, e.targets,
+                             0.0f, N, V, V, NULL));
   }
   return DDP_OK;
 }
@@ -631,14 +641,14 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
   /* LM head: logits = lnf @ wte^T. This writes dwte first (the embedding
    * backward adds its part last). */
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->linear_bwd(be, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V, acc,
-                           0, NULL));
+  DDP_CHECK(nn->linear_bwd(be, DDP_DTYPE_F32, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte,
+                           N, C, V, acc, 0, NULL));
   DDP_CHECK(store(m, a->dtmp, nc));
   /* The residual stream's gradient starts here; every later op adds to it. */
   DDP_CHECK(be->ops->fill(be, a->dres, DDP_DTYPE_F32, 0.0f, (size_t)N * C, NULL));
   const float *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
-  DDP_CHECK(nn->layernorm_bwd(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last, m->p.lnf_w,
-                              a->lnf_mean, a->lnf_rstd, N, C, acc, NULL));
+  DDP_CHECK(nn->layernorm_bwd(be, DDP_DTYPE_F32, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last,
+                              m->p.lnf_w, a->lnf_mean, a->lnf_rstd, N, C, acc, NULL));
   DDP_CHECK(store(m, a->dres, nc)); /* activation gradients are half too */
   DDP_CHECK(announce(m, notify, 2));
   for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
@@ -646,36 +656,38 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     block_views_t *g = &m->g.blocks[l];
     const block_acts_t *b = &a->blocks[l];
     const float *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
-    DDP_CHECK(nn->linear_bwd(be, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
-                             p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
+    DDP_CHECK(nn->linear_bwd(be, DDP_DTYPE_F32, a->dfch, g->fcproj_w, g->fcproj_b, a->dres,
+                             b->fch_gelu, p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
     DDP_CHECK(store(m, a->dfch, 4 * nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->gelu_bwd(be, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
+    DDP_CHECK(nn->gelu_bwd(be, DDP_DTYPE_F32, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
     DDP_CHECK(store(m, a->dfch, 4 * nc));
-    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C, 4 * C,
-                             acc, 0, NULL));
+    DDP_CHECK(nn->linear_bwd(be, DDP_DTYPE_F32, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w,
+                             N, C, 4 * C, acc, 0, NULL));
     DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
-                                b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
+    DDP_CHECK(nn->layernorm_bwd(be, DDP_DTYPE_F32, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2,
+                                p->ln2_w, b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
     DDP_CHECK(store(m, a->dres, nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N, C,
-                             C, acc, 0, NULL));
+    DDP_CHECK(nn->linear_bwd(be, DDP_DTYPE_F32, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty,
+                             p->proj_w, N, C, C, acc, 0, NULL));
     DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->attention_bwd(be, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
+    DDP_CHECK(nn->attention_bwd(be, DDP_DTYPE_F32, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T,
+                                C, NH, NULL));
     DDP_CHECK(store(m, a->dqkv, 3 * nc));
-    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
-                             3 * C, acc, 0, NULL));
+    DDP_CHECK(nn->linear_bwd(be, DDP_DTYPE_F32, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1,
+                             p->qkv_w, N, C, 3 * C, acc, 0, NULL));
     DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
-                                b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
+    DDP_CHECK(nn->layernorm_bwd(be, DDP_DTYPE_F32, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in,
+                                p->ln1_w, b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
     DDP_CHECK(store(m, a->dres, nc));
     DDP_CHECK(announce(m, notify, 2));
   }
-  DDP_CHECK(nn->embed_bwd(be, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
+  DDP_CHECK(
+      nn->embed_bwd(be, DDP_DTYPE_F32, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
   /* The first micro-step writes dwpe rows 0..T-1 only; the positions this
    * batch does not reach get exact zeros, or the last step's values would
    * survive there (batches differ in T). */
