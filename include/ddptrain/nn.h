@@ -122,11 +122,6 @@ typedef struct ddp_nn_ops {
   /* Drops one reserve()'s hold (the last frees the workspace). */
   void (*release)(ddp_backend_t *be);
 
-  /* x (n) = x rounded to dtype (round to nearest even; fp32: unchanged),
-   * in fp32 storage: the store of a half-precision value kept in an fp32
-   * slot (ddp_round_host on the CPU). */
-  ddp_status_t (*store_round)(ddp_backend_t *be, float *x, ddp_dtype_t dtype, size_t n,
-                              ddp_stream_t s);
 } ddp_nn_ops_t;
 
 /* The CPU implementation (also the oracle for every CUDA kernel). */

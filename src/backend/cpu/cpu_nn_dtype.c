@@ -341,12 +341,6 @@ static ddp_status_t reserve(ddp_backend_t *be, ddp_dtype_t dt, int64_t N, int C,
   return ddp_cpu_nn_reserve_floats(be, floats);
 }
 
-// x (n) rounded in place
-static ddp_status_t store_round(ddp_backend_t *be, float *x, ddp_dtype_t dtype, size_t n,
-                                ddp_stream_t s) {
-  return dtype == DDP_DTYPE_F32 ? DDP_OK : ddp_round_host(x, x, dtype, n);
-}
-
 const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .embed_fwd = embed_fwd,
     .embed_bwd = embed_bwd,
@@ -362,5 +356,4 @@ const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .xent_fused = xent_fused,
     .reserve = reserve,
     .release = ddp_cpu_nn_release,
-    .store_round = store_round,
 };
