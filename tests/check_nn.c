@@ -65,10 +65,6 @@ static const ddp_nn_ops_t *const nn = &ddp_nn_cpu_ops;
 static ddp_rng_t g_rng_u, g_rng_n, g_rng_pick; /* one stream per kind of draw */
 static uint64_t g_off_u, g_off_n, g_off_pick;
 
-#define MAX_BUFS 128
-static void *g_bufs[MAX_BUFS];
-static int g_nbufs;
-
 static void setup(void) {
   g_be = ddp_test_cpu_backend();
   ddp_rng_t base;
@@ -77,27 +73,19 @@ static void setup(void) {
   ddp_rng_derive(&base, 2, &g_rng_n);
   ddp_rng_derive(&base, 3, &g_rng_pick);
   g_off_u = g_off_n = g_off_pick = 0;
-  g_nbufs = 0;
+  ddp_test_free_tracked();
 }
 
 static void teardown(void) {
-  for (int i = 0; i < g_nbufs; ++i) free(g_bufs[i]);
-  g_nbufs = 0;
+  ddp_test_free_tracked();
   ddp_backend_destroy(g_be);
   g_be = NULL;
 }
 
 /* ---- buffers and random inputs --------------------------------------------- */
 
-static void *track(void *p) {
-  ck_assert_ptr_nonnull(p);
-  ck_assert_int_lt(g_nbufs, MAX_BUFS);
-  g_bufs[g_nbufs++] = p;
-  return p;
-}
-
 static float *fbuf(size_t n) {
-  return track(malloc(n * sizeof(float)));
+  return ddp_test_track(malloc(n * sizeof(float)));
 }
 
 static float *fill_const(float *x, size_t n, float v) {
@@ -140,7 +128,7 @@ static uint64_t pick(uint64_t bound) {
 }
 
 static int32_t *ibuf(size_t n) {
-  return track(malloc(n * sizeof(int32_t)));
+  return ddp_test_track(malloc(n * sizeof(int32_t)));
 }
 
 static int32_t *tokens_below(size_t n, int32_t bound) {
@@ -168,7 +156,7 @@ static void expect_close(const char *what, const float *got, const double *want,
 
 static void expect_close_f(const char *what, const float *got, const float *want, size_t n,
                            double rtol, double atol) {
-  double *w = track(malloc(n * sizeof *w));
+  double *w = ddp_test_track(malloc(n * sizeof *w));
   for (size_t i = 0; i < n; ++i) w[i] = want[i];
   expect_close(what, got, w, n, rtol, atol);
 }
@@ -353,7 +341,7 @@ START_TEST(test_nn_embed_bwd_accumulate_semantics) {
   float *dwte = fcopy(prev, (size_t)V * C), *dwpe = fnan((size_t)T * C);
   expect_ok(nn->embed_bwd(g_be, DDP_DTYPE_F32, dwte, dwpe, dout, tok, B, T, C, 0, NULL),
             "embed_bwd");
-  double *want = track(malloc((size_t)V * C * sizeof *want));
+  double *want = ddp_test_track(malloc((size_t)V * C * sizeof *want));
   for (size_t i = 0; i < (size_t)V * C; ++i) want[i] = (double)prev[i] + ref_te[i];
   expect_close("dwte += (accumulate 0)", dwte, want, (size_t)V * C, 1e-6, 1e-6);
   expect_close_f("dwpe = (overwrites NaN)", dwpe, ref_pe, (size_t)T * C, 1e-6, 1e-7);
@@ -362,7 +350,7 @@ START_TEST(test_nn_embed_bwd_accumulate_semantics) {
             "embed_bwd");
   for (size_t i = 0; i < (size_t)V * C; ++i) want[i] = (double)prev[i] + 2.0 * ref_te[i];
   expect_close("dwte after two calls", dwte, want, (size_t)V * C, 1e-6, 1e-6);
-  double *want_pe = track(malloc((size_t)T * C * sizeof *want_pe));
+  double *want_pe = ddp_test_track(malloc((size_t)T * C * sizeof *want_pe));
   for (size_t i = 0; i < (size_t)T * C; ++i) want_pe[i] = 2.0 * ref_pe[i];
   expect_close("dwpe after accumulate", dwpe, want_pe, (size_t)T * C, 1e-6, 1e-7);
 }
@@ -404,8 +392,9 @@ START_TEST(test_nn_layernorm_fwd_matches_double_reference) {
     float *out = fnan((size_t)N * C), *mean = fnan(N), *rstd = fnan(N);
     expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, out, mean, rstd, x, w, b, N, C, NULL),
               "layernorm_fwd");
-    double *ref = track(malloc((size_t)N * C * sizeof *ref));
-    double *rm = track(malloc(N * sizeof *rm)), *rr = track(malloc(N * sizeof *rr));
+    double *ref = ddp_test_track(malloc((size_t)N * C * sizeof *ref));
+    double *rm = ddp_test_track(malloc(N * sizeof *rm)),
+           *rr = ddp_test_track(malloc(N * sizeof *rr));
     for (int r = 0; r < N; ++r)
       ln_ref_row(ref + (size_t)r * C, &rm[r], &rr[r], x + (size_t)r * C, w, b, C);
     expect_close("layernorm out", out, ref, (size_t)N * C, 1e-5, 1e-5);
@@ -469,7 +458,7 @@ START_TEST(test_nn_layernorm_bwd_accumulate_semantics) {
   expect_ok(
       nn->layernorm_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, dout, x, w, mean, rstd, N, C, 0, NULL),
       "layernorm_bwd");
-  double *want = track(malloc(n * sizeof *want));
+  double *want = ddp_test_track(malloc(n * sizeof *want));
   for (size_t i = 0; i < n; ++i) want[i] = (double)prev[i] + dinp0[i];
   expect_close("layernorm dinp +=", dinp, want, n, 1e-6, 1e-6);
   expect_close_f("layernorm dw overwrites NaN", dw, dw0, C, 1e-6, 0);
@@ -478,7 +467,7 @@ START_TEST(test_nn_layernorm_bwd_accumulate_semantics) {
   expect_ok(
       nn->layernorm_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, dout, x, w, mean, rstd, N, C, 1, NULL),
       "layernorm_bwd");
-  double *w2 = track(malloc(C * sizeof *w2)), *b2 = track(malloc(C * sizeof *b2));
+  double *w2 = ddp_test_track(malloc(C * sizeof *w2)), *b2 = ddp_test_track(malloc(C * sizeof *b2));
   for (int i = 0; i < C; ++i) w2[i] = 2.0 * dw0[i], b2[i] = 2.0 * db0[i];
   expect_close("layernorm dw twice", dw, w2, C, 1e-6, 1e-7);
   expect_close("layernorm db twice", db, b2, C, 1e-6, 1e-7);
@@ -499,7 +488,7 @@ START_TEST(test_nn_layernorm_large_mean_stays_accurate) {
     float *b = fzero(C), *out = fnan((size_t)N * C), *mean = fbuf(N), *rstd = fbuf(N);
     expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, out, mean, rstd, x, w, b, N, C, NULL),
               "layernorm_fwd");
-    double *ref = track(malloc((size_t)C * sizeof *ref));
+    double *ref = ddp_test_track(malloc((size_t)C * sizeof *ref));
     for (int r = 0; r < N; ++r) {
       double rm, rr;
       ln_ref_row(ref, &rm, &rr, x + (size_t)r * C, w, b, C);
@@ -534,8 +523,8 @@ START_TEST(test_nn_linear_fwd_matches_reference) {
   expect_ok(nn->linear_fwd(g_be, DDP_DTYPE_F32, out, x, w, bias, N, IC, OC, NULL), "linear_fwd");
   expect_ok(nn->linear_fwd(g_be, DDP_DTYPE_F32, out_nb, x, w, NULL, N, IC, OC, NULL),
             "linear_fwd no bias");
-  double *ref = track(malloc((size_t)N * OC * sizeof *ref));
-  double *ref_nb = track(malloc((size_t)N * OC * sizeof *ref_nb));
+  double *ref = ddp_test_track(malloc((size_t)N * OC * sizeof *ref));
+  double *ref_nb = ddp_test_track(malloc((size_t)N * OC * sizeof *ref_nb));
   for (int r = 0; r < N; ++r)
     for (int o = 0; o < OC; ++o) {
       double acc = 0;
@@ -581,9 +570,9 @@ static void lin_accumulate_case(int N, int IC, int OC) {
   float *x = funi((size_t)N * IC, -1, 1), *w = funi((size_t)OC * IC, -1, 1);
   float *dout = funi((size_t)N * OC, -1, 1);
   /* References in double. */
-  double *rdx = track(malloc((size_t)N * IC * sizeof *rdx));
-  double *rdw = track(malloc((size_t)OC * IC * sizeof *rdw)),
-         *rdb = track(malloc(OC * sizeof *rdb));
+  double *rdx = ddp_test_track(malloc((size_t)N * IC * sizeof *rdx));
+  double *rdw = ddp_test_track(malloc((size_t)OC * IC * sizeof *rdw)),
+         *rdb = ddp_test_track(malloc(OC * sizeof *rdb));
   for (int r = 0; r < N; ++r)
     for (int i = 0; i < IC; ++i) {
       double acc = 0;
@@ -734,7 +723,8 @@ START_TEST(test_nn_attention_fwd_matches_reference) {
     att_ctx_t c = att_make(B, T, C, NH);
     att_forward(&c);
     const size_t n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    double *ref = track(malloc(n * sizeof *ref)), *ref_att = track(malloc(na * sizeof *ref_att));
+    double *ref = ddp_test_track(malloc(n * sizeof *ref)),
+           *ref_att = ddp_test_track(malloc(na * sizeof *ref_att));
     attention_ref(ref, ref_att, c.qkv, B, T, C, NH);
     expect_close("attention out", c.out, ref, n, 1e-5, 1e-6);
     for (size_t bh = 0; bh < (size_t)B * NH; ++bh)
@@ -905,7 +895,8 @@ START_TEST(test_nn_xent_matches_double_reference) {
     expect_ok(
         nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, dloss, N, V, Vp, NULL),
         "xent_fused");
-    double *rl = track(malloc(N * sizeof *rl)), *rd = track(malloc((size_t)N * Vp * sizeof *rd));
+    double *rl = ddp_test_track(malloc(N * sizeof *rl)),
+           *rd = ddp_test_track(malloc((size_t)N * Vp * sizeof *rd));
     xent_ref(rl, rd, logits, tg, dloss, N, V, Vp);
     double rsum = 0;
     for (int r = 0; r < N; ++r) rsum += rl[r];
@@ -1054,7 +1045,7 @@ START_TEST(test_nn_xent_large_logits_stable) {
   float *losses = fbuf(N), *dl = fnan(n), sum = 0.0f;
   expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL),
             "xent");
-  double *rl = track(malloc(N * sizeof *rl)), *rd = track(malloc(n * sizeof *rd));
+  double *rl = ddp_test_track(malloc(N * sizeof *rl)), *rd = ddp_test_track(malloc(n * sizeof *rd));
   xent_ref(rl, rd, logits, tg, 1.0f, N, V, Vp);
   expect_all_finite("losses", losses, N);
   expect_all_finite("dlogits", dl, n);

@@ -40,29 +40,17 @@ static ddp_dtype_t g_dt;
 static ddp_rng_t g_rng;
 static uint64_t g_off;
 
-#define MAX_BUFS 160
-static void *g_bufs[MAX_BUFS];
-static int g_nbufs;
-
 static void setup(void) {
   g_be = ddp_test_cpu_backend();
   ddp_rng_init(&g_rng, 20261123, 3);
   g_off = 0;
-  g_nbufs = 0;
+  ddp_test_free_tracked();
 }
 
 static void teardown(void) {
-  for (int i = 0; i < g_nbufs; ++i) free(g_bufs[i]);
-  g_nbufs = 0;
+  ddp_test_free_tracked();
   ddp_backend_destroy(g_be);
   g_be = NULL;
-}
-
-static void *track(void *p) {
-  ck_assert_ptr_nonnull(p);
-  ck_assert_int_lt(g_nbufs, MAX_BUFS);
-  g_bufs[g_nbufs++] = p;
-  return p;
 }
 
 /* One tensor in both storages: f for the fp32 run, h (g_dt bits) for the
@@ -75,7 +63,8 @@ typedef struct pair {
 
 /* Random N(0, scale^2) values that the half type represents exactly. */
 static pair_t input(size_t n, float scale) {
-  pair_t p = {track(malloc(n * sizeof(float))), track(malloc(n * sizeof(uint16_t))), n};
+  pair_t p = {ddp_test_track(malloc(n * sizeof(float))),
+              ddp_test_track(malloc(n * sizeof(uint16_t))), n};
   ddp_rng_fill_normal(&g_rng, g_off, 0.0f, scale, p.f, n);
   g_off += n;
   ck_assert_int_eq(ddp_round_host(p.f, p.f, g_dt, n), DDP_OK);
@@ -85,7 +74,8 @@ static pair_t input(size_t n, float scale) {
 
 /* An output: NaN in both storages. */
 static pair_t output(size_t n) {
-  pair_t p = {track(malloc(n * sizeof(float))), track(malloc(n * sizeof(uint16_t))), n};
+  pair_t p = {ddp_test_track(malloc(n * sizeof(float))),
+              ddp_test_track(malloc(n * sizeof(uint16_t))), n};
   for (size_t i = 0; i < n; ++i) p.f[i] = NAN;
   memset(p.h, 0xFF, n * sizeof(uint16_t));
   return p;
@@ -94,14 +84,14 @@ static pair_t output(size_t n) {
 /* An fp32-only output (two copies: one per run), NaN-poisoned, or a copy of
  * `init` when given (accumulating outputs). */
 static float *f32_out(size_t n, const float *init) {
-  float *x = track(malloc(n * sizeof(float)));
+  float *x = ddp_test_track(malloc(n * sizeof(float)));
   for (size_t i = 0; i < n; ++i) x[i] = init ? init[i] : NAN;
   return x;
 }
 
 /* The half run's output equals the fp32 run's rounded to the half type. */
 static void expect_half(const pair_t *p, const char *what) {
-  uint16_t *want = track(malloc(p->n * sizeof(uint16_t)));
+  uint16_t *want = ddp_test_track(malloc(p->n * sizeof(uint16_t)));
   ck_assert_int_eq(ddp_convert_host(want, g_dt, p->f, DDP_DTYPE_F32, p->n), DDP_OK);
   for (size_t i = 0; i < p->n; ++i)
     ck_assert_msg(want[i] == p->h[i], "%s (%s): element %zu is 0x%04x, want 0x%04x (fp32 %g)", what,

@@ -26,8 +26,8 @@
     if (!(cond)) DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: " __VA_ARGS__); \
   } while (0)
 
-/* Elements per block of the element-wise ops (three fp32 blocks on the
- * stack: 24 KiB). */
+/* Elements per block of the element-wise ops (at most three fp32 blocks on
+ * the stack: 24 KiB). */
 #define EW_BLOCK 2048
 
 static ddp_status_t check_dt(ddp_dtype_t dt, const char *op) {
@@ -223,21 +223,32 @@ static ddp_status_t gelu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const
   return DDP_OK;
 }
 
+/* The fp32 kernels of the two-input element-wise ops: out = f(x, y). */
+typedef ddp_status_t (*binary_f32_fn)(ddp_backend_t *be, float *out, const float *x, const float *y,
+                                      size_t n, ddp_stream_t s);
+
+/* out = f(x, y) on half buffers, block by block; both inputs of a block are
+ * read before its output (which may alias either) is written. */
+static ddp_status_t binary_blocks(ddp_backend_t *be, ddp_dtype_t dt, binary_f32_fn f, void *out,
+                                  const void *x, const void *y, size_t n, ddp_stream_t s) {
+  float xf[EW_BLOCK], yf[EW_BLOCK], of[EW_BLOCK];
+  for (size_t i = 0; i < n; i += EW_BLOCK) {
+    const size_t k = n - i < EW_BLOCK ? n - i : EW_BLOCK;
+    widen(xf, hat(x, i), dt, k);
+    widen(yf, hat(y, i), dt, k);
+    DDP_CHECK(f(be, of, xf, yf, k, s));
+    narrow(hat_mut(out, i), of, dt, k);
+  }
+  return DDP_OK;
+}
+
 static ddp_status_t gelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *inp,
                              const void *dout, size_t n, ddp_stream_t s) {
   DDP_CHECK(check_dt(dt, "gelu_bwd"));
   if (dt == DDP_DTYPE_F32) return ddp_cpu_gelu_bwd_f32(be, dinp, inp, dout, n, s);
   if (n == 0) return DDP_OK;
   NN_REQUIRE(dinp && inp && dout, "gelu_bwd: NULL pointer");
-  float x[EW_BLOCK], g[EW_BLOCK];
-  for (size_t i = 0; i < n; i += EW_BLOCK) {
-    const size_t k = n - i < EW_BLOCK ? n - i : EW_BLOCK;
-    widen(x, hat(inp, i), dt, k);
-    widen(g, hat(dout, i), dt, k); /* read before dinp (maybe dout) is written */
-    DDP_CHECK(ddp_cpu_gelu_bwd_f32(be, g, x, g, k, s));
-    narrow(hat_mut(dinp, i), g, dt, k);
-  }
-  return DDP_OK;
+  return binary_blocks(be, dt, ddp_cpu_gelu_bwd_f32, dinp, inp, dout, n, s);
 }
 
 static ddp_status_t add(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *a, const void *b,
@@ -246,15 +257,7 @@ static ddp_status_t add(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void
   if (dt == DDP_DTYPE_F32) return ddp_cpu_add_f32(be, out, a, b, n, s);
   if (n == 0) return DDP_OK;
   NN_REQUIRE(out && a && b, "add: NULL pointer");
-  float x[EW_BLOCK], y[EW_BLOCK];
-  for (size_t i = 0; i < n; i += EW_BLOCK) {
-    const size_t k = n - i < EW_BLOCK ? n - i : EW_BLOCK;
-    widen(x, hat(a, i), dt, k);
-    widen(y, hat(b, i), dt, k);
-    DDP_CHECK(ddp_cpu_add_f32(be, x, x, y, k, s));
-    narrow(hat_mut(out, i), x, dt, k);
-  }
-  return DDP_OK;
+  return binary_blocks(be, dt, ddp_cpu_add_f32, out, a, b, n, s);
 }
 
 /* ---- attention and cross-entropy: whole tensors ----------------------------- */
