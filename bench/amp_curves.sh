@@ -10,8 +10,8 @@
 # with the all-reduce in their own type (accuracy cost of the half
 # reduction: final losses and the relative L2 distance of all weights from
 # the fp32-reduce run of the same precision).
-# The CPU emulates half storage (round-on-store in fp32 slots), so timings
-# here say nothing about GPU speed; only the losses are the point.
+# On the CPU half storage costs conversions (every op widens its operands),
+# so timings here say nothing about GPU speed; only the losses are the point.
 # Prints markdown tables; writes amp_curves.png beside the metrics when
 # matplotlib is importable.
 # Usage: bench/amp_curves.sh [BUILD_DIR, default .] [STEPS, default 200]

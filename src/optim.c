@@ -219,9 +219,10 @@ static ddp_status_t validate_step(const ddp_optim_step_args_t *a) {
     if (!ddp_dtype_is_float(a->compute_dtype))
       DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: compute_dtype %s is not a float type",
                ddp_dtype_name(a->compute_dtype));
-    if (ranges_overlap(a->compute_params, bytes, a->params, bytes) ||
-        ranges_overlap(a->compute_params, bytes, a->grads, bytes) ||
-        ranges_overlap(a->compute_params, bytes, a->state, per * bytes))
+    const size_t cbytes = a->n * ddp_dtype_size(a->compute_dtype);
+    if (ranges_overlap(a->compute_params, cbytes, a->params, bytes) ||
+        ranges_overlap(a->compute_params, cbytes, a->grads, bytes) ||
+        ranges_overlap(a->compute_params, cbytes, a->state, per * bytes))
       DDP_FAIL(DDP_ERR_INVALID_ARG,
                "optim_step: compute_params must not overlap params, grads or state");
   }
@@ -276,12 +277,16 @@ static step_coef_t step_coef(const ddp_optim_step_args_t *a) {
 
 /* The compute copy of len updated weights (nothing in fp32 training). */
 typedef struct compute_out {
-  float *dst; /* at the segment's first element; NULL: no copy */
+  unsigned char *dst; /* at the segment's first element; NULL: no copy */
   ddp_dtype_t dtype;
 } compute_out_t;
 
+/* Narrows the block to the compute type (uint16 bit patterns for bf16/fp16,
+ * round to nearest even) into the copy, elements off.. of the segment. */
 static inline void emit(const compute_out_t *o, size_t off, const float *p, size_t len) {
-  if (o->dst) (void)ddp_round_host(o->dst + off, p, o->dtype, len); /* arguments checked once */
+  if (o->dst) /* arguments checked once */
+    (void)ddp_convert_host(o->dst + off * ddp_dtype_size(o->dtype), o->dtype, p, DDP_DTYPE_F32,
+                           len);
 }
 
 /* ---- AdamW ------------------------------------------------------------- */
@@ -459,7 +464,10 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
     float *p = args->params + sg->offset;
     const float *g = args->grads + sg->offset;
     float wd = sg->decay ? cfg->weight_decay : 0.0f;
-    const compute_out_t o = {.dst = args->compute_params ? args->compute_params + sg->offset : NULL,
+    const compute_out_t o = {.dst = args->compute_params
+                                        ? (unsigned char *)args->compute_params +
+                                              sg->offset * ddp_dtype_size(args->compute_dtype)
+                                        : NULL,
                              .dtype = args->compute_dtype};
     switch (cfg->kind) {
       case DDP_OPTIM_KIND_ADAMW: {

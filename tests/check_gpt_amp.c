@@ -1,6 +1,7 @@
 /* The GPT model under bf16/fp16 (ddp_gpt_set_precision): the master weights
  * are untouched and the compute copy is their rounding; every logit is a
- * value of the half type (activations really are stored in it); the loss
+ * value of the half type (activations really are stored in it, at half the
+ * activation memory); the loss
  * and the parameter gradients stay within the precision's error of fp32;
  * fp32 keeps no compute copy.
  *
@@ -70,14 +71,14 @@ START_TEST(test_gpt_amp_compute_copy_is_rounded_master) {
   ddp_gpt_t *ref = make(DDP_DTYPE_F32);
   ck_assert_ptr_null(ddp_gpt_compute_params(ref));
   const size_t n = ddp_gpt_num_params(ref);
-  float *want = malloc(n * sizeof *want);
+  uint16_t *want = malloc(n * sizeof *want);
   for (int d = 0; d < 2; ++d) {
     ddp_gpt_t *m = make(dts[d]);
     ck_assert_int_eq(ddp_gpt_precision(m), dts[d]);
     ck_assert_mem_eq(ddp_gpt_params(m), ddp_gpt_params(ref), n * sizeof(float));
-    ck_assert_int_eq(ddp_round_host(want, ddp_gpt_params(m), dts[d], n), DDP_OK);
+    ck_assert_int_eq(ddp_convert_host(want, dts[d], ddp_gpt_params(m), DDP_DTYPE_F32, n), DDP_OK);
     ck_assert_ptr_nonnull(ddp_gpt_compute_params(m));
-    ck_assert_mem_eq(ddp_gpt_compute_params(m), want, n * sizeof(float));
+    ck_assert_mem_eq(ddp_gpt_compute_params(m), want, n * sizeof *want);
     ddp_test_log_start();
     ck_assert_int_eq(ddp_gpt_set_precision(m, dts[1 - d]), DDP_ERR_INVALID_ARG);
     ck_assert_int_eq(ddp_gpt_set_precision(m, DDP_DTYPE_I32), DDP_ERR_INVALID_ARG);
@@ -139,6 +140,39 @@ START_TEST(test_gpt_amp_loss_and_grads_near_fp32) {
 }
 END_TEST
 
+/* Activations are stored in the half type: the arena of a bf16/fp16 model
+ * holds every activation and activation gradient at 2 bytes instead of 4,
+ * while LayerNorm statistics, attention probabilities, losses and token ids
+ * stay 4 bytes. Checked against that count (up to the arena's 256-byte
+ * rounding of each of its allocations), and on a model whose activations
+ * dominate (C = 64, T = 16) the ratio to fp32 is about a half. */
+START_TEST(test_gpt_amp_activation_memory_halves) {
+  const ddp_gpt_config_t cfg = {
+      .n_layer = 2, .n_head = 2, .n_embd = 64, .max_seq_len = 16, .vocab = 64};
+  const size_t N = 64, C = 64, V = 64, L = 2;
+  /* per block: ln1, atty, res2, ln2, res3 (C), qkv (3C), fch, fch_gelu (4C);
+   * then encoded, lnf (C), logits (V), dres, dtmp (C), dqkv (3C), dfch (4C) */
+  const size_t half_elems = N * (L * 16 * C + 2 * C + V + 2 * C + 3 * C + 4 * C);
+  const size_t slack = 256 * (L * 13 + 16); /* one rounding per allocation */
+  size_t bytes[3];
+  const ddp_dtype_t dts[] = {DDP_DTYPE_F32, DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  for (int d = 0; d < 3; ++d) {
+    ddp_gpt_t *m = NULL;
+    ck_assert_int_eq(ddp_gpt_create(&m, g_be, &cfg, (int64_t)N), DDP_OK);
+    ck_assert_int_eq(ddp_gpt_set_precision(m, dts[d]), DDP_OK);
+    bytes[d] = ddp_gpt_activation_bytes(m);
+    ddp_gpt_destroy(m);
+  }
+  ck_assert_uint_eq(bytes[1], bytes[2]);
+  const size_t want = bytes[0] - 2 * half_elems;
+  ck_assert_msg(bytes[1] + slack >= want && bytes[1] <= want + slack,
+                "bf16 activations %zu bytes, want %zu +- %zu (fp32: %zu)", bytes[1], want, slack,
+                bytes[0]);
+  const double ratio = (double)bytes[1] / (double)bytes[0];
+  ck_assert_msg(ratio > 0.5 && ratio < 0.56, "bf16 / fp32 activation bytes = %.3f", ratio);
+}
+END_TEST
+
 static Suite *gpt_amp_suite(void) {
   Suite *s = suite_create("gpt_amp");
   TCase *tc = tcase_create("core");
@@ -146,6 +180,7 @@ static Suite *gpt_amp_suite(void) {
   tcase_add_test(tc, test_gpt_amp_compute_copy_is_rounded_master);
   tcase_add_test(tc, test_gpt_amp_logits_are_half_values);
   tcase_add_test(tc, test_gpt_amp_loss_and_grads_near_fp32);
+  tcase_add_test(tc, test_gpt_amp_activation_memory_halves);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -65,10 +65,6 @@ static const ddp_nn_ops_t *const nn = &ddp_nn_cpu_ops;
 static ddp_rng_t g_rng_u, g_rng_n, g_rng_pick; /* one stream per kind of draw */
 static uint64_t g_off_u, g_off_n, g_off_pick;
 
-#define MAX_BUFS 128
-static void *g_bufs[MAX_BUFS];
-static int g_nbufs;
-
 static void setup(void) {
   g_be = ddp_test_cpu_backend();
   ddp_rng_t base;
@@ -77,27 +73,19 @@ static void setup(void) {
   ddp_rng_derive(&base, 2, &g_rng_n);
   ddp_rng_derive(&base, 3, &g_rng_pick);
   g_off_u = g_off_n = g_off_pick = 0;
-  g_nbufs = 0;
+  ddp_test_free_tracked();
 }
 
 static void teardown(void) {
-  for (int i = 0; i < g_nbufs; ++i) free(g_bufs[i]);
-  g_nbufs = 0;
+  ddp_test_free_tracked();
   ddp_backend_destroy(g_be);
   g_be = NULL;
 }
 
 /* ---- buffers and random inputs --------------------------------------------- */
 
-static void *track(void *p) {
-  ck_assert_ptr_nonnull(p);
-  ck_assert_int_lt(g_nbufs, MAX_BUFS);
-  g_bufs[g_nbufs++] = p;
-  return p;
-}
-
 static float *fbuf(size_t n) {
-  return track(malloc(n * sizeof(float)));
+  return ddp_test_track(malloc(n * sizeof(float)));
 }
 
 static float *fill_const(float *x, size_t n, float v) {
@@ -140,7 +128,7 @@ static uint64_t pick(uint64_t bound) {
 }
 
 static int32_t *ibuf(size_t n) {
-  return track(malloc(n * sizeof(int32_t)));
+  return ddp_test_track(malloc(n * sizeof(int32_t)));
 }
 
 static int32_t *tokens_below(size_t n, int32_t bound) {
@@ -168,7 +156,7 @@ static void expect_close(const char *what, const float *got, const double *want,
 
 static void expect_close_f(const char *what, const float *got, const float *want, size_t n,
                            double rtol, double atol) {
-  double *w = track(malloc(n * sizeof *w));
+  double *w = ddp_test_track(malloc(n * sizeof *w));
   for (size_t i = 0; i < n; ++i) w[i] = want[i];
   expect_close(what, got, w, n, rtol, atol);
 }
@@ -295,8 +283,9 @@ typedef struct embed_ctx {
 
 static void embed_forward(void *p) {
   embed_ctx_t *c = p;
-  expect_ok(nn->embed_fwd(g_be, c->out, c->tokens, c->wte, c->wpe, c->B, c->T, c->C, NULL),
-            "embed_fwd");
+  expect_ok(
+      nn->embed_fwd(g_be, DDP_DTYPE_F32, c->out, c->tokens, c->wte, c->wpe, c->B, c->T, c->C, NULL),
+      "embed_fwd");
 }
 
 START_TEST(test_nn_embed_fwd_matches_reference) {
@@ -304,7 +293,7 @@ START_TEST(test_nn_embed_fwd_matches_reference) {
   int32_t *tok = tokens_below((size_t)B * T, V);
   float *wte = funi((size_t)V * C, -1, 1), *wpe = funi((size_t)T * C, -1, 1);
   float *out = fnan((size_t)B * T * C);
-  expect_ok(nn->embed_fwd(g_be, out, tok, wte, wpe, B, T, C, NULL), "embed_fwd");
+  expect_ok(nn->embed_fwd(g_be, DDP_DTYPE_F32, out, tok, wte, wpe, B, T, C, NULL), "embed_fwd");
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < C; ++i) {
@@ -327,7 +316,7 @@ START_TEST(test_nn_embed_bwd_finite_differences) {
   float *R = funi(n_out, -1, 1);
   float *dwte = fzero((size_t)V * C), *dwpe = fnan((size_t)T * C);
   embed_forward(&c);
-  expect_ok(nn->embed_bwd(g_be, dwte, dwpe, R, tok, B, T, C, 0, NULL), "embed_bwd");
+  expect_ok(nn->embed_bwd(g_be, DDP_DTYPE_F32, dwte, dwpe, R, tok, B, T, C, 0, NULL), "embed_bwd");
   fd_check("embed dwte", embed_forward, &c, c.out, R, n_out, c.wte, dwte, (size_t)V * C, 0);
   fd_check("embed dwpe", embed_forward, &c, c.out, R, n_out, c.wpe, dwpe, (size_t)T * C, 0);
 }
@@ -350,16 +339,18 @@ START_TEST(test_nn_embed_bwd_accumulate_semantics) {
    * accumulate = 0 overwrites NaN. */
   float *prev = funi((size_t)V * C, -1, 1);
   float *dwte = fcopy(prev, (size_t)V * C), *dwpe = fnan((size_t)T * C);
-  expect_ok(nn->embed_bwd(g_be, dwte, dwpe, dout, tok, B, T, C, 0, NULL), "embed_bwd");
-  double *want = track(malloc((size_t)V * C * sizeof *want));
+  expect_ok(nn->embed_bwd(g_be, DDP_DTYPE_F32, dwte, dwpe, dout, tok, B, T, C, 0, NULL),
+            "embed_bwd");
+  double *want = ddp_test_track(malloc((size_t)V * C * sizeof *want));
   for (size_t i = 0; i < (size_t)V * C; ++i) want[i] = (double)prev[i] + ref_te[i];
   expect_close("dwte += (accumulate 0)", dwte, want, (size_t)V * C, 1e-6, 1e-6);
   expect_close_f("dwpe = (overwrites NaN)", dwpe, ref_pe, (size_t)T * C, 1e-6, 1e-7);
   /* A second call with accumulate = 1 doubles both contributions. */
-  expect_ok(nn->embed_bwd(g_be, dwte, dwpe, dout, tok, B, T, C, 1, NULL), "embed_bwd");
+  expect_ok(nn->embed_bwd(g_be, DDP_DTYPE_F32, dwte, dwpe, dout, tok, B, T, C, 1, NULL),
+            "embed_bwd");
   for (size_t i = 0; i < (size_t)V * C; ++i) want[i] = (double)prev[i] + 2.0 * ref_te[i];
   expect_close("dwte after two calls", dwte, want, (size_t)V * C, 1e-6, 1e-6);
-  double *want_pe = track(malloc((size_t)T * C * sizeof *want_pe));
+  double *want_pe = ddp_test_track(malloc((size_t)T * C * sizeof *want_pe));
   for (size_t i = 0; i < (size_t)T * C; ++i) want_pe[i] = 2.0 * ref_pe[i];
   expect_close("dwpe after accumulate", dwpe, want_pe, (size_t)T * C, 1e-6, 1e-7);
 }
@@ -374,7 +365,8 @@ typedef struct ln_ctx {
 
 static void ln_forward(void *p) {
   ln_ctx_t *c = p;
-  expect_ok(nn->layernorm_fwd(g_be, c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, NULL),
+  expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, c->out, c->mean, c->rstd, c->inp, c->w, c->b,
+                              c->N, c->C, NULL),
             "layernorm_fwd");
 }
 
@@ -398,9 +390,11 @@ START_TEST(test_nn_layernorm_fwd_matches_double_reference) {
     const int N = 7, C = Cs[k];
     float *x = fnormal((size_t)N * C, 0.3f, 2.0f), *w = funi(C, 0.5f, 1.5f), *b = funi(C, -1, 1);
     float *out = fnan((size_t)N * C), *mean = fnan(N), *rstd = fnan(N);
-    expect_ok(nn->layernorm_fwd(g_be, out, mean, rstd, x, w, b, N, C, NULL), "layernorm_fwd");
-    double *ref = track(malloc((size_t)N * C * sizeof *ref));
-    double *rm = track(malloc(N * sizeof *rm)), *rr = track(malloc(N * sizeof *rr));
+    expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, out, mean, rstd, x, w, b, N, C, NULL),
+              "layernorm_fwd");
+    double *ref = ddp_test_track(malloc((size_t)N * C * sizeof *ref));
+    double *rm = ddp_test_track(malloc(N * sizeof *rm)),
+           *rr = ddp_test_track(malloc(N * sizeof *rr));
     for (int r = 0; r < N; ++r)
       ln_ref_row(ref + (size_t)r * C, &rm[r], &rr[r], x + (size_t)r * C, w, b, C);
     expect_close("layernorm out", out, ref, (size_t)N * C, 1e-5, 1e-5);
@@ -408,7 +402,8 @@ START_TEST(test_nn_layernorm_fwd_matches_double_reference) {
     expect_close("layernorm rstd", rstd, rr, N, 1e-6, 0);
     /* Eval (no mean/rstd saved) computes the same output. */
     float *out2 = fnan((size_t)N * C);
-    expect_ok(nn->layernorm_fwd(g_be, out2, NULL, NULL, x, w, b, N, C, NULL), "layernorm eval");
+    expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, out2, NULL, NULL, x, w, b, N, C, NULL),
+              "layernorm eval");
     expect_bits_equal("layernorm eval == training", out2, out, (size_t)N * C);
   }
 }
@@ -426,7 +421,8 @@ static void ln_fd_case(int N, int C, size_t max_checks) {
   float *R = funi(n, -1, 1);
   float *dinp = fzero(n), *dw = fnan(C), *db = fnan(C);
   ln_forward(&c);
-  expect_ok(nn->layernorm_bwd(g_be, dinp, dw, db, R, c.inp, c.w, c.mean, c.rstd, N, C, 0, NULL),
+  expect_ok(nn->layernorm_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, R, c.inp, c.w, c.mean, c.rstd, N,
+                              C, 0, NULL),
             "layernorm_bwd");
   char what[64];
   snprintf(what, sizeof what, "layernorm dinp C=%d", C);
@@ -448,26 +444,30 @@ START_TEST(test_nn_layernorm_bwd_accumulate_semantics) {
   const size_t n = (size_t)N * C;
   float *x = fnormal(n, 0, 1), *w = funi(C, 0.5f, 1.5f), *b = funi(C, -1, 1);
   float *out = fbuf(n), *mean = fbuf(N), *rstd = fbuf(N), *dout = funi(n, -1, 1);
-  expect_ok(nn->layernorm_fwd(g_be, out, mean, rstd, x, w, b, N, C, NULL), "layernorm_fwd");
+  expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, out, mean, rstd, x, w, b, N, C, NULL),
+            "layernorm_fwd");
   /* Reference gradients from zeroed buffers. */
   float *dinp0 = fzero(n), *dw0 = fzero(C), *db0 = fzero(C);
-  expect_ok(nn->layernorm_bwd(g_be, dinp0, dw0, db0, dout, x, w, mean, rstd, N, C, 1, NULL),
+  expect_ok(nn->layernorm_bwd(g_be, DDP_DTYPE_F32, dinp0, dw0, db0, dout, x, w, mean, rstd, N, C, 1,
+                              NULL),
             "layernorm_bwd");
   /* dinp accumulates onto what the residual stream already holds; dw, db
    * overwrite NaN with accumulate = 0 ... */
   float *prev = funi(n, -1, 1);
   float *dinp = fcopy(prev, n), *dw = fnan(C), *db = fnan(C);
-  expect_ok(nn->layernorm_bwd(g_be, dinp, dw, db, dout, x, w, mean, rstd, N, C, 0, NULL),
-            "layernorm_bwd");
-  double *want = track(malloc(n * sizeof *want));
+  expect_ok(
+      nn->layernorm_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, dout, x, w, mean, rstd, N, C, 0, NULL),
+      "layernorm_bwd");
+  double *want = ddp_test_track(malloc(n * sizeof *want));
   for (size_t i = 0; i < n; ++i) want[i] = (double)prev[i] + dinp0[i];
   expect_close("layernorm dinp +=", dinp, want, n, 1e-6, 1e-6);
   expect_close_f("layernorm dw overwrites NaN", dw, dw0, C, 1e-6, 0);
   expect_close_f("layernorm db overwrites NaN", db, db0, C, 1e-6, 0);
   /* ... and add with accumulate = 1: two calls give twice the gradient. */
-  expect_ok(nn->layernorm_bwd(g_be, dinp, dw, db, dout, x, w, mean, rstd, N, C, 1, NULL),
-            "layernorm_bwd");
-  double *w2 = track(malloc(C * sizeof *w2)), *b2 = track(malloc(C * sizeof *b2));
+  expect_ok(
+      nn->layernorm_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, dout, x, w, mean, rstd, N, C, 1, NULL),
+      "layernorm_bwd");
+  double *w2 = ddp_test_track(malloc(C * sizeof *w2)), *b2 = ddp_test_track(malloc(C * sizeof *b2));
   for (int i = 0; i < C; ++i) w2[i] = 2.0 * dw0[i], b2[i] = 2.0 * db0[i];
   expect_close("layernorm dw twice", dw, w2, C, 1e-6, 1e-7);
   expect_close("layernorm db twice", db, b2, C, 1e-6, 1e-7);
@@ -486,8 +486,9 @@ START_TEST(test_nn_layernorm_large_mean_stays_accurate) {
     const int N = 3, C = Cs[k];
     float *x = fnormal((size_t)N * C, offs[k], 1.0f), *w = fill_const(fbuf(C), C, 1.0f);
     float *b = fzero(C), *out = fnan((size_t)N * C), *mean = fbuf(N), *rstd = fbuf(N);
-    expect_ok(nn->layernorm_fwd(g_be, out, mean, rstd, x, w, b, N, C, NULL), "layernorm_fwd");
-    double *ref = track(malloc((size_t)C * sizeof *ref));
+    expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, out, mean, rstd, x, w, b, N, C, NULL),
+              "layernorm_fwd");
+    double *ref = ddp_test_track(malloc((size_t)C * sizeof *ref));
     for (int r = 0; r < N; ++r) {
       double rm, rr;
       ln_ref_row(ref, &rm, &rr, x + (size_t)r * C, w, b, C);
@@ -510,18 +511,20 @@ typedef struct lin_ctx {
 
 static void lin_forward(void *p) {
   lin_ctx_t *c = p;
-  expect_ok(nn->linear_fwd(g_be, c->out, c->inp, c->w, c->bias, c->N, c->IC, c->OC, NULL),
-            "linear_fwd");
+  expect_ok(
+      nn->linear_fwd(g_be, DDP_DTYPE_F32, c->out, c->inp, c->w, c->bias, c->N, c->IC, c->OC, NULL),
+      "linear_fwd");
 }
 
 START_TEST(test_nn_linear_fwd_matches_reference) {
   const int N = SN, IC = SC, OC = 7;
   float *x = funi((size_t)N * IC, -1, 1), *w = funi((size_t)OC * IC, -1, 1);
   float *bias = funi(OC, -1, 1), *out = fnan((size_t)N * OC), *out_nb = fnan((size_t)N * OC);
-  expect_ok(nn->linear_fwd(g_be, out, x, w, bias, N, IC, OC, NULL), "linear_fwd");
-  expect_ok(nn->linear_fwd(g_be, out_nb, x, w, NULL, N, IC, OC, NULL), "linear_fwd no bias");
-  double *ref = track(malloc((size_t)N * OC * sizeof *ref));
-  double *ref_nb = track(malloc((size_t)N * OC * sizeof *ref_nb));
+  expect_ok(nn->linear_fwd(g_be, DDP_DTYPE_F32, out, x, w, bias, N, IC, OC, NULL), "linear_fwd");
+  expect_ok(nn->linear_fwd(g_be, DDP_DTYPE_F32, out_nb, x, w, NULL, N, IC, OC, NULL),
+            "linear_fwd no bias");
+  double *ref = ddp_test_track(malloc((size_t)N * OC * sizeof *ref));
+  double *ref_nb = ddp_test_track(malloc((size_t)N * OC * sizeof *ref_nb));
   for (int r = 0; r < N; ++r)
     for (int o = 0; o < OC; ++o) {
       double acc = 0;
@@ -546,7 +549,8 @@ static void lin_fd_case(int N, int IC, int OC, size_t max_checks) {
   float *R = funi(n_out, -1, 1);
   float *dinp = fnan((size_t)N * IC), *dw = fnan((size_t)OC * IC), *db = fnan(OC);
   lin_forward(&c);
-  expect_ok(nn->linear_bwd(g_be, dinp, dw, db, R, c.inp, c.w, N, IC, OC, 0, 0, NULL), "linear_bwd");
+  expect_ok(nn->linear_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, R, c.inp, c.w, N, IC, OC, 0, 0, NULL),
+            "linear_bwd");
   char what[64];
   snprintf(what, sizeof what, "linear dinp %dx%dx%d", N, IC, OC);
   fd_check(what, lin_forward, &c, c.out, R, n_out, c.inp, dinp, (size_t)N * IC, max_checks);
@@ -566,9 +570,9 @@ static void lin_accumulate_case(int N, int IC, int OC) {
   float *x = funi((size_t)N * IC, -1, 1), *w = funi((size_t)OC * IC, -1, 1);
   float *dout = funi((size_t)N * OC, -1, 1);
   /* References in double. */
-  double *rdx = track(malloc((size_t)N * IC * sizeof *rdx));
-  double *rdw = track(malloc((size_t)OC * IC * sizeof *rdw)),
-         *rdb = track(malloc(OC * sizeof *rdb));
+  double *rdx = ddp_test_track(malloc((size_t)N * IC * sizeof *rdx));
+  double *rdw = ddp_test_track(malloc((size_t)OC * IC * sizeof *rdw)),
+         *rdb = ddp_test_track(malloc(OC * sizeof *rdb));
   for (int r = 0; r < N; ++r)
     for (int i = 0; i < IC; ++i) {
       double acc = 0;
@@ -592,14 +596,16 @@ static void lin_accumulate_case(int N, int IC, int OC) {
    * accumulate = 0 and accumulate_dinp = 0 overwrite NaN. */
   const double tx = 4e-7 * OC, tw = 4e-7 * N;
   float *dinp = fnan((size_t)N * IC), *dw = fnan((size_t)OC * IC), *db = fnan(OC);
-  expect_ok(nn->linear_bwd(g_be, dinp, dw, db, dout, x, w, N, IC, OC, 0, 0, NULL), "linear_bwd");
+  expect_ok(nn->linear_bwd(g_be, DDP_DTYPE_F32, dinp, dw, db, dout, x, w, N, IC, OC, 0, 0, NULL),
+            "linear_bwd");
   expect_close("linear dinp =", dinp, rdx, (size_t)N * IC, 1e-6, tx);
   expect_close("linear dw =", dw, rdw, (size_t)OC * IC, 1e-6, tw);
   expect_close("linear dbias =", db, rdb, OC, 1e-6, tw);
   /* accumulate = 1 twice: twice the parameter gradient; accumulate_dinp = 1
    * adds onto what dinp held. */
   float *prev = funi((size_t)N * IC, -1, 1), *dinp2 = fcopy(prev, (size_t)N * IC);
-  expect_ok(nn->linear_bwd(g_be, dinp2, dw, db, dout, x, w, N, IC, OC, 1, 1, NULL), "linear_bwd");
+  expect_ok(nn->linear_bwd(g_be, DDP_DTYPE_F32, dinp2, dw, db, dout, x, w, N, IC, OC, 1, 1, NULL),
+            "linear_bwd");
   for (size_t i = 0; i < (size_t)N * IC; ++i) rdx[i] += prev[i];
   for (size_t i = 0; i < (size_t)OC * IC; ++i) rdw[i] *= 2;
   for (int o = 0; o < OC; ++o) rdb[o] *= 2;
@@ -609,7 +615,7 @@ static void lin_accumulate_case(int N, int IC, int OC) {
   /* dinp NULL (first layer) and dbias NULL (no bias) are allowed and
    * leave the other gradients as before. */
   float *dw3 = fnan((size_t)OC * IC);
-  expect_ok(nn->linear_bwd(g_be, NULL, dw3, NULL, dout, x, w, N, IC, OC, 0, 0, NULL),
+  expect_ok(nn->linear_bwd(g_be, DDP_DTYPE_F32, NULL, dw3, NULL, dout, x, w, N, IC, OC, 0, 0, NULL),
             "linear_bwd without dinp, dbias");
   for (size_t i = 0; i < (size_t)OC * IC; ++i) rdw[i] /= 2;
   expect_close("linear dw (no dinp, no dbias)", dw3, rdw, (size_t)OC * IC, 1e-6, tw);
@@ -632,7 +638,7 @@ typedef struct gelu_ctx {
 
 static void gelu_forward(void *p) {
   gelu_ctx_t *c = p;
-  expect_ok(nn->gelu_fwd(g_be, c->out, c->inp, c->n, NULL), "gelu_fwd");
+  expect_ok(nn->gelu_fwd(g_be, DDP_DTYPE_F32, c->out, c->inp, c->n, NULL), "gelu_fwd");
 }
 
 START_TEST(test_nn_gelu_fwd_matches_tanh_formula) {
@@ -647,7 +653,7 @@ START_TEST(test_nn_gelu_fwd_matches_tanh_formula) {
   float *x = funi(n, -4, 4);
   for (size_t i = 0; i < 2401; ++i) x[i] = -12.0f + 24.0f * (float)i / 2400.0f;
   float *out = fnan(n);
-  expect_ok(nn->gelu_fwd(g_be, out, x, n, NULL), "gelu_fwd");
+  expect_ok(nn->gelu_fwd(g_be, DDP_DTYPE_F32, out, x, n, NULL), "gelu_fwd");
   for (size_t i = 0; i < n; ++i) {
     const double xi = x[i], ref = gelu_ref(xi);
     const double u = fabs(sqrt(2.0 / M_PI) * (xi + 0.044715 * xi * xi * xi));
@@ -664,11 +670,12 @@ START_TEST(test_nn_gelu_bwd_finite_differences) {
   c.out = fbuf(c.n);
   float *R = funi(c.n, -1, 1), *dinp = fnan(c.n);
   gelu_forward(&c);
-  expect_ok(nn->gelu_bwd(g_be, dinp, c.inp, R, c.n, NULL), "gelu_bwd");
+  expect_ok(nn->gelu_bwd(g_be, DDP_DTYPE_F32, dinp, c.inp, R, c.n, NULL), "gelu_bwd");
   fd_check("gelu dinp", gelu_forward, &c, c.out, R, c.n, c.inp, dinp, c.n, 0);
   /* dinp may alias dout. */
   float *inplace = fcopy(R, c.n);
-  expect_ok(nn->gelu_bwd(g_be, inplace, c.inp, inplace, c.n, NULL), "gelu_bwd in place");
+  expect_ok(nn->gelu_bwd(g_be, DDP_DTYPE_F32, inplace, c.inp, inplace, c.n, NULL),
+            "gelu_bwd in place");
   expect_bits_equal("gelu_bwd in place", inplace, dinp, c.n);
 }
 END_TEST
@@ -676,11 +683,11 @@ END_TEST
 START_TEST(test_nn_add_matches_and_allows_aliasing) {
   const size_t n = 1001;
   float *a = funi(n, -1, 1), *b = funi(n, -1, 1), *out = fnan(n);
-  expect_ok(nn->add(g_be, out, a, b, n, NULL), "add");
+  expect_ok(nn->add(g_be, DDP_DTYPE_F32, out, a, b, n, NULL), "add");
   for (size_t i = 0; i < n; ++i) ck_assert_float_eq(out[i], a[i] + b[i]);
-  expect_ok(nn->add(g_be, a, a, b, n, NULL), "add in place");
+  expect_ok(nn->add(g_be, DDP_DTYPE_F32, a, a, b, n, NULL), "add in place");
   expect_bits_equal("add in place", a, out, n);
-  expect_ok(nn->add(g_be, out, a, b, 0, NULL), "add n = 0");
+  expect_ok(nn->add(g_be, DDP_DTYPE_F32, out, a, b, 0, NULL), "add n = 0");
 }
 END_TEST
 
@@ -694,8 +701,9 @@ typedef struct att_ctx {
 
 static void att_forward(void *p) {
   att_ctx_t *c = p;
-  expect_ok(nn->attention_fwd(g_be, c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, NULL),
-            "attention_fwd");
+  expect_ok(
+      nn->attention_fwd(g_be, DDP_DTYPE_F32, c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, NULL),
+      "attention_fwd");
 }
 
 static att_ctx_t att_make(int B, int T, int C, int NH) {
@@ -715,7 +723,8 @@ START_TEST(test_nn_attention_fwd_matches_reference) {
     att_ctx_t c = att_make(B, T, C, NH);
     att_forward(&c);
     const size_t n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-    double *ref = track(malloc(n * sizeof *ref)), *ref_att = track(malloc(na * sizeof *ref_att));
+    double *ref = ddp_test_track(malloc(n * sizeof *ref)),
+           *ref_att = ddp_test_track(malloc(na * sizeof *ref_att));
     attention_ref(ref, ref_att, c.qkv, B, T, C, NH);
     expect_close("attention out", c.out, ref, n, 1e-5, 1e-6);
     for (size_t bh = 0; bh < (size_t)B * NH; ++bh)
@@ -734,8 +743,9 @@ static void att_fd_case(int B, int T, int C, int NH, size_t max_checks) {
   float *R = funi(n_out, -1, 1);
   float *dqkv = fnan(n_qkv), *scratch = fnan((size_t)B * NH * T * T);
   att_forward(&c);
-  expect_ok(nn->attention_bwd(g_be, dqkv, scratch, R, c.qkv, c.att, B, T, C, NH, NULL),
-            "attention_bwd");
+  expect_ok(
+      nn->attention_bwd(g_be, DDP_DTYPE_F32, dqkv, scratch, R, c.qkv, c.att, B, T, C, NH, NULL),
+      "attention_bwd");
   char what[64];
   snprintf(what, sizeof what, "attention dqkv T=%d", T);
   fd_check(what, att_forward, &c, c.out, R, n_out, c.qkv, dqkv, n_qkv, max_checks);
@@ -801,7 +811,8 @@ START_TEST(test_nn_attention_eval_matches_training) {
     att_ctx_t c = att_make(B, T, C, NH);
     att_forward(&c);
     float *eval = fnan((size_t)B * T * C);
-    expect_ok(nn->attention_fwd(g_be, eval, NULL, c.qkv, B, T, C, NH, NULL), "attention eval");
+    expect_ok(nn->attention_fwd(g_be, DDP_DTYPE_F32, eval, NULL, c.qkv, B, T, C, NH, NULL),
+              "attention eval");
     expect_bits_equal("eval == training", eval, c.out, (size_t)B * T * C);
   }
 }
@@ -817,12 +828,12 @@ START_TEST(test_nn_attention_bwd_reads_only_causal_part) {
   const size_t nq = (size_t)B * T * 3 * C, na = (size_t)B * NH * T * T;
   float *dout = funi((size_t)B * T * C, -1, 1);
   float *d1 = fzero(nq), *s1 = fzero(na), *d2 = fnan(nq), *s2 = fnan(na);
-  expect_ok(nn->attention_bwd(g_be, d1, s1, dout, c.qkv, c.att, B, T, C, NH, NULL),
+  expect_ok(nn->attention_bwd(g_be, DDP_DTYPE_F32, d1, s1, dout, c.qkv, c.att, B, T, C, NH, NULL),
             "attention_bwd");
   for (size_t bh = 0; bh < (size_t)B * NH; ++bh)
     for (int t = 0; t < T; ++t)
       for (int s = t + 1; s < T; ++s) c.att[(bh * T + t) * T + s] = NAN;
-  expect_ok(nn->attention_bwd(g_be, d2, s2, dout, c.qkv, c.att, B, T, C, NH, NULL),
+  expect_ok(nn->attention_bwd(g_be, DDP_DTYPE_F32, d2, s2, dout, c.qkv, c.att, B, T, C, NH, NULL),
             "attention_bwd");
   expect_all_finite("dqkv", d2, nq);
   expect_bits_equal("dqkv with NaN in masked att and buffers", d2, d1, nq);
@@ -840,8 +851,8 @@ typedef struct xent_ctx {
 static void xent_forward(void *p) {
   xent_ctx_t *c = p;
   float sum = 0;
-  expect_ok(nn->xent_fused(g_be, c->losses, &sum, NULL, c->logits, c->targets, 1.0f, c->N, c->V,
-                           c->Vp, NULL),
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, c->losses, &sum, NULL, c->logits, c->targets, 1.0f,
+                           c->N, c->V, c->Vp, NULL),
             "xent_fused");
 }
 
@@ -881,9 +892,11 @@ START_TEST(test_nn_xent_matches_double_reference) {
     float *logits = funi((size_t)N * Vp, -4, 4);
     int32_t *tg = xent_targets(N, V);
     float *losses = fnan(N), *dl = fnan((size_t)N * Vp), sum = 0.0f;
-    expect_ok(nn->xent_fused(g_be, losses, &sum, dl, logits, tg, dloss, N, V, Vp, NULL),
-              "xent_fused");
-    double *rl = track(malloc(N * sizeof *rl)), *rd = track(malloc((size_t)N * Vp * sizeof *rd));
+    expect_ok(
+        nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, dloss, N, V, Vp, NULL),
+        "xent_fused");
+    double *rl = ddp_test_track(malloc(N * sizeof *rl)),
+           *rd = ddp_test_track(malloc((size_t)N * Vp * sizeof *rd));
     xent_ref(rl, rd, logits, tg, dloss, N, V, Vp);
     double rsum = 0;
     for (int r = 0; r < N; ++r) rsum += rl[r];
@@ -896,8 +909,9 @@ START_TEST(test_nn_xent_matches_double_reference) {
       for (int i = V; i < Vp; ++i) ck_assert_float_eq(dl[(size_t)r * Vp + i], 0.0f);
     /* Without dlogits, the same losses. */
     float *l2 = fnan(N), sum2 = 0.0f;
-    expect_ok(nn->xent_fused(g_be, l2, &sum2, NULL, logits, tg, dloss, N, V, Vp, NULL),
-              "xent_fused loss only");
+    expect_ok(
+        nn->xent_fused(g_be, DDP_DTYPE_F32, l2, &sum2, NULL, logits, tg, dloss, N, V, Vp, NULL),
+        "xent_fused loss only");
     expect_bits_equal("xent losses without dlogits", l2, losses, N);
   }
 }
@@ -912,9 +926,9 @@ START_TEST(test_nn_xent_bwd_finite_differences) {
   /* L = dloss * sum(losses): R is dloss for every row. */
   const float dloss = 0.7f;
   float *R = fill_const(fbuf(c.N), c.N, dloss), *dl = fnan(n), sum = 0.0f;
-  expect_ok(
-      nn->xent_fused(g_be, c.losses, &sum, dl, c.logits, c.targets, dloss, c.N, c.V, c.Vp, NULL),
-      "xent_fused");
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, c.losses, &sum, dl, c.logits, c.targets, dloss, c.N,
+                           c.V, c.Vp, NULL),
+            "xent_fused");
   fd_check("xent dlogits", xent_forward, &c, c.losses, R, c.N, c.logits, dl, n, 0);
 }
 END_TEST
@@ -925,7 +939,8 @@ START_TEST(test_nn_xent_ignore_index_rows) {
   int32_t *tg = xent_targets(N, V);
   tg[N - 1] = -1;
   float *losses = fnan(N), *dl = fnan((size_t)N * Vp), sum = 0.0f;
-  expect_ok(nn->xent_fused(g_be, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL), "xent_fused");
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL),
+            "xent_fused");
   double kept = 0;
   for (int r = 0; r < N; ++r) {
     if (tg[r] >= 0) {
@@ -941,8 +956,9 @@ START_TEST(test_nn_xent_ignore_index_rows) {
   int32_t *none = ibuf(N);
   for (int r = 0; r < N; ++r) none[r] = -1;
   float sum0 = 2.5f;
-  expect_ok(nn->xent_fused(g_be, losses, &sum0, dl, logits, none, 1.0f, N, V, Vp, NULL),
-            "xent_fused all ignored");
+  expect_ok(
+      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum0, dl, logits, none, 1.0f, N, V, Vp, NULL),
+      "xent_fused all ignored");
   ck_assert_float_eq(sum0, 2.5f);
   for (size_t i = 0; i < (size_t)N * Vp; ++i) ck_assert_float_eq(dl[i], 0.0f);
 }
@@ -953,10 +969,14 @@ START_TEST(test_nn_xent_loss_sum_accumulates) {
   float *logits = funi((size_t)N * Vp, -4, 4);
   int32_t *tg = xent_targets(N, V);
   float *losses = fbuf(N), sum = 1.5f;
-  expect_ok(nn->xent_fused(g_be, losses, &sum, NULL, logits, tg, 1.0f, N, V, Vp, NULL), "xent 1");
+  expect_ok(
+      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, NULL, logits, tg, 1.0f, N, V, Vp, NULL),
+      "xent 1");
   double once = 0;
   for (int r = 0; r < N; ++r) once += losses[r];
-  expect_ok(nn->xent_fused(g_be, losses, &sum, NULL, logits, tg, 1.0f, N, V, Vp, NULL), "xent 2");
+  expect_ok(
+      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, NULL, logits, tg, 1.0f, N, V, Vp, NULL),
+      "xent 2");
   ck_assert_msg(fabs(sum - (1.5 + 2 * once)) <= 1e-6 * (1.5 + 2 * once), "loss_sum %.9g want %.9g",
                 (double)sum, 1.5 + 2 * once);
 }
@@ -975,7 +995,7 @@ START_TEST(test_nn_xent_rejects_bad_target) {
     float *ls_keep = fcopy(losses, N), *dl_keep = fcopy(dl, (size_t)N * Vp), sum = 4.0f;
     ddp_test_log_start();
     const ddp_status_t st =
-        nn->xent_fused(g_be, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL);
+        nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL);
     char *log = ddp_test_log_stop();
     ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
     ddp_assert_contains(log, bad_text[k]);
@@ -985,8 +1005,9 @@ START_TEST(test_nn_xent_rejects_bad_target) {
     expect_bits_equal("dlogits untouched", dl, dl_keep, (size_t)N * Vp);
     /* Also when dlogits aliases the logits. */
     ddp_test_log_start();
-    ck_assert_int_eq(nn->xent_fused(g_be, losses, &sum, logits, logits, tg, 1.0f, N, V, Vp, NULL),
-                     DDP_ERR_INVALID_ARG);
+    ck_assert_int_eq(
+        nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, logits, logits, tg, 1.0f, N, V, Vp, NULL),
+        DDP_ERR_INVALID_ARG);
     free(ddp_test_log_stop());
     expect_bits_equal("aliased logits untouched", logits, keep, (size_t)N * Vp);
   }
@@ -1001,9 +1022,11 @@ START_TEST(test_nn_xent_dlogits_may_alias_logits) {
     float *logits = funi(n, -4, 4), *inplace = fcopy(logits, n);
     int32_t *tg = xent_targets(N, V);
     float *l1 = fbuf(N), *l2 = fbuf(N), *dl = fnan(n), s1 = 0.0f, s2 = 0.0f;
-    expect_ok(nn->xent_fused(g_be, l1, &s1, dl, logits, tg, 0.5f, N, V, Vp, NULL), "xent");
-    expect_ok(nn->xent_fused(g_be, l2, &s2, inplace, inplace, tg, 0.5f, N, V, Vp, NULL),
-              "xent in place");
+    expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, l1, &s1, dl, logits, tg, 0.5f, N, V, Vp, NULL),
+              "xent");
+    expect_ok(
+        nn->xent_fused(g_be, DDP_DTYPE_F32, l2, &s2, inplace, inplace, tg, 0.5f, N, V, Vp, NULL),
+        "xent in place");
     expect_bits_equal("in-place dlogits", inplace, dl, n);
     expect_bits_equal("in-place losses", l2, l1, N);
   }
@@ -1020,8 +1043,9 @@ START_TEST(test_nn_xent_large_logits_stable) {
   for (size_t i = 0; i < n; ++i) logits[i] += i < (size_t)Vp ? -1e4f : 1e4f;
   int32_t *tg = tokens_below(N, V);
   float *losses = fbuf(N), *dl = fnan(n), sum = 0.0f;
-  expect_ok(nn->xent_fused(g_be, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL), "xent");
-  double *rl = track(malloc(N * sizeof *rl)), *rd = track(malloc(n * sizeof *rd));
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL),
+            "xent");
+  double *rl = ddp_test_track(malloc(N * sizeof *rl)), *rd = ddp_test_track(malloc(n * sizeof *rd));
   xent_ref(rl, rd, logits, tg, 1.0f, N, V, Vp);
   expect_all_finite("losses", losses, N);
   expect_all_finite("dlogits", dl, n);
@@ -1047,34 +1071,45 @@ END_TEST
 START_TEST(test_nn_rejects_bad_sizes_and_null_pointers) {
   float *x = fnan(4096), *y = fill_const(fbuf(4096), 4096, 3.0f), *keep = fcopy(y, 4096);
   int32_t *tok = tokens_below(64, 4);
-  EXPECT_REJECT(nn->embed_fwd(g_be, y, tok, x, x, 0, 2, 4, NULL), "B=0");
-  EXPECT_REJECT(nn->embed_fwd(g_be, y, NULL, x, x, 1, 2, 4, NULL), "NULL");
+  EXPECT_REJECT(nn->embed_fwd(g_be, DDP_DTYPE_F32, y, tok, x, x, 0, 2, 4, NULL), "B=0");
+  EXPECT_REJECT(nn->embed_fwd(g_be, DDP_DTYPE_F32, y, NULL, x, x, 1, 2, 4, NULL), "NULL");
   tok[5] = -1;
-  EXPECT_REJECT(nn->embed_fwd(g_be, y, tok, x, x, 2, 4, 4, NULL), "token -1 at (b=1, t=1)");
-  EXPECT_REJECT(nn->embed_bwd(g_be, y, y, x, tok, 2, 4, 4, 1, NULL), "negative");
+  EXPECT_REJECT(nn->embed_fwd(g_be, DDP_DTYPE_F32, y, tok, x, x, 2, 4, 4, NULL),
+                "token -1 at (b=1, t=1)");
+  EXPECT_REJECT(nn->embed_bwd(g_be, DDP_DTYPE_F32, y, y, x, tok, 2, 4, 4, 1, NULL), "negative");
   tok[5] = 0;
-  EXPECT_REJECT(nn->embed_bwd(g_be, y, NULL, x, tok, 2, 4, 4, 1, NULL), "NULL");
-  EXPECT_REJECT(nn->layernorm_fwd(g_be, y, NULL, NULL, x, x, x, 3, -1, NULL), "C=-1");
-  EXPECT_REJECT(nn->layernorm_fwd(g_be, y, NULL, NULL, x, NULL, x, 3, 4, NULL), "NULL");
-  EXPECT_REJECT(nn->layernorm_bwd(g_be, y, y, y, x, x, x, NULL, x, 3, 4, 0, NULL), "NULL");
-  EXPECT_REJECT(nn->layernorm_bwd(g_be, y, y, y, x, x, x, x, x, 0, 4, 0, NULL), "N=0");
-  EXPECT_REJECT(nn->linear_fwd(g_be, y, x, x, NULL, 4, 0, 4, NULL), "IC=0");
-  EXPECT_REJECT(nn->linear_fwd(g_be, y, x, NULL, NULL, 4, 4, 4, NULL), "NULL");
-  EXPECT_REJECT(nn->linear_bwd(g_be, y, NULL, y, x, x, x, 4, 4, 4, 0, 0, NULL), "NULL");
-  EXPECT_REJECT(nn->linear_bwd(g_be, y, y, y, x, x, x, 4, 4, -4, 0, 0, NULL), "OC=-4");
-  EXPECT_REJECT(nn->gelu_fwd(g_be, y, NULL, 8, NULL), "NULL");
-  EXPECT_REJECT(nn->gelu_bwd(g_be, y, x, NULL, 8, NULL), "NULL");
-  EXPECT_REJECT(nn->add(g_be, NULL, x, x, 8, NULL), "NULL");
-  EXPECT_REJECT(nn->attention_fwd(g_be, y, y, x, 1, 4, 12, 5, NULL),
+  EXPECT_REJECT(nn->embed_bwd(g_be, DDP_DTYPE_F32, y, NULL, x, tok, 2, 4, 4, 1, NULL), "NULL");
+  EXPECT_REJECT(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, y, NULL, NULL, x, x, x, 3, -1, NULL),
+                "C=-1");
+  EXPECT_REJECT(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, y, NULL, NULL, x, NULL, x, 3, 4, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->layernorm_bwd(g_be, DDP_DTYPE_F32, y, y, y, x, x, x, NULL, x, 3, 4, 0, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->layernorm_bwd(g_be, DDP_DTYPE_F32, y, y, y, x, x, x, x, x, 0, 4, 0, NULL),
+                "N=0");
+  EXPECT_REJECT(nn->linear_fwd(g_be, DDP_DTYPE_F32, y, x, x, NULL, 4, 0, 4, NULL), "IC=0");
+  EXPECT_REJECT(nn->linear_fwd(g_be, DDP_DTYPE_F32, y, x, NULL, NULL, 4, 4, 4, NULL), "NULL");
+  EXPECT_REJECT(nn->linear_bwd(g_be, DDP_DTYPE_F32, y, NULL, y, x, x, x, 4, 4, 4, 0, 0, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->linear_bwd(g_be, DDP_DTYPE_F32, y, y, y, x, x, x, 4, 4, -4, 0, 0, NULL),
+                "OC=-4");
+  EXPECT_REJECT(nn->gelu_fwd(g_be, DDP_DTYPE_F32, y, NULL, 8, NULL), "NULL");
+  EXPECT_REJECT(nn->gelu_bwd(g_be, DDP_DTYPE_F32, y, x, NULL, 8, NULL), "NULL");
+  EXPECT_REJECT(nn->add(g_be, DDP_DTYPE_F32, NULL, x, x, 8, NULL), "NULL");
+  EXPECT_REJECT(nn->attention_fwd(g_be, DDP_DTYPE_F32, y, y, x, 1, 4, 12, 5, NULL),
                 "C=12 is not a multiple of NH=5");
-  EXPECT_REJECT(nn->attention_fwd(g_be, y, y, x, 1, 0, 12, 3, NULL), "T=0");
-  EXPECT_REJECT(nn->attention_fwd(g_be, NULL, y, x, 1, 4, 12, 3, NULL), "NULL");
-  EXPECT_REJECT(nn->attention_bwd(g_be, y, y, x, x, NULL, 1, 4, 12, 3, NULL), "NULL");
-  EXPECT_REJECT(nn->attention_bwd(g_be, y, y, x, x, x, 1, 4, 12, 0, NULL), "NH=0");
+  EXPECT_REJECT(nn->attention_fwd(g_be, DDP_DTYPE_F32, y, y, x, 1, 0, 12, 3, NULL), "T=0");
+  EXPECT_REJECT(nn->attention_fwd(g_be, DDP_DTYPE_F32, NULL, y, x, 1, 4, 12, 3, NULL), "NULL");
+  EXPECT_REJECT(nn->attention_bwd(g_be, DDP_DTYPE_F32, y, y, x, x, NULL, 1, 4, 12, 3, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->attention_bwd(g_be, DDP_DTYPE_F32, y, y, x, x, x, 1, 4, 12, 0, NULL), "NH=0");
   float sum = 0.0f;
-  EXPECT_REJECT(nn->xent_fused(g_be, y, &sum, y, x, tok, 1.0f, 4, 17, 16, NULL), "Vp >= V");
-  EXPECT_REJECT(nn->xent_fused(g_be, y, NULL, y, x, tok, 1.0f, 4, 4, 4, NULL), "NULL");
-  EXPECT_REJECT(nn->xent_fused(g_be, y, &sum, y, x, tok, 1.0f, 0, 4, 4, NULL), "N=0");
+  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, 4, 17, 16, NULL),
+                "Vp >= V");
+  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, NULL, y, x, tok, 1.0f, 4, 4, 4, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, 0, 4, 4, NULL),
+                "N=0");
   /* Nothing was written by any rejected call. */
   expect_bits_equal("outputs of rejected calls", y, keep, 4096);
   ck_assert_float_eq(sum, 0.0f);
@@ -1091,8 +1126,9 @@ START_TEST(test_nn_fd_check_detects_wrong_gradient) {
   c.out = fbuf((size_t)SN * 7);
   float *R = funi((size_t)SN * 7, -1, 1), *dw = fbuf((size_t)7 * SC);
   lin_forward(&c);
-  expect_ok(nn->linear_bwd(g_be, NULL, dw, NULL, R, c.inp, c.w, SN, SC, 7, 0, 0, NULL),
-            "linear_bwd");
+  expect_ok(
+      nn->linear_bwd(g_be, DDP_DTYPE_F32, NULL, dw, NULL, R, c.inp, c.w, SN, SC, 7, 0, 0, NULL),
+      "linear_bwd");
   fd_result_t r = fd_compare(lin_forward, &c, c.out, R, (size_t)SN * 7, c.w, dw, (size_t)7 * SC, 0);
   ck_assert_uint_eq(r.bad, 0);
   size_t big = 0;

@@ -669,7 +669,7 @@ static void run_five_steps(const ddp_optim_config_t *cfg, float *p, float *state
 }
 
 /* The mixed-precision pass: with compute_params every optimizer writes the
- * updated weights rounded to the half type, and the fp32 weights and state
+ * updated weights rounded to the half type (uint16 bit patterns), and the fp32 weights and state
  * are bit-identical to a run without the copy; with skip_nonfinite an inf or
  * NaN gradient norm leaves weights, state and copy untouched. */
 START_TEST(test_optim_compute_copy_and_skip) {
@@ -680,8 +680,8 @@ START_TEST(test_optim_compute_copy_and_skip) {
   const ddp_dtype_t dts[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
   float *p = malloc(n * sizeof *p), *p_ref = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
   float *st = malloc(2 * n * sizeof *st), *st_ref = malloc(2 * n * sizeof *st);
-  float *cp = malloc(n * sizeof *cp), *want = malloc(n * sizeof *cp),
-        *keep = malloc(n * sizeof *cp);
+  uint16_t *cp = malloc(n * sizeof *cp), *want = malloc(n * sizeof *cp),
+           *keep = malloc(n * sizeof *cp);
   for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; ++k)
     for (size_t d = 0; d < 2; ++d) {
       fill_uniform(p, n, 3, -1.0f, 1.0f);
@@ -702,7 +702,7 @@ START_TEST(test_optim_compute_copy_and_skip) {
       ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
       ck_assert_mem_eq(p, p_ref, n * sizeof *p);
       ck_assert_mem_eq(st, st_ref, 2 * n * sizeof *st);
-      ck_assert_int_eq(ddp_round_host(want, p, dts[d], n), DDP_OK);
+      ck_assert_int_eq(ddp_convert_host(want, dts[d], p, DDP_DTYPE_F32, n), DDP_OK);
       ck_assert_mem_eq(cp, want, n * sizeof *cp);
       /* An overflowed step: nothing moves. */
       memcpy(keep, cp, n * sizeof *cp);

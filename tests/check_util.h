@@ -66,6 +66,25 @@ static inline char *ddp_test_log_stop(void) {
   return text;
 }
 
+/* Heap blocks a test hands over to the fixture: ddp_test_track() registers
+ * one (and asserts the allocation worked), ddp_test_free_tracked() frees
+ * them all (teardown), so tests need no free() on any path. */
+#define DDP_TEST_MAX_BUFS 256
+static void *ddp_test_bufs[DDP_TEST_MAX_BUFS];
+static int ddp_test_nbufs;
+
+static inline void *ddp_test_track(void *p) {
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_lt(ddp_test_nbufs, DDP_TEST_MAX_BUFS);
+  ddp_test_bufs[ddp_test_nbufs++] = p;
+  return p;
+}
+
+static inline void ddp_test_free_tracked(void) {
+  for (int i = 0; i < ddp_test_nbufs; ++i) free(ddp_test_bufs[i]);
+  ddp_test_nbufs = 0;
+}
+
 /* Asserts that `text` contains `needle`, showing both on failure. */
 #define ddp_assert_contains(text, needle) \
   ck_assert_msg(strstr((text), (needle)) != NULL, "expected '%s' in: %s", (needle), (text))

@@ -53,10 +53,10 @@ ddp_status_t ddp_convert_host(void *dst, ddp_dtype_t dst_dtype, const void *src,
 
 /* dst[i] = src[i] rounded to dtype and widened back: the fp32 value of the
  * nearest bf16/fp16 (round to nearest even, overflow to inf, the NaN policy
- * above), i.e. what storing in dtype and loading again gives. This is how
- * the CPU backend stores half-precision values in fp32 slots: the numbers
- * are exactly those of half storage. dst may equal src (in place); other
- * overlaps are rejected. fp32 is a copy. */
+ * above), i.e. what storing in dtype and loading again gives: the fp32
+ * image of half storage (tests use it to state that values are, or would
+ * be, half values). dst may equal src (in place); other overlaps are
+ * rejected. fp32 is a copy. */
 ddp_status_t ddp_round_host(float *dst, const float *src, ddp_dtype_t dtype, size_t n);
 
 #ifdef __cplusplus

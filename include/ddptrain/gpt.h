@@ -81,15 +81,16 @@ float *ddp_gpt_grads(ddp_gpt_t *m);
 ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host);
 ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host);
 /* Mixed precision (ddptrain/amp.h). dtype bf16/fp16: allocates the compute
- * copy of the weights (call at set-up, once, before training): forward and
- * backward then read that copy, and store activations and activation
- * gradients in dtype; master weights (ddp_gpt_params) and gradients stay
- * fp32. fp32 (the default) changes nothing. */
+ * copy of the weights and re-sizes the activation arena for dtype elements
+ * (call at set-up, once, before training): forward and backward then read
+ * that copy, and store activations and activation gradients in dtype;
+ * master weights (ddp_gpt_params) and gradients stay fp32. fp32 (the
+ * default) changes nothing. */
 ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype);
 ddp_dtype_t ddp_gpt_precision(const ddp_gpt_t *m);
-/* The compute copy (n_params floats, each a value of the half type) for the
- * optimizer pass to write; NULL in fp32. */
-float *ddp_gpt_compute_params(ddp_gpt_t *m);
+/* The compute copy (n_params elements of the half type, uint16 bit
+ * patterns) for the optimizer pass to write; NULL in fp32. */
+void *ddp_gpt_compute_params(ddp_gpt_t *m);
 /* Rewrites the compute copy from the master weights, after anything other
  * than the optimizer changed them (ddp_gpt_copy_params_from_host and
  * ddp_gpt_init_weights do it themselves). A no-op in fp32. */
@@ -110,9 +111,12 @@ void ddp_gpt_set_grad_hook(ddp_gpt_t *m, ddp_grad_ready_fn fn, void *ctx);
 /* A watcher (--detect-anomaly, fault injection) is shown each activation of
  * a training forward and each parameter gradient as backward completes it,
  * with a name ("forward: h.0.mlp.c_fc output", "backward: gradient of
- * transformer.h.0.mlp.c_fc.weight"); x is backend memory. A status other
+ * transformer.h.0.mlp.c_fc.weight"); x is backend memory of n dtype
+ * elements (activations: the precision of ddp_gpt_set_precision; gradients
+ * and losses: fp32). A status other
  * than DDP_OK ends the pass with it. NULL (the default): no calls, no cost. */
-typedef ddp_status_t (*ddp_gpt_watch_fn)(void *ctx, const char *what, float *x, size_t n);
+typedef ddp_status_t (*ddp_gpt_watch_fn)(void *ctx, const char *what, void *x, ddp_dtype_t dtype,
+                                         size_t n);
 void ddp_gpt_set_watch(ddp_gpt_t *m, ddp_gpt_watch_fn fn, void *ctx);
 
 /* Forward of one micro-batch: inputs/targets (B,T) int32 host arrays (targets
@@ -132,8 +136,9 @@ ddp_status_t ddp_gpt_take_loss(ddp_gpt_t *m, double *loss_sum);
 
 /* Logits of the last forward (backend memory, (B*T, V), valid after an eval
  * forward; a training forward overwrites them with their gradient). */
-const float *ddp_gpt_logits(const ddp_gpt_t *m);
-/* Copies the first n_rows rows (of V floats) of those logits to the host. */
+const void *ddp_gpt_logits(const ddp_gpt_t *m);
+/* Copies the first n_rows rows (of V values) of those logits to the host as
+ * fp32 (half logits widened exactly). */
 ddp_status_t ddp_gpt_copy_logits_to_host(ddp_gpt_t *m, float *host, int64_t n_rows);
 
 /* Writes every parameter to a safetensors file (fp32, PyTorch state_dict

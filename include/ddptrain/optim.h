@@ -76,11 +76,12 @@ typedef struct ddp_optim_step_args {
   float grad_scale;        /* gradients are multiplied by this first */
   const float *grad_sumsq; /* backend memory, 1 float: sum of squares of the
                             *scaled* gradients; NULL when not clipping */
-  /* Mixed precision. compute_params (n, or NULL): the same pass also writes
-   * each updated weight rounded to compute_dtype there (the half compute
+  /* Mixed precision. compute_params (n elements of compute_dtype, uint16 bit
+   * patterns for bf16/fp16, or NULL): the same pass also writes each updated
+   * weight rounded to compute_dtype there (the half compute
    * copy the model reads), block by block while the weight is in cache, so
    * the copy costs no extra sweep. */
-  float *compute_params;
+  void *compute_params;
   ddp_dtype_t compute_dtype;
   /* Nonzero (the loss scaler's skip): when *grad_sumsq is not finite, some
    * gradient is inf or NaN and the step changes nothing at all (params,

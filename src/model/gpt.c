@@ -16,30 +16,36 @@
 #include "ddptrain/rng.h"
 #include "hash.h"
 
-/* One block's tensors; the same struct views parameters and gradients. */
+/* One block's tensors; the same struct views parameters (elements of the
+ * compute type: the fp32 masters, or the bf16/fp16 compute copy) and
+ * gradients (always fp32), hence untyped. */
 typedef struct block_views {
-  float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-  float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  void *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+  void *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 } block_views_t;
 
 typedef struct model_views {
-  float *wte, *wpe, *lnf_w, *lnf_b;
+  void *wte, *wpe, *lnf_w, *lnf_b;
   block_views_t *blocks;
 } model_views_t;
 
-/* Activations of one training forward (views into the arena). */
+/* Activations of one training forward (views into the arena). The void
+ * ones are act_dtype elements (nn.h); statistics, attention probabilities
+ * and losses are fp32 under every precision. */
 typedef struct block_acts {
-  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2;
-  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+  void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+  float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
 } block_acts_t;
 
 typedef struct acts {
   int32_t *tokens, *targets;
-  float *encoded;
+  void *encoded;
   block_acts_t *blocks;
-  float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  void *lnf, *logits;
+  float *lnf_mean, *lnf_rstd, *losses;
   /* backward scratch */
-  float *dres, *dtmp, *dqkv, *dfch, *datt;
+  void *dres, *dtmp, *dqkv, *dfch;
+  float *datt;
 } acts_t;
 
 struct ddp_gpt {
@@ -51,11 +57,12 @@ struct ddp_gpt {
   ddp_gpt_tensor_t *tensors;
   size_t n_params;
   float *params, *grads, *loss_sum;
-  /* bf16/fp16: the half-precision compute copy of the weights (fp32 slots
-   * holding half values, written by the optimizer pass) that the p views
-   * point to; NULL in fp32, where p views the master weights. */
-  float *wcompute;
+  /* bf16/fp16: the half-precision compute copy of the weights (uint16 bit
+   * patterns, written by the optimizer pass) that the p views point to;
+   * NULL in fp32, where p views the master weights. */
+  void *wcompute;
   ddp_dtype_t act_dtype; /* storage type of activations and their gradients */
+  int nn_reserved;       /* holds the nn ops' half-precision workspace */
   model_views_t p, g;
   ddp_arena_t arena;
   acts_t a;
@@ -86,11 +93,11 @@ ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *c) {
 /* ---- parameter table ------------------------------------------------------ */
 
 typedef struct slot {
-  float **param, **grad;
+  void **param, **grad;
 } slot_t;
 
 static ddp_status_t add_tensor(ddp_gpt_t *m, slot_t *slots, const char *name, int ndim, int64_t d0,
-                               int64_t d1, int decay, float **param, float **grad) {
+                               int64_t d1, int decay, void **param, void **grad) {
   ddp_gpt_tensor_t *t = &m->tensors[m->n_tensors];
   if (snprintf(t->name, sizeof t->name, "%s", name) >= (int)sizeof t->name)
     DDP_FAIL(DDP_ERR_INTERNAL, "gpt: tensor name '%s' too long", name);
@@ -120,7 +127,7 @@ static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
       const char *suffix;
       int ndim;
       int64_t d0, d1;
-      float **pp, **gg;
+      void **pp, **gg;
     } rows[] = {
         {"mlp.c_proj.weight", 2, C, 4 * C, &p->fcproj_w, &g->fcproj_w},
         {"mlp.c_proj.bias", 1, C, 0, &p->fcproj_b, &g->fcproj_b},
@@ -152,6 +159,9 @@ static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
 
 #define ARENA_TAKE(arena, ptr, n) \
   DDP_CHECK(ddp_arena_alloc((arena), (size_t)(n) * sizeof(*(ptr)), (void **)&(ptr)))
+/* An activation: n elements of the model's activation type. */
+#define ARENA_ACT(arena, ptr, n) \
+  DDP_CHECK(ddp_arena_alloc((arena), (size_t)(n)*ddp_dtype_size(m->act_dtype), &(ptr)))
 
 /* The training layout for N = B*T tokens and att_elems = B*NH*T*T. Run on a
  * measuring arena with the worst case to size the real one. */
@@ -160,32 +170,32 @@ static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, in
   acts_t *a = &m->a;
   ARENA_TAKE(ar, a->tokens, N);
   ARENA_TAKE(ar, a->targets, N);
-  ARENA_TAKE(ar, a->encoded, N * C);
+  ARENA_ACT(ar, a->encoded, N * C);
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     block_acts_t *b = &a->blocks[l];
-    ARENA_TAKE(ar, b->ln1, N * C);
+    ARENA_ACT(ar, b->ln1, N * C);
     ARENA_TAKE(ar, b->ln1_mean, N);
     ARENA_TAKE(ar, b->ln1_rstd, N);
-    ARENA_TAKE(ar, b->qkv, N * 3 * C);
+    ARENA_ACT(ar, b->qkv, N * 3 * C);
     ARENA_TAKE(ar, b->att, att_elems);
-    ARENA_TAKE(ar, b->atty, N * C);
-    ARENA_TAKE(ar, b->res2, N * C);
-    ARENA_TAKE(ar, b->ln2, N * C);
+    ARENA_ACT(ar, b->atty, N * C);
+    ARENA_ACT(ar, b->res2, N * C);
+    ARENA_ACT(ar, b->ln2, N * C);
     ARENA_TAKE(ar, b->ln2_mean, N);
     ARENA_TAKE(ar, b->ln2_rstd, N);
-    ARENA_TAKE(ar, b->fch, N * 4 * C);
-    ARENA_TAKE(ar, b->fch_gelu, N * 4 * C);
-    ARENA_TAKE(ar, b->res3, N * C);
+    ARENA_ACT(ar, b->fch, N * 4 * C);
+    ARENA_ACT(ar, b->fch_gelu, N * 4 * C);
+    ARENA_ACT(ar, b->res3, N * C);
   }
-  ARENA_TAKE(ar, a->lnf, N * C);
+  ARENA_ACT(ar, a->lnf, N * C);
   ARENA_TAKE(ar, a->lnf_mean, N);
   ARENA_TAKE(ar, a->lnf_rstd, N);
-  ARENA_TAKE(ar, a->logits, N * V);
+  ARENA_ACT(ar, a->logits, N * V);
   ARENA_TAKE(ar, a->losses, N);
-  ARENA_TAKE(ar, a->dres, N * C);
-  ARENA_TAKE(ar, a->dtmp, N * C);
-  ARENA_TAKE(ar, a->dqkv, N * 3 * C);
-  ARENA_TAKE(ar, a->dfch, N * 4 * C);
+  ARENA_ACT(ar, a->dres, N * C);
+  ARENA_ACT(ar, a->dtmp, N * C);
+  ARENA_ACT(ar, a->dqkv, N * 3 * C);
+  ARENA_ACT(ar, a->dfch, N * 4 * C);
   ARENA_TAKE(ar, a->datt, att_elems);
   return DDP_OK;
 }
@@ -194,23 +204,38 @@ static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, in
  * footprint, independent of depth) and saves nothing for backward. */
 typedef struct eval_acts {
   int32_t *tokens, *targets;
-  float *res[2], *ln, *qkv, *atty, *fch, *fch_gelu, *logits, *losses;
+  void *res[2], *ln, *qkv, *atty, *fch, *fch_gelu, *logits;
+  float *losses;
 } eval_acts_t;
 
 static ddp_status_t take_eval_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, eval_acts_t *e) {
   const int64_t C = m->cfg.n_embd, V = m->cfg.vocab;
   ARENA_TAKE(ar, e->tokens, N);
   ARENA_TAKE(ar, e->targets, N);
-  ARENA_TAKE(ar, e->res[0], N * C);
-  ARENA_TAKE(ar, e->res[1], N * C);
-  ARENA_TAKE(ar, e->ln, N * C);
-  ARENA_TAKE(ar, e->qkv, N * 3 * C);
-  ARENA_TAKE(ar, e->atty, N * C);
-  ARENA_TAKE(ar, e->fch, N * 4 * C);
-  ARENA_TAKE(ar, e->fch_gelu, N * 4 * C);
-  ARENA_TAKE(ar, e->logits, N * V);
+  ARENA_ACT(ar, e->res[0], N * C);
+  ARENA_ACT(ar, e->res[1], N * C);
+  ARENA_ACT(ar, e->ln, N * C);
+  ARENA_ACT(ar, e->qkv, N * 3 * C);
+  ARENA_ACT(ar, e->atty, N * C);
+  ARENA_ACT(ar, e->fch, N * 4 * C);
+  ARENA_ACT(ar, e->fch_gelu, N * 4 * C);
+  ARENA_ACT(ar, e->logits, N * V);
   ARENA_TAKE(ar, e->losses, N);
   return DDP_OK;
+}
+
+/* Sizes the arena for the worst micro-batch under the current act_dtype:
+ * N = B*T <= budget tokens, and B*T*T <= budget * min(T_max, budget) for
+ * the attention probabilities. */
+static ddp_status_t size_arena(ddp_gpt_t *m) {
+  const int64_t N = m->max_tokens;
+  const int64_t t_max = m->cfg.max_seq_len < N ? m->cfg.max_seq_len : N;
+  const int64_t att_elems = (int64_t)m->cfg.n_head * N * t_max;
+  ddp_arena_t measure;
+  ddp_arena_init_measure(&measure, "measure");
+  DDP_CHECK(take_train_acts(m, &measure, N, att_elems));
+  ddp_arena_destroy(&m->arena);
+  return ddp_arena_init(&m->arena, m->be, "activations", measure.peak);
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
@@ -256,15 +281,7 @@ ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_co
     *slots[i].grad = m->grads + m->tensors[i].offset;
   }
 
-  /* Size the arena for the worst micro-batch: N = B*T <= budget tokens, and
-   * B*T*T <= budget * min(T_max, budget) for the attention probabilities. */
-  const int64_t N = tokens_per_batch;
-  const int64_t t_max = cfg->max_seq_len < N ? cfg->max_seq_len : N;
-  const int64_t att_elems = (int64_t)cfg->n_head * N * t_max;
-  ddp_arena_t measure;
-  ddp_arena_init_measure(&measure, "measure");
-  DDP_CHECK_GOTO(take_train_acts(m, &measure, N, att_elems), st, fail);
-  DDP_CHECK_GOTO(ddp_arena_init(&m->arena, be, "activations", measure.peak), st, fail);
+  DDP_CHECK_GOTO(size_arena(m), st, fail);
   free(slots);
   *out = m;
   return DDP_OK;
@@ -277,6 +294,7 @@ fail:
 void ddp_gpt_destroy(ddp_gpt_t *m) {
   if (!m) return;
   ddp_arena_destroy(&m->arena);
+  if (m->nn_reserved) m->nn->release(m->be);
   if (m->be) {
     ddp_backend_free(m->be, m->wcompute);
     ddp_backend_free(m->be, m->loss_sum);
@@ -323,7 +341,7 @@ float *ddp_gpt_grads(ddp_gpt_t *m) {
 size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m) {
   return m->arena.capacity;
 }
-const float *ddp_gpt_logits(const ddp_gpt_t *m) {
+const void *ddp_gpt_logits(const ddp_gpt_t *m) {
   return m->a.logits;
 }
 
@@ -341,10 +359,22 @@ ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host) {
 }
 
 ddp_status_t ddp_gpt_copy_logits_to_host(ddp_gpt_t *m, float *host, int64_t n_rows) {
-  DDP_CHECK(ddp_backend_copy(m->be, host, m->a.logits,
-                             (size_t)n_rows * (size_t)m->cfg.vocab * sizeof(float),
-                             DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
-  return ddp_backend_sync(m->be, NULL);
+  const size_t n = (size_t)n_rows * (size_t)m->cfg.vocab;
+  if (m->act_dtype == DDP_DTYPE_F32) {
+    DDP_CHECK(ddp_backend_copy(m->be, host, m->a.logits, n * sizeof(float),
+                               DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+    return ddp_backend_sync(m->be, NULL);
+  }
+  /* Half logits: fetch the bits, widen on the host (exact). An eval-time
+   * path, so a staging buffer is fine here. */
+  uint16_t *bits = malloc(n * sizeof *bits);
+  if (!bits) DDP_FAIL(DDP_ERR_OOM, "gpt: out of host memory for %zu logits", n);
+  ddp_status_t st = ddp_backend_copy(m->be, bits, m->a.logits, n * sizeof *bits,
+                                     DDP_COPY_KIND_DEVICE_TO_HOST, NULL);
+  if (st == DDP_OK) st = ddp_backend_sync(m->be, NULL);
+  if (st == DDP_OK) st = ddp_convert_host(host, DDP_DTYPE_F32, bits, m->act_dtype, n);
+  free(bits);
+  return st;
 }
 
 void ddp_gpt_set_grad_hook(ddp_gpt_t *m, ddp_grad_ready_fn fn, void *ctx) {
@@ -357,8 +387,10 @@ void ddp_gpt_set_watch(ddp_gpt_t *m, ddp_gpt_watch_fn fn, void *ctx) {
   m->watch_ctx = ctx;
 }
 
-/* Shows x to the watcher; the name is formatted only when there is one. */
-__attribute__((format(printf, 4, 5))) static ddp_status_t watch(ddp_gpt_t *m, float *x, size_t n,
+/* Shows x (n elements of dtype) to the watcher; the name is formatted only
+ * when there is one. */
+__attribute__((format(printf, 5, 6))) static ddp_status_t watch(ddp_gpt_t *m, void *x,
+                                                                ddp_dtype_t dtype, size_t n,
                                                                 const char *fmt, ...) {
   if (!m->watch) return DDP_OK;
   char what[96];
@@ -366,21 +398,26 @@ __attribute__((format(printf, 4, 5))) static ddp_status_t watch(ddp_gpt_t *m, fl
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  return m->watch(m->watch_ctx, what, x, n);
+  return m->watch(m->watch_ctx, what, x, dtype, n);
 }
 
 /* ---- precision ------------------------------------------------------------------ */
 
-/* Moves every view from one flat buffer to the same offsets of another. */
-static void rebase_views(model_views_t *v, const float *from, float *to, int n_layer) {
-  float **heads[] = {&v->wte, &v->wpe, &v->lnf_w, &v->lnf_b};
-  for (size_t i = 0; i < sizeof heads / sizeof heads[0]; ++i) *heads[i] = to + (*heads[i] - from);
+/* Moves every view from one flat fp32 buffer to the same element offsets of
+ * another whose elements are esize bytes. */
+static void rebase_views(model_views_t *v, const float *from, void *to, size_t esize, int n_layer) {
+#define REBASE(f) (f) = (char *)to + (size_t)((const float *)(f)-from) * esize
+  REBASE(v->wte);
+  REBASE(v->wpe);
+  REBASE(v->lnf_w);
+  REBASE(v->lnf_b);
   for (int l = 0; l < n_layer; ++l) {
     block_views_t *b = &v->blocks[l];
-    float **p[] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->proj_w,   &b->proj_b,
-                   &b->ln2_w, &b->ln2_b, &b->fc_w,  &b->fc_b,  &b->fcproj_w, &b->fcproj_b};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; ++i) *p[i] = to + (*p[i] - from);
+    void **p[] = {&b->ln1_w, &b->ln1_b, &b->qkv_w, &b->qkv_b, &b->proj_w,   &b->proj_b,
+                  &b->ln2_w, &b->ln2_b, &b->fc_w,  &b->fc_b,  &b->fcproj_w, &b->fcproj_b};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; ++i) REBASE(*p[i]);
   }
+#undef REBASE
 }
 
 ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype) {
@@ -391,9 +428,20 @@ ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype) {
   if (m->act_dtype != DDP_DTYPE_F32)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_precision: precision is already %s",
              ddp_dtype_name(m->act_dtype));
-  DDP_CHECK(ddp_backend_alloc(m->be, m->n_params * sizeof(float), (void **)&m->wcompute));
-  rebase_views(&m->p, m->params, m->wcompute, m->cfg.n_layer);
+  const size_t f32_bytes = m->arena.capacity;
+  DDP_CHECK(m->nn->reserve(m->be, dtype, m->max_tokens, m->cfg.n_embd, m->cfg.vocab));
+  m->nn_reserved = 1;
+  DDP_CHECK(ddp_backend_alloc(m->be, m->n_params * ddp_dtype_size(dtype), &m->wcompute));
+  /* From here on the model is in the new precision; a failure below leaves
+   * it without an arena, which ddp_gpt_destroy handles. */
   m->act_dtype = dtype;
+  rebase_views(&m->p, m->params, m->wcompute, ddp_dtype_size(dtype), m->cfg.n_layer);
+  DDP_CHECK(size_arena(m));
+  DDP_LOG_INFO(
+      "precision %s: %.1f MiB activations (fp32: %.1f MiB), %.1f MiB compute copy of "
+      "the weights",
+      ddp_dtype_name(dtype), (double)m->arena.capacity / 1048576.0, (double)f32_bytes / 1048576.0,
+      (double)(m->n_params * ddp_dtype_size(dtype)) / 1048576.0);
   return ddp_gpt_refresh_compute_params(m);
 }
 
@@ -401,21 +449,14 @@ ddp_dtype_t ddp_gpt_precision(const ddp_gpt_t *m) {
   return m->act_dtype;
 }
 
-float *ddp_gpt_compute_params(ddp_gpt_t *m) {
+void *ddp_gpt_compute_params(ddp_gpt_t *m) {
   return m->wcompute;
 }
 
 ddp_status_t ddp_gpt_refresh_compute_params(ddp_gpt_t *m) {
   if (!m->wcompute) return DDP_OK;
-  DDP_CHECK(ddp_backend_copy(m->be, m->wcompute, m->params, m->n_params * sizeof(float),
-                             DDP_COPY_KIND_DEVICE_TO_DEVICE, NULL));
-  return m->nn->store_round(m->be, m->wcompute, m->act_dtype, m->n_params, NULL);
-}
-
-/* The store of an activation (or activation gradient): a no-op in fp32. */
-static ddp_status_t store(const ddp_gpt_t *m, float *x, size_t n) {
-  if (m->act_dtype == DDP_DTYPE_F32) return DDP_OK;
-  return m->nn->store_round(m->be, x, m->act_dtype, n, NULL);
+  return m->be->ops->convert(m->be, m->wcompute, m->act_dtype, m->params, DDP_DTYPE_F32,
+                             m->n_params, NULL);
 }
 
 /* ---- initialisation --------------------------------------------------------- */
@@ -479,6 +520,7 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
                                   int B, int T, float dloss) {
   ddp_backend_t *be = m->be;
   const ddp_nn_ops_t *nn = m->nn;
+  const ddp_dtype_t dt = m->act_dtype;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
   acts_t *a = &m->a;
   ddp_arena_reset(&m->arena);
@@ -486,59 +528,45 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   DDP_CHECK(upload(m, a->tokens, inputs, N));
   DDP_CHECK(upload(m, a->targets, targets, N));
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->embed_fwd(be, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
-  DDP_CHECK(store(m, a->encoded, nc));
-  DDP_CHECK(watch(m, a->encoded, nc, "forward: embedding output"));
-  const float *res = a->encoded;
-  /* Under bf16/fp16 every activation is stored in the half type right after
-   * the op that makes it (store()); LayerNorm statistics and the attention
+  DDP_CHECK(nn->embed_fwd(be, dt, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
+  DDP_CHECK(watch(m, a->encoded, m->act_dtype, nc, "forward: embedding output"));
+  const void *res = a->encoded;
+  /* Under bf16/fp16 every activation is stored in the half type by the op
+   * that makes it (nn.h); LayerNorm statistics and the attention
    * probabilities stay fp32. */
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
-    DDP_CHECK(nn->layernorm_fwd(be, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b, N, C,
-                                NULL));
-    DDP_CHECK(store(m, b->ln1, nc));
-    DDP_CHECK(nn->linear_fwd(be, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
-    DDP_CHECK(store(m, b->qkv, 3 * nc));
-    DDP_CHECK(watch(m, b->qkv, 3 * nc, "forward: h.%d.attn.c_attn output", l));
-    DDP_CHECK(nn->attention_fwd(be, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
-    DDP_CHECK(store(m, b->atty, nc));
-    DDP_CHECK(watch(m, b->atty, nc, "forward: h.%d.attn output", l));
-    DDP_CHECK(nn->linear_fwd(be, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
-    DDP_CHECK(store(m, b->res2, nc));
-    DDP_CHECK(nn->add(be, b->res2, b->res2, res, nc, NULL));
-    DDP_CHECK(store(m, b->res2, nc));
-    DDP_CHECK(watch(m, b->res2, nc, "forward: h.%d.attn.c_proj + residual", l));
-    DDP_CHECK(nn->layernorm_fwd(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w, p->ln2_b,
+    DDP_CHECK(nn->layernorm_fwd(be, dt, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b,
                                 N, C, NULL));
-    DDP_CHECK(store(m, b->ln2, nc));
-    DDP_CHECK(nn->linear_fwd(be, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
-    DDP_CHECK(store(m, b->fch, 4 * nc));
-    DDP_CHECK(watch(m, b->fch, 4 * nc, "forward: h.%d.mlp.c_fc output", l));
-    DDP_CHECK(nn->gelu_fwd(be, b->fch_gelu, b->fch, 4 * nc, NULL));
-    DDP_CHECK(store(m, b->fch_gelu, 4 * nc));
+    DDP_CHECK(nn->linear_fwd(be, dt, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(watch(m, b->qkv, m->act_dtype, 3 * nc, "forward: h.%d.attn.c_attn output", l));
+    DDP_CHECK(nn->attention_fwd(be, dt, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
+    DDP_CHECK(watch(m, b->atty, m->act_dtype, nc, "forward: h.%d.attn output", l));
+    DDP_CHECK(nn->linear_fwd(be, dt, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
+    DDP_CHECK(nn->add(be, dt, b->res2, b->res2, res, nc, NULL));
+    DDP_CHECK(watch(m, b->res2, m->act_dtype, nc, "forward: h.%d.attn.c_proj + residual", l));
+    DDP_CHECK(nn->layernorm_fwd(be, dt, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w,
+                                p->ln2_b, N, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, dt, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(watch(m, b->fch, m->act_dtype, 4 * nc, "forward: h.%d.mlp.c_fc output", l));
+    DDP_CHECK(nn->gelu_fwd(be, dt, b->fch_gelu, b->fch, 4 * nc, NULL));
     DDP_CHECK(
-        nn->linear_fwd(be, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
-    DDP_CHECK(store(m, b->res3, nc));
-    DDP_CHECK(nn->add(be, b->res3, b->res3, b->res2, nc, NULL));
-    DDP_CHECK(store(m, b->res3, nc));
-    DDP_CHECK(watch(m, b->res3, nc, "forward: h.%d.mlp.c_proj + residual", l));
+        nn->linear_fwd(be, dt, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
+    DDP_CHECK(nn->add(be, dt, b->res3, b->res3, b->res2, nc, NULL));
+    DDP_CHECK(watch(m, b->res3, m->act_dtype, nc, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
   }
-  DDP_CHECK(nn->layernorm_fwd(be, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b, N,
-                              C, NULL));
-  DDP_CHECK(store(m, a->lnf, nc));
-  DDP_CHECK(nn->linear_fwd(be, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
-  DDP_CHECK(store(m, a->logits, (size_t)N * V));
-  DDP_CHECK(watch(m, a->logits, (size_t)N * V, "forward: logits"));
+  DDP_CHECK(nn->layernorm_fwd(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b,
+                              N, C, NULL));
+  DDP_CHECK(nn->linear_fwd(be, dt, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
+  DDP_CHECK(watch(m, a->logits, m->act_dtype, (size_t)N * V, "forward: logits"));
   /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
    * become their gradient, stored in the half type like every activation
    * gradient (fp16: this is where an unscaled gradient would underflow). */
-  DDP_CHECK(nn->xent_fused(be, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss, N,
-                           V, V, NULL));
-  DDP_CHECK(store(m, a->logits, (size_t)N * V));
-  DDP_CHECK(watch(m, a->losses, (size_t)N, "forward: token losses"));
+  DDP_CHECK(nn->xent_fused(be, dt, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss,
+                           N, V, V, NULL));
+  DDP_CHECK(watch(m, a->losses, DDP_DTYPE_F32, (size_t)N, "forward: token losses"));
   m->B = B;
   m->T = T;
   m->have_train_acts = 1;
@@ -549,6 +577,7 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
                                  int T) {
   ddp_backend_t *be = m->be;
   const ddp_nn_ops_t *nn = m->nn;
+  const ddp_dtype_t dt = m->act_dtype;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
   eval_acts_t e;
   ddp_arena_reset(&m->arena);
@@ -556,41 +585,29 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
   DDP_CHECK(upload(m, e.tokens, inputs, N));
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->embed_fwd(be, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
-  DDP_CHECK(store(m, e.res[0], nc));
+  DDP_CHECK(nn->embed_fwd(be, dt, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     const block_views_t *p = &m->p.blocks[l];
-    float *res = e.res[0], *mid = e.res[1];
-    DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C, NULL));
-    DDP_CHECK(store(m, e.ln, nc));
-    DDP_CHECK(nn->linear_fwd(be, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
-    DDP_CHECK(store(m, e.qkv, 3 * nc));
-    DDP_CHECK(nn->attention_fwd(be, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
-    DDP_CHECK(store(m, e.atty, nc));
-    DDP_CHECK(nn->linear_fwd(be, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
-    DDP_CHECK(store(m, mid, nc));
-    DDP_CHECK(nn->add(be, mid, mid, res, nc, NULL));
-    DDP_CHECK(store(m, mid, nc));
-    DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C, NULL));
-    DDP_CHECK(store(m, e.ln, nc));
-    DDP_CHECK(nn->linear_fwd(be, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
-    DDP_CHECK(store(m, e.fch, 4 * nc));
-    DDP_CHECK(nn->gelu_fwd(be, e.fch_gelu, e.fch, 4 * nc, NULL));
-    DDP_CHECK(store(m, e.fch_gelu, 4 * nc));
-    DDP_CHECK(nn->linear_fwd(be, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
-    DDP_CHECK(store(m, res, nc));
-    DDP_CHECK(nn->add(be, res, res, mid, nc, NULL));
-    DDP_CHECK(store(m, res, nc));
+    void *res = e.res[0], *mid = e.res[1];
+    DDP_CHECK(nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, dt, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
+    DDP_CHECK(nn->attention_fwd(be, dt, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
+    DDP_CHECK(nn->linear_fwd(be, dt, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
+    DDP_CHECK(nn->add(be, dt, mid, mid, res, nc, NULL));
+    DDP_CHECK(nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C, NULL));
+    DDP_CHECK(nn->linear_fwd(be, dt, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(nn->gelu_fwd(be, dt, e.fch_gelu, e.fch, 4 * nc, NULL));
+    DDP_CHECK(nn->linear_fwd(be, dt, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
+    DDP_CHECK(nn->add(be, dt, res, res, mid, nc, NULL));
   }
-  DDP_CHECK(nn->layernorm_fwd(be, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b, N, C, NULL));
-  DDP_CHECK(store(m, e.ln, nc));
-  DDP_CHECK(nn->linear_fwd(be, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
-  DDP_CHECK(store(m, e.logits, (size_t)N * V));
+  DDP_CHECK(
+      nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b, N, C, NULL));
+  DDP_CHECK(nn->linear_fwd(be, dt, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
   m->a.logits = e.logits;
   if (targets) {
     DDP_CHECK(upload(m, e.targets, targets, N));
-    DDP_CHECK(
-        nn->xent_fused(be, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V, V, NULL));
+    DDP_CHECK(nn->xent_fused(be, dt, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V,
+                             V, NULL));
   }
   return DDP_OK;
 }
@@ -613,7 +630,8 @@ ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t 
 static ddp_status_t announce(ddp_gpt_t *m, int notify, int n) {
   for (int i = 0; i < n; ++i, ++m->cursor) {
     const ddp_gpt_tensor_t *t = &m->tensors[m->cursor];
-    DDP_CHECK(watch(m, m->grads + t->offset, t->count, "backward: gradient of %s", t->name));
+    DDP_CHECK(watch(m, m->grads + t->offset, DDP_DTYPE_F32, t->count, "backward: gradient of %s",
+                    t->name));
     if (notify && m->hook) m->hook(m->hook_ctx, t->offset, t->count);
   }
   return DDP_OK;
@@ -624,6 +642,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_backward: no training forward to differentiate");
   ddp_backend_t *be = m->be;
   const ddp_nn_ops_t *nn = m->nn;
+  const ddp_dtype_t dt = m->act_dtype;
   const int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab;
   const int N = B * T, acc = accumulate != 0;
   acts_t *a = &m->a;
@@ -631,56 +650,47 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
   /* LM head: logits = lnf @ wte^T. This writes dwte first (the embedding
    * backward adds its part last). */
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->linear_bwd(be, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V, acc,
-                           0, NULL));
-  DDP_CHECK(store(m, a->dtmp, nc));
+  DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C, V,
+                           acc, 0, NULL));
   /* The residual stream's gradient starts here; every later op adds to it. */
-  DDP_CHECK(be->ops->fill(be, a->dres, DDP_DTYPE_F32, 0.0f, (size_t)N * C, NULL));
-  const float *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
-  DDP_CHECK(nn->layernorm_bwd(be, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last, m->p.lnf_w,
+  DDP_CHECK(be->ops->fill(be, a->dres, dt, 0.0f, (size_t)N * C, NULL));
+  const void *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
+  DDP_CHECK(nn->layernorm_bwd(be, dt, a->dres, m->g.lnf_w, m->g.lnf_b, a->dtmp, last, m->p.lnf_w,
                               a->lnf_mean, a->lnf_rstd, N, C, acc, NULL));
-  DDP_CHECK(store(m, a->dres, nc)); /* activation gradients are half too */
   DDP_CHECK(announce(m, notify, 2));
   for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
     const block_views_t *p = &m->p.blocks[l];
     block_views_t *g = &m->g.blocks[l];
     const block_acts_t *b = &a->blocks[l];
-    const float *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
-    DDP_CHECK(nn->linear_bwd(be, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
+    const void *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
+    DDP_CHECK(nn->linear_bwd(be, dt, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
                              p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
-    DDP_CHECK(store(m, a->dfch, 4 * nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->gelu_bwd(be, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
-    DDP_CHECK(store(m, a->dfch, 4 * nc));
-    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C, 4 * C,
-                             acc, 0, NULL));
-    DDP_CHECK(store(m, a->dtmp, nc));
+    DDP_CHECK(nn->gelu_bwd(be, dt, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
+    DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C,
+                             4 * C, acc, 0, NULL));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
+    DDP_CHECK(nn->layernorm_bwd(be, dt, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
                                 b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
-    DDP_CHECK(store(m, a->dres, nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N, C,
-                             C, acc, 0, NULL));
-    DDP_CHECK(store(m, a->dtmp, nc));
+    DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N,
+                             C, C, acc, 0, NULL));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->attention_bwd(be, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
-    DDP_CHECK(store(m, a->dqkv, 3 * nc));
-    DDP_CHECK(nn->linear_bwd(be, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
+    DDP_CHECK(
+        nn->attention_bwd(be, dt, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
+    DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
                              3 * C, acc, 0, NULL));
-    DDP_CHECK(store(m, a->dtmp, nc));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->layernorm_bwd(be, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
+    DDP_CHECK(nn->layernorm_bwd(be, dt, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
                                 b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
-    DDP_CHECK(store(m, a->dres, nc));
     DDP_CHECK(announce(m, notify, 2));
   }
-  DDP_CHECK(nn->embed_bwd(be, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
+  DDP_CHECK(nn->embed_bwd(be, dt, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
   /* The first micro-step writes dwpe rows 0..T-1 only; the positions this
    * batch does not reach get exact zeros, or the last step's values would
    * survive there (batches differ in T). */
   if (!acc && T < m->cfg.max_seq_len)
-    DDP_CHECK(be->ops->fill(be, m->g.wpe + (size_t)T * C, DDP_DTYPE_F32, 0.0f,
+    DDP_CHECK(be->ops->fill(be, (float *)m->g.wpe + (size_t)T * C, DDP_DTYPE_F32, 0.0f,
                             (size_t)(m->cfg.max_seq_len - T) * C, NULL));
   DDP_CHECK(announce(m, notify, 2));
   m->have_train_acts = 0; /* activations are consumed (logits hold gradients) */

@@ -8,15 +8,25 @@
 #include "ddptrain/check.h"
 #include "ddptrain/env.h"
 
-static ddp_status_t to_host(ddp_anomaly_t *a, const float *x, size_t n) {
-  if (n > a->host_n) {
-    float *p = realloc(a->host, n * sizeof *p);
+/* n elements of dtype at x (backend memory) into a->host as fp32; half
+ * values land in the upper part of the buffer first and are widened. */
+static ddp_status_t to_host_typed(ddp_anomaly_t *a, const void *x, ddp_dtype_t dtype, size_t n) {
+  const size_t need = dtype == DDP_DTYPE_F32 ? n : 2 * n;
+  if (need > a->host_n) {
+    float *p = realloc(a->host, need * sizeof *p);
     if (!p) DDP_FAIL(DDP_ERR_OOM, "anomaly check: out of host memory");
     a->host = p;
-    a->host_n = n;
+    a->host_n = need;
   }
-  DDP_CHECK(ddp_backend_copy(a->be, a->host, x, n * sizeof *x, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
-  return ddp_backend_sync(a->be, NULL);
+  void *dst = dtype == DDP_DTYPE_F32 ? (void *)a->host : (void *)(a->host + n);
+  DDP_CHECK(ddp_backend_copy(a->be, dst, x, n * ddp_dtype_size(dtype), DDP_COPY_KIND_DEVICE_TO_HOST,
+                             NULL));
+  DDP_CHECK(ddp_backend_sync(a->be, NULL));
+  return dtype == DDP_DTYPE_F32 ? DDP_OK : ddp_convert_host(a->host, DDP_DTYPE_F32, dst, dtype, n);
+}
+
+static ddp_status_t to_host(ddp_anomaly_t *a, const float *x, size_t n) {
+  return to_host_typed(a, x, DDP_DTYPE_F32, n);
 }
 
 /* Index of the first non-finite of the n values now in a->host, or -1. */
@@ -33,14 +43,14 @@ static ddp_status_t poison(ddp_anomaly_t *a, float *x, const char *what) {
   return DDP_OK;
 }
 
-static ddp_status_t on_watch(void *ctx, const char *what, float *x, size_t n) {
+static ddp_status_t on_watch(void *ctx, const char *what, void *x, ddp_dtype_t dtype, size_t n) {
   ddp_anomaly_t *a = ctx;
   static const char k_grad[] = "backward: gradient of ";
   if (a->step == a->fault_step && a->fault_grad && strncmp(what, k_grad, sizeof k_grad - 1) == 0 &&
       strcmp(what + sizeof k_grad - 1, a->fault_name) == 0)
     DDP_CHECK(poison(a, x, what + 10));
   if (!a->detect) return DDP_OK;
-  DDP_CHECK(to_host(a, x, n));
+  DDP_CHECK(to_host_typed(a, x, dtype, n));
   const int64_t i = first_bad(a, n);
   if (i >= 0)
     DDP_FAIL(DDP_ERR_NUMERIC,

@@ -107,8 +107,8 @@ static ddp_status_t attention_block_fwd(ddp_backend_t *be, float *out, float *p,
 }
 
 // out (B,T,C), att (B,NH,T,T) or NULL, qkv (B,T,3C)
-ddp_status_t ddp_cpu_attention_fwd(ddp_backend_t *be, float *out, float *att, const float *qkv,
-                                   int B, int T, int C, int NH, ddp_stream_t s) {
+ddp_status_t ddp_cpu_attention_fwd_f32(ddp_backend_t *be, float *out, float *att, const float *qkv,
+                                       int B, int T, int C, int NH, ddp_stream_t s) {
   DDP_CHECK(check_sizes("attention_fwd", B, T, C, NH));
   if (!out || !qkv) DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: attention_fwd: NULL pointer");
   const int64_t TT = (int64_t)T * T;
@@ -144,8 +144,8 @@ ddp_status_t ddp_cpu_attention_fwd(ddp_backend_t *be, float *out, float *att, co
 /* dS = P * (dP - rowsum(P * dP)) * scale for columns 0..t of row t, read
  * from p (probabilities) and d (dP, overwritten with dS); columns t+1 .. n-1
  * of d are set to 0. */
-DDP_CPU_CLONES static void softmax_causal_row_bwd(float *restrict d, const float *restrict p, size_t t, size_t n,
-                                   float scale) {
+DDP_CPU_CLONES static void softmax_causal_row_bwd(float *restrict d, const float *restrict p,
+                                                  size_t t, size_t n, float scale) {
   const size_t len = t + 1;
   cpu_vf acc = cpu_vsplat(0.0f);
   size_t i = 0;
@@ -160,9 +160,9 @@ DDP_CPU_CLONES static void softmax_causal_row_bwd(float *restrict d, const float
 }
 
 // dqkv (B,T,3C) =, scratch (B,NH,T,T), dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T)
-ddp_status_t ddp_cpu_attention_bwd(ddp_backend_t *be, float *dqkv, float *scratch,
-                                   const float *dout, const float *qkv, const float *att, int B,
-                                   int T, int C, int NH, ddp_stream_t s) {
+ddp_status_t ddp_cpu_attention_bwd_f32(ddp_backend_t *be, float *dqkv, float *scratch,
+                                       const float *dout, const float *qkv, const float *att, int B,
+                                       int T, int C, int NH, ddp_stream_t s) {
   DDP_CHECK(check_sizes("attention_bwd", B, T, C, NH));
   if (!dqkv || !scratch || !dout || !qkv || !att)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: attention_bwd: NULL pointer");

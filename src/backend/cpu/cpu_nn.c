@@ -1,7 +1,7 @@
 /* The CPU layer ops of the GPT-2 model (ddptrain/nn.h): token + position
  * embedding, layernorm, linear, GELU, residual add and fused softmax
- * cross-entropy, plus the ddp_nn_cpu_ops table (attention is in
- * cpu_attention.c).
+ * cross-entropy, on fp32 buffers (attention is in cpu_attention.c; the
+ * dtype-aware ddp_nn_cpu_ops table over them is cpu_nn_dtype.c).
  *
  * These are also the oracle every CUDA kernel is tested against, so the
  * numerics follow PyTorch (eps, biased variance, tanh-GELU) and every
@@ -66,9 +66,9 @@ static ddp_status_t check_tokens(const char *op, const int32_t *tokens, int B, i
 }
 
 // out (B,T,C), tokens (B,T), wte (V,C), wpe (>=T,C)
-static ddp_status_t cpu_embed_fwd(ddp_backend_t *be, float *out, const int32_t *tokens,
-                                  const float *wte, const float *wpe, int B, int T, int C,
-                                  ddp_stream_t s) {
+ddp_status_t ddp_cpu_embed_fwd_f32(ddp_backend_t *be, float *out, const int32_t *tokens,
+                                   const float *wte, const float *wpe, int B, int T, int C,
+                                   ddp_stream_t s) {
   NN_REQUIRE(B > 0 && T > 0 && C > 0, "embed_fwd: sizes B=%d T=%d C=%d must be positive", B, T, C);
   NN_REQUIRE(out && tokens && wte && wpe, "embed_fwd: NULL pointer");
   DDP_CHECK(check_tokens("embed_fwd", tokens, B, T));
@@ -82,9 +82,9 @@ static ddp_status_t cpu_embed_fwd(ddp_backend_t *be, float *out, const int32_t *
 }
 
 // dwte (V,C) +=, dwpe (>=T,C) = / +=, dout (B,T,C), tokens (B,T)
-static ddp_status_t cpu_embed_bwd(ddp_backend_t *be, float *dwte, float *dwpe, const float *dout,
-                                  const int32_t *tokens, int B, int T, int C, int accumulate,
-                                  ddp_stream_t s) {
+ddp_status_t ddp_cpu_embed_bwd_f32(ddp_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int B, int T, int C, int accumulate,
+                                   ddp_stream_t s) {
   NN_REQUIRE(B > 0 && T > 0 && C > 0, "embed_bwd: sizes B=%d T=%d C=%d must be positive", B, T, C);
   NN_REQUIRE(dwte && dwpe && dout && tokens, "embed_bwd: NULL pointer");
   DDP_CHECK(check_tokens("embed_bwd", tokens, B, T));
@@ -111,9 +111,10 @@ static ddp_status_t cpu_embed_bwd(ddp_backend_t *be, float *dwte, float *dwpe, c
 #define LN_EPS 1e-5
 
 // out (N,C), mean, rstd (N) or NULL, inp (N,C), w, b (C)
-DDP_CPU_CLONES static ddp_status_t cpu_layernorm_fwd(ddp_backend_t *be, float *out, float *mean, float *rstd,
-                                      const float *inp, const float *w, const float *b, int N,
-                                      int C, ddp_stream_t s) {
+DDP_CPU_CLONES ddp_status_t ddp_cpu_layernorm_fwd_f32(ddp_backend_t *be, float *out, float *mean,
+                                                      float *rstd, const float *inp, const float *w,
+                                                      const float *b, int N, int C,
+                                                      ddp_stream_t s) {
   NN_REQUIRE(N > 0 && C > 0, "layernorm_fwd: sizes N=%d C=%d must be positive", N, C);
   NN_REQUIRE(out && inp && w && b, "layernorm_fwd: NULL pointer");
   const size_t c = (size_t)C;
@@ -158,10 +159,11 @@ DDP_CPU_CLONES static ddp_status_t cpu_layernorm_fwd(ddp_backend_t *be, float *o
 }
 
 // dinp (N,C) +=, dw, db (C) = / +=, dout, inp (N,C), w (C), mean, rstd (N)
-DDP_CPU_CLONES static ddp_status_t cpu_layernorm_bwd(ddp_backend_t *be, float *dinp, float *dw, float *db,
-                                      const float *dout, const float *inp, const float *w,
-                                      const float *mean, const float *rstd, int N, int C,
-                                      int accumulate, ddp_stream_t s) {
+DDP_CPU_CLONES ddp_status_t ddp_cpu_layernorm_bwd_f32(ddp_backend_t *be, float *dinp, float *dw,
+                                                      float *db, const float *dout,
+                                                      const float *inp, const float *w,
+                                                      const float *mean, const float *rstd, int N,
+                                                      int C, int accumulate, ddp_stream_t s) {
   NN_REQUIRE(N > 0 && C > 0, "layernorm_bwd: sizes N=%d C=%d must be positive", N, C);
   NN_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, "layernorm_bwd: NULL pointer");
   const size_t c = (size_t)C;
@@ -215,8 +217,8 @@ DDP_CPU_CLONES static ddp_status_t cpu_layernorm_bwd(ddp_backend_t *be, float *d
 /* ---- linear --------------------------------------------------------------- */
 
 // out (N,OC), inp (N,IC), w (OC,IC), bias (OC) or NULL
-static ddp_status_t cpu_linear_fwd(ddp_backend_t *be, float *out, const float *inp, const float *w,
-                                   const float *bias, int N, int IC, int OC, ddp_stream_t s) {
+ddp_status_t ddp_cpu_linear_fwd_f32(ddp_backend_t *be, float *out, const float *inp, const float *w,
+                                    const float *bias, int N, int IC, int OC, ddp_stream_t s) {
   NN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_fwd: sizes N=%d IC=%d OC=%d must be positive", N,
              IC, OC);
   NN_REQUIRE(out && inp && w, "linear_fwd: NULL pointer");
@@ -266,10 +268,10 @@ static void column_sums(float *dst, const float *src, size_t rows, size_t n, int
 
 // dinp (N,IC) = / += or NULL, dw (OC,IC) = / +=, dbias (OC) = / += or NULL,
 // dout (N,OC), inp (N,IC), w (OC,IC)
-static ddp_status_t cpu_linear_bwd(ddp_backend_t *be, float *dinp, float *dw, float *dbias,
-                                   const float *dout, const float *inp, const float *w, int N,
-                                   int IC, int OC, int accumulate, int accumulate_dinp,
-                                   ddp_stream_t s) {
+ddp_status_t ddp_cpu_linear_bwd_f32(ddp_backend_t *be, float *dinp, float *dw, float *dbias,
+                                    const float *dout, const float *inp, const float *w, int N,
+                                    int IC, int OC, int accumulate, int accumulate_dinp,
+                                    ddp_stream_t s) {
   NN_REQUIRE(N > 0 && IC > 0 && OC > 0, "linear_bwd: sizes N=%d IC=%d OC=%d must be positive", N,
              IC, OC);
   NN_REQUIRE(dw && dout && inp && w, "linear_bwd: NULL pointer");
@@ -324,8 +326,8 @@ static inline cpu_vf gelu_bwd_v(cpu_vf x, cpu_vf g) {
 }
 
 // out (n), inp (n)
-DDP_CPU_CLONES static ddp_status_t cpu_gelu_fwd(ddp_backend_t *be, float *out, const float *inp, size_t n,
-                                 ddp_stream_t s) {
+DDP_CPU_CLONES ddp_status_t ddp_cpu_gelu_fwd_f32(ddp_backend_t *be, float *out, const float *inp,
+                                                 size_t n, ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(out && inp, "gelu_fwd: NULL pointer");
   size_t i = 0;
@@ -335,8 +337,8 @@ DDP_CPU_CLONES static ddp_status_t cpu_gelu_fwd(ddp_backend_t *be, float *out, c
 }
 
 // dinp (n) (may alias dout), inp (n), dout (n)
-DDP_CPU_CLONES static ddp_status_t cpu_gelu_bwd(ddp_backend_t *be, float *dinp, const float *inp,
-                                 const float *dout, size_t n, ddp_stream_t s) {
+DDP_CPU_CLONES ddp_status_t ddp_cpu_gelu_bwd_f32(ddp_backend_t *be, float *dinp, const float *inp,
+                                                 const float *dout, size_t n, ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(dinp && inp && dout, "gelu_bwd: NULL pointer");
   size_t i = 0;
@@ -354,8 +356,8 @@ DDP_CPU_CLONES static ddp_status_t cpu_gelu_bwd(ddp_backend_t *be, float *dinp, 
 /* ---- residual add --------------------------------------------------------- */
 
 // out (n) (may alias a or b), a, b (n)
-DDP_CPU_CLONES static ddp_status_t cpu_add(ddp_backend_t *be, float *out, const float *a, const float *b, size_t n,
-                            ddp_stream_t s) {
+DDP_CPU_CLONES ddp_status_t ddp_cpu_add_f32(ddp_backend_t *be, float *out, const float *a,
+                                            const float *b, size_t n, ddp_stream_t s) {
   if (n == 0) return DDP_OK;
   NN_REQUIRE(out && a && b, "add: NULL pointer");
   /* Vector loads precede the store of each chunk, so out == a (or == b) is
@@ -404,9 +406,11 @@ static double exp_sum_row(float *e, const float *x, size_t n, float mx) {
 
 // losses (N), loss_sum (1) +=, dlogits (N,Vp) or NULL (may alias logits),
 // logits (N,Vp), targets (N) in [-1, V)
-DDP_CPU_CLONES static ddp_status_t cpu_xent_fused(ddp_backend_t *be, float *losses, float *loss_sum,
-                                   float *dlogits, const float *logits, const int32_t *targets,
-                                   float dloss, int N, int V, int Vp, ddp_stream_t s) {
+DDP_CPU_CLONES ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *losses,
+                                                   float *loss_sum, float *dlogits,
+                                                   const float *logits, const int32_t *targets,
+                                                   float dloss, int N, int V, int Vp,
+                                                   ddp_stream_t s) {
   NN_REQUIRE(N > 0 && V > 0 && Vp >= V,
              "xent_fused: sizes N=%d V=%d Vp=%d must be positive with Vp >= V", N, V, Vp);
   NN_REQUIRE(losses && loss_sum && logits && targets, "xent_fused: NULL pointer");
@@ -447,27 +451,3 @@ DDP_CPU_CLONES static ddp_status_t cpu_xent_fused(ddp_backend_t *be, float *loss
   *loss_sum = (float)((double)*loss_sum + total);
   return DDP_OK;
 }
-
-/* ---- half storage --------------------------------------------------------- */
-
-// x (n) rounded in place
-static ddp_status_t cpu_store_round(ddp_backend_t *be, float *x, ddp_dtype_t dtype, size_t n,
-                                    ddp_stream_t s) {
-  return dtype == DDP_DTYPE_F32 ? DDP_OK : ddp_round_host(x, x, dtype, n);
-}
-
-const ddp_nn_ops_t ddp_nn_cpu_ops = {
-    .embed_fwd = cpu_embed_fwd,
-    .embed_bwd = cpu_embed_bwd,
-    .layernorm_fwd = cpu_layernorm_fwd,
-    .layernorm_bwd = cpu_layernorm_bwd,
-    .linear_fwd = cpu_linear_fwd,
-    .linear_bwd = cpu_linear_bwd,
-    .gelu_fwd = cpu_gelu_fwd,
-    .gelu_bwd = cpu_gelu_bwd,
-    .add = cpu_add,
-    .attention_fwd = ddp_cpu_attention_fwd,
-    .attention_bwd = ddp_cpu_attention_bwd,
-    .xent_fused = cpu_xent_fused,
-    .store_round = cpu_store_round,
-};

@@ -31,7 +31,8 @@
 typedef float cpu_vf __attribute__((vector_size(32)));
 typedef int32_t cpu_vi __attribute__((vector_size(32)));
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define DDP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DDP_CPU_CLONES
@@ -125,12 +126,54 @@ static inline float cpu_row_max(const float *x, size_t n) {
   return cpu_vhmax(m);
 }
 
-/* ---- attention (cpu_attention.c) ---------------------------------------- */
+/* ---- the fp32 kernels ------------------------------------------------------ */
 
-ddp_status_t ddp_cpu_attention_fwd(ddp_backend_t *be, float *out, float *att, const float *qkv,
-                                   int B, int T, int C, int NH, ddp_stream_t s);
-ddp_status_t ddp_cpu_attention_bwd(ddp_backend_t *be, float *dqkv, float *scratch,
-                                   const float *dout, const float *qkv, const float *att, int B,
-                                   int T, int C, int NH, ddp_stream_t s);
+/* Each op of ddptrain/nn.h on fp32 buffers (cpu_nn.c, cpu_attention.c);
+ * cpu_nn_dtype.c builds the dtype-aware table on top of them. Arguments and
+ * contracts are those of nn.h with every activation pointer a float. */
+ddp_status_t ddp_cpu_embed_fwd_f32(ddp_backend_t *be, float *out, const int32_t *tokens,
+                                   const float *wte, const float *wpe, int B, int T, int C,
+                                   ddp_stream_t s);
+ddp_status_t ddp_cpu_embed_bwd_f32(ddp_backend_t *be, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int B, int T, int C, int accumulate,
+                                   ddp_stream_t s);
+ddp_status_t ddp_cpu_layernorm_fwd_f32(ddp_backend_t *be, float *out, float *mean, float *rstd,
+                                       const float *inp, const float *w, const float *b, int N,
+                                       int C, ddp_stream_t s);
+ddp_status_t ddp_cpu_layernorm_bwd_f32(ddp_backend_t *be, float *dinp, float *dw, float *db,
+                                       const float *dout, const float *inp, const float *w,
+                                       const float *mean, const float *rstd, int N, int C,
+                                       int accumulate, ddp_stream_t s);
+ddp_status_t ddp_cpu_linear_fwd_f32(ddp_backend_t *be, float *out, const float *inp, const float *w,
+                                    const float *bias, int N, int IC, int OC, ddp_stream_t s);
+ddp_status_t ddp_cpu_linear_bwd_f32(ddp_backend_t *be, float *dinp, float *dw, float *dbias,
+                                    const float *dout, const float *inp, const float *w, int N,
+                                    int IC, int OC, int accumulate, int accumulate_dinp,
+                                    ddp_stream_t s);
+ddp_status_t ddp_cpu_gelu_fwd_f32(ddp_backend_t *be, float *out, const float *inp, size_t n,
+                                  ddp_stream_t s);
+ddp_status_t ddp_cpu_gelu_bwd_f32(ddp_backend_t *be, float *dinp, const float *inp,
+                                  const float *dout, size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_add_f32(ddp_backend_t *be, float *out, const float *a, const float *b,
+                             size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_attention_fwd_f32(ddp_backend_t *be, float *out, float *att, const float *qkv,
+                                       int B, int T, int C, int NH, ddp_stream_t s);
+ddp_status_t ddp_cpu_attention_bwd_f32(ddp_backend_t *be, float *dqkv, float *scratch,
+                                       const float *dout, const float *qkv, const float *att, int B,
+                                       int T, int C, int NH, ddp_stream_t s);
+ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *losses, float *loss_sum,
+                                    float *dlogits, const float *logits, const int32_t *targets,
+                                    float dloss, int N, int V, int Vp, ddp_stream_t s);
+
+/* ---- fp32 workspace of the half-precision ops (cpu_nn_workspace.c) ------- */
+
+/* Grows be's workspace to at least `floats` and adds a holder (the only
+ * place it allocates). */
+ddp_status_t ddp_cpu_nn_reserve_floats(ddp_backend_t *be, size_t floats);
+/* be's workspace when it holds at least `floats`; otherwise fails naming the
+ * op, so an op never allocates inside the step loop. */
+ddp_status_t ddp_cpu_nn_workspace(ddp_backend_t *be, size_t floats, const char *op, float **ws);
+/* Drops a holder; the last one frees the workspace. */
+void ddp_cpu_nn_release(ddp_backend_t *be);
 
 #endif
