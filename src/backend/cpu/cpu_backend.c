@@ -18,6 +18,7 @@
 
 #include "backend/backend_impl.h"
 #include "ddptrain/check.h"
+#include "backend/cpu/cpu_nn_impl.h"
 #include "ddptrain/nn.h"
 
 #if DDP_HAVE_OPENBLAS_THREADS
@@ -66,6 +67,7 @@ static ddp_status_t cpu_init(ddp_backend_t *be, const ddp_backend_config_t *cfg,
 }
 
 static void cpu_shutdown(ddp_backend_t *be) {
+  ddp_cpu_nn_workspace_free(be);
   if (be->bytes_in_use)
     DDP_LOG_DEBUG("cpu backend: %zu bytes still allocated at shutdown", be->bytes_in_use);
 }

@@ -175,5 +175,7 @@ ddp_status_t ddp_cpu_nn_reserve_floats(ddp_backend_t *be, size_t floats);
 ddp_status_t ddp_cpu_nn_workspace(ddp_backend_t *be, size_t floats, const char *op, float **ws);
 /* Drops a holder; the last one frees the workspace. */
 void ddp_cpu_nn_release(ddp_backend_t *be);
+/* Frees the workspace whatever its holders (the backend's shutdown). */
+void ddp_cpu_nn_workspace_free(ddp_backend_t *be);
 
 #endif
