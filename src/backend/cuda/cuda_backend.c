@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cuda/cuda_impl.h"
 #include "backend/device_error.h"
 #include "ddptrain/caching_alloc.h"
 #include "foreign_check.h"
@@ -28,18 +29,14 @@
  * synchronises the device. The allocator also knows each block's requested
  * size, which keeps the backend's byte counters exact (device memory has no
  * room for a host-readable header). */
-typedef struct cuda_state {
-  cudaStream_t compute;
-  cublasHandle_t blas;
-  ddp_caching_alloc_t *cache;
-} cuda_state_t;
+typedef ddp_cuda_state_t cuda_state_t;
 
 static cuda_state_t *state(ddp_backend_t *be) {
-  return (cuda_state_t *)be->impl;
+  return ddp_cuda_state(be);
 }
 
 static cudaStream_t stream_of(ddp_backend_t *be, ddp_stream_t s) {
-  return s ? (cudaStream_t)(void *)s : state(be)->compute;
+  return ddp_cuda_stream(be, s);
 }
 
 /* The raw pair under the cache. Out of memory is returned silently: the
@@ -110,10 +107,16 @@ free_state:
   return rc;
 }
 
+static void cuda_free(ddp_backend_t *be, void *ptr);
+
 static void cuda_shutdown(ddp_backend_t *be) {
   cuda_state_t *st = state(be);
   if (!st) return;
   cudaStreamSynchronize(st->compute);
+  if (st->scratch) {
+    cuda_free(be, st->scratch);
+    st->scratch = NULL;
+  }
   cublasDestroy(st->blas);
   cudaStreamDestroy(st->compute);
   cudaDeviceSynchronize(); /* work on other streams may still use cached blocks */
@@ -161,6 +164,39 @@ static void cuda_free(ddp_backend_t *be, void *ptr) {
     ddp_backend_count_free(be, bytes);
   else
     DDP_LOG_WARN("cuda:%d: free of %p, which this backend did not allocate", be->device, ptr);
+}
+
+ddp_status_t ddp_cuda_scratch_reserve(ddp_backend_t *be, size_t bytes) {
+  cuda_state_t *st = state(be);
+  if (bytes > st->scratch_bytes) {
+    void *p = NULL;
+    DDP_CHECK(cuda_alloc(be, bytes, &p));
+    if (st->scratch) cuda_free(be, st->scratch);
+    st->scratch = p;
+    st->scratch_bytes = bytes;
+  }
+  st->scratch_holds++;
+  return DDP_OK;
+}
+
+void ddp_cuda_scratch_release(ddp_backend_t *be) {
+  cuda_state_t *st = state(be);
+  if (st->scratch_holds > 0 && --st->scratch_holds == 0 && st->scratch) {
+    cuda_free(be, st->scratch);
+    st->scratch = NULL;
+    st->scratch_bytes = 0;
+  }
+}
+
+ddp_status_t ddp_cuda_scratch_get(ddp_backend_t *be, size_t bytes, const char *op, void **out) {
+  cuda_state_t *st = state(be);
+  *out = st->scratch;
+  if (bytes > st->scratch_bytes)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "cuda:%d: %s needs %zu bytes of scratch but reserve() provided %zu; call the nn "
+             "reserve() with the largest shapes before the step loop",
+             be->device, op, bytes, st->scratch_bytes);
+  return DDP_OK;
 }
 
 static void cuda_cache_stats(ddp_backend_t *be, ddp_caching_alloc_stats_t *stats) {
