@@ -42,6 +42,13 @@ done
 peak=$(sed -n '1s/.*"peak_mem_mb":\([0-9.e+-]*\).*/\1/p' "$dir/m.jsonl")
 awk -v p="$peak" 'BEGIN { exit !(p > 0) }' || { echo "FAIL: peak_mem_mb '$peak' is not positive"; fail=1; }
 grep -q "summary: .* | peak mem [0-9.]* MiB" "$dir/out" || { echo "FAIL: summary lacks peak mem"; fail=1; }
+# The step loop allocates nothing once the first step has built every buffer.
+if tail -n 1 "$dir/m.jsonl" | grep -q '"loop_allocs":0[,}]' &&
+   grep -q "summary: the step loop made 0 backend allocations (0 raw" "$dir/out"; then
+  echo "ok: no backend allocations in the step loop"
+else
+  echo "FAIL: loop_allocs"; tail -n 1 "$dir/m.jsonl"; grep "step loop" "$dir/out"; fail=1
+fi
 if [ -s "$dir/w.safetensors" ] && grep -aq 'transformer.h.0.mlp.c_fc.weight' "$dir/w.safetensors"; then
   echo "ok: --export wrote the weights"
 else

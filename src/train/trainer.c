@@ -320,7 +320,25 @@ typedef struct window {
 typedef struct totals {
   double t0, t_end, compute_s, exposed_ms, comm_ms, wait_ms, flops, imbalance, imbalance_max;
   int64_t useful, padded, steps;
+  /* Backend allocations (ops and raw device allocations) after the first
+   * step, when every buffer exists: the step loop must add none. -1 until
+   * measured (runs of one step). */
+  int64_t loop_allocs, loop_raw_allocs;
+  uint64_t allocs0, raw_allocs0;
 } totals_t;
+
+/* Snapshot after the first step; counted again when the loop ends. */
+static void count_loop_allocs(const trainer_t *tr, totals_t *t, int first) {
+  ddp_caching_alloc_stats_t s;
+  ddp_backend_mem_stats(tr->be, &s);
+  if (first) {
+    t->allocs0 = tr->be->alloc_calls;
+    t->raw_allocs0 = s.raw_alloc_calls;
+    return;
+  }
+  t->loop_allocs = (int64_t)(tr->be->alloc_calls - t->allocs0);
+  t->loop_raw_allocs = (int64_t)(s.raw_alloc_calls - t->raw_allocs0);
+}
 
 static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float lr) {
   const int64_t accum = tr->o->accum;
@@ -565,6 +583,10 @@ static void print_summary(const trainer_t *tr, const totals_t *t, double val_los
   DDP_LOG_INFO("summary: padding %.1f%% | rank imbalance mean %.3f, worst window %.3f",
                t->padded ? 100.0 * (1.0 - (double)t->useful / (double)t->padded) : 0.0,
                t->imbalance / ns, t->imbalance_max);
+  if (t->loop_allocs >= 0)
+    DDP_LOG_INFO("summary: the step loop made %lld backend allocations (%lld raw device "
+                 "allocations) after the first step",
+                 (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
   if (n_acc)
     DDP_LOG_INFO(
         "summary: final train loss %.4f | val loss %.4f | task accuracy %.1f%% on %d "
@@ -598,7 +620,7 @@ static ddp_status_t run(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   DDP_CHECK(setup(tr));
   double val_loss = NAN;
-  totals_t tot = {.t0 = now_seconds()};
+  totals_t tot = {.t0 = now_seconds(), .loop_allocs = -1, .loop_raw_allocs = -1};
   /* --stop-at ends this run early; the schedule still spans --steps. */
   int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
   if (end < tr->start_step) end = tr->start_step; /* never a checkpoint that rewinds the step */
@@ -610,6 +632,7 @@ static ddp_status_t run(trainer_t *tr) {
     DDP_CHECK(ddp_fault_maybe_inject(tr->dist->rank, step));
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
     DDP_CHECK(train_step(tr, step, &w, lr));
+    if (step == tr->start_step) count_loop_allocs(tr, &tot, 1);
     /* the stop vote right after the step's own collectives, so the log
      * window that counts them also counts it */
     int stop = 0, signo = 0;
@@ -633,6 +656,7 @@ static ddp_status_t run(trainer_t *tr) {
     if (stop) return DDP_ERR_INTERRUPTED;
   }
   tot.t_end = now_seconds();
+  if (end - tr->start_step > 1) count_loop_allocs(tr, &tot, 0);
   DDP_CHECK(ddp_loader_stop(tr->loader));
   const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
   DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, end, &scaler, 1));
@@ -650,11 +674,13 @@ static ddp_status_t run(trainer_t *tr) {
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
                                 "task_acc", acc, "tok_per_s",
                                 (double)tot.useful / (tot.t_end - tot.t0), "peak_mem_mb",
-                                ddp_backend_peak_mem_mb(tr->be), NULL));
+                                ddp_backend_peak_mem_mb(tr->be), "loop_allocs",
+                                (double)tot.loop_allocs, NULL));
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
                                 "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0),
-                                "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), NULL));
+                                "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "loop_allocs",
+                                (double)tot.loop_allocs, NULL));
   if (o->dump_batches[0]) DDP_CHECK(dump_batches(tr, o->dump_batches));
   if (o->export_path[0] && tr->dist->rank == 0) {
     DDP_CHECK(ddp_gpt_export_safetensors(tr->model, o->export_path));
