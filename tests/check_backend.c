@@ -219,7 +219,15 @@ START_TEST(test_backend_measure_gemm_gflops) {
   ck_assert_uint_eq(be->bytes_in_use, 0); /* it frees what it took */
   ddp_test_log_start();
   ck_assert_int_eq(ddp_backend_measure_gemm_gflops(be, 0, 0.01, &gf), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_backend_measure_gemm_gflops_dtype(be, DDP_DTYPE_I32, 64, 0.01, &gf),
+                   DDP_ERR_INVALID_ARG);
+  /* The CPU GEMM is fp32 only: a half-precision measurement fails with
+   * the GEMM's error, and frees what it took (the trainer measures fp32 on
+   * the CPU whatever the precision). */
+  ck_assert_int_ne(ddp_backend_measure_gemm_gflops_dtype(be, DDP_DTYPE_BF16, 64, 0.01, &gf),
+                   DDP_OK);
   free(ddp_test_log_stop());
+  ck_assert_uint_eq(be->bytes_in_use, 0);
   ddp_backend_destroy(be);
 }
 END_TEST

@@ -187,6 +187,10 @@ ddp_status_t ddp_device_parse(const char *text, const char **backend_name, int *
  * never inside the step loop. */
 ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,
                                              double *gflops);
+/* The same with A, B and C of `dtype` (fp32 accumulation): on a GPU the
+ * bf16/fp16 tensor-core rate, the MFU denominator of a half-precision run. */
+ddp_status_t ddp_backend_measure_gemm_gflops_dtype(ddp_backend_t *be, ddp_dtype_t dtype, int64_t n,
+                                                   double seconds, double *gflops);
 
 /* Memory counters of any backend, in the caching allocator's terms. Without
  * a cache every alloc is a raw allocation and nothing is held beyond what is

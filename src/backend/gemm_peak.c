@@ -12,18 +12,25 @@ static double now_seconds(void) {
 
 ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,
                                              double *gflops) {
-  if (!be || !gflops || n < 1 || n > 16384 || !(seconds >= 0))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "measure_gemm_gflops: bad arguments (n = %lld)", (long long)n);
-  const size_t bytes = (size_t)(n * n) * sizeof(float);
+  return ddp_backend_measure_gemm_gflops_dtype(be, DDP_DTYPE_F32, n, seconds, gflops);
+}
+
+ddp_status_t ddp_backend_measure_gemm_gflops_dtype(ddp_backend_t *be, ddp_dtype_t dtype, int64_t n,
+                                                   double seconds, double *gflops) {
+  if (!be || !gflops || n < 1 || n > 16384 || !(seconds >= 0) || !ddp_dtype_is_float(dtype))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "measure_gemm_gflops: bad arguments (n = %lld, %s)",
+             (long long)n, ddp_dtype_name(dtype));
+  const size_t bytes = (size_t)(n * n) * ddp_dtype_size(dtype);
   void *a = NULL, *b = NULL, *c = NULL;
   ddp_status_t st = DDP_OK;
   DDP_CHECK_GOTO(ddp_backend_alloc(be, bytes, &a), st, out);
   DDP_CHECK_GOTO(ddp_backend_alloc(be, bytes, &b), st, out);
   DDP_CHECK_GOTO(ddp_backend_alloc(be, bytes, &c), st, out);
   /* Small non-zero values: some BLAS kernels take shortcuts on zeros. */
-  DDP_CHECK_GOTO(be->ops->fill(be, a, DDP_DTYPE_F32, 0.5f, (size_t)(n * n), NULL), st, out);
-  DDP_CHECK_GOTO(be->ops->fill(be, b, DDP_DTYPE_F32, 0.25f, (size_t)(n * n), NULL), st, out);
+  DDP_CHECK_GOTO(be->ops->fill(be, a, dtype, 0.5f, (size_t)(n * n), NULL), st, out);
+  DDP_CHECK_GOTO(be->ops->fill(be, b, dtype, 0.25f, (size_t)(n * n), NULL), st, out);
   ddp_gemm_t g = ddp_gemm_packed_f32(n, n, n, a, b, c);
+  g.ab_dtype = g.c_dtype = dtype; /* half operands and output, fp32 accumulation */
   DDP_CHECK_GOTO(ddp_backend_gemm(be, &g, NULL), st, out); /* warm-up: threads, caches */
   DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);
   /* Products run in windows of 4 (an asynchronous device stays busy while

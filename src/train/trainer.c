@@ -265,8 +265,11 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_metrics_open(&tr->metrics, tr->dist->rank == 0 ? o->metrics : ""));
   tr->peak_gflops = o->peak_gflops;
   if (tr->peak_gflops <= 0)
-    DDP_CHECK(ddp_backend_measure_gemm_gflops(tr->be, tr->be->device < 0 ? 512 : 4096, 0.25,
-                                              &tr->peak_gflops));
+    /* On a GPU the rate of the run's own GEMM type (bf16/fp16 tensor cores
+     * in half precision); the CPU computes every GEMM in fp32. */
+    DDP_CHECK(ddp_backend_measure_gemm_gflops_dtype(
+        tr->be, tr->be->device < 0 ? DDP_DTYPE_F32 : ddp_gpt_precision(tr->model),
+        tr->be->device < 0 ? 512 : 4096, 0.25, &tr->peak_gflops));
   DDP_LOG_INFO("data: %lld documents, %lld tokens, vocabulary %d (%s)",
                (long long)tr->data.train.n_docs, (long long)tr->data.train.n_tokens,
                tr->data.train.vocab,
