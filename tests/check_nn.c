@@ -502,6 +502,43 @@ START_TEST(test_nn_layernorm_large_mean_stays_accurate) {
 }
 END_TEST
 
+/* ---- residual add + layernorm ----------------------------------------------- */
+
+/* The fused op is defined as `add` followed by layernorm_fwd on the stored
+ * sum: resid, out, mean and rstd must equal that pair's bit for bit, for odd
+ * channel counts (a lone channel, vector bodies with and without a tail), in
+ * training and eval, and with the residual stream updated in place
+ * (resid == a, as the model calls it). */
+START_TEST(test_nn_residual_layernorm_equals_add_then_layernorm) {
+  static const int Cs[] = {1, 7, SC, 67, 203};
+  for (size_t k = 0; k < sizeof Cs / sizeof Cs[0]; ++k) {
+    const int N = 11, C = Cs[k];
+    const size_t n = (size_t)N * C;
+    float *a = fnormal(n, 0.5f, 2.0f), *b = fnormal(n, 0.0f, 1.0f);
+    float *w = funi(C, 0.5f, 1.5f), *bias = funi(C, -1, 1);
+    float *sum = fnan(n), *ref = fnan(n), *rm = fnan(N), *rr = fnan(N);
+    expect_ok(nn->add(g_be, DDP_DTYPE_F32, sum, a, b, n, NULL), "add");
+    expect_ok(nn->layernorm_fwd(g_be, DDP_DTYPE_F32, ref, rm, rr, sum, w, bias, N, C, NULL),
+              "layernorm_fwd");
+    float *resid = fnan(n), *out = fnan(n), *mean = fnan(N), *rstd = fnan(N);
+    expect_ok(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, resid, out, mean, rstd, a, b, w, bias,
+                                         N, C, NULL),
+              "residual_layernorm_fwd");
+    expect_bits_equal("fused resid == add", resid, sum, n);
+    expect_bits_equal("fused out == layernorm(add)", out, ref, n);
+    expect_bits_equal("fused mean", mean, rm, N);
+    expect_bits_equal("fused rstd", rstd, rr, N);
+    /* Eval, in place on the residual stream. */
+    float *out2 = fnan(n);
+    expect_ok(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, a, out2, NULL, NULL, a, b, w, bias, N,
+                                         C, NULL),
+              "residual_layernorm_fwd in place");
+    expect_bits_equal("fused in place resid", a, sum, n);
+    expect_bits_equal("fused in place out", out2, ref, n);
+  }
+}
+END_TEST
+
 /* ---- linear ------------------------------------------------------------------ */
 
 typedef struct lin_ctx {
@@ -1087,6 +1124,26 @@ START_TEST(test_nn_rejects_bad_sizes_and_null_pointers) {
                 "NULL");
   EXPECT_REJECT(nn->layernorm_bwd(g_be, DDP_DTYPE_F32, y, y, y, x, x, x, x, x, 0, 4, 0, NULL),
                 "N=0");
+  /* The fused residual op rejects what layernorm_fwd rejects, and an out
+   * that aliases its inputs (resid is y, out y + 2048). */
+  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, NULL, NULL, y, x, x, x,
+                                           3, -1, NULL),
+                "C=-1");
+  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, y, y, y, x, x, x, 0, 4,
+                                           NULL),
+                "N=0");
+  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, NULL, NULL, y, x, NULL,
+                                           x, 3, 4, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, NULL, NULL, y, NULL, x,
+                                           x, 3, 4, NULL),
+                "NULL");
+  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y, NULL, NULL, y, x, x, x, 3, 4,
+                                           NULL),
+                "out must not alias");
+  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_I32, y, y + 2048, NULL, NULL, y, x, x, x,
+                                           3, 4, NULL),
+                "activation dtype int32");
   EXPECT_REJECT(nn->linear_fwd(g_be, DDP_DTYPE_F32, y, x, x, NULL, 4, 0, 4, NULL), "IC=0");
   EXPECT_REJECT(nn->linear_fwd(g_be, DDP_DTYPE_F32, y, x, NULL, NULL, 4, 4, 4, NULL), "NULL");
   EXPECT_REJECT(nn->linear_bwd(g_be, DDP_DTYPE_F32, y, NULL, y, x, x, x, 4, 4, 4, 0, 0, NULL),
@@ -1160,6 +1217,7 @@ static Suite *nn_suite(void) {
   tcase_add_test(tc, test_nn_layernorm_bwd_finite_differences);
   tcase_add_test(tc, test_nn_layernorm_bwd_accumulate_semantics);
   tcase_add_test(tc, test_nn_layernorm_large_mean_stays_accurate);
+  tcase_add_test(tc, test_nn_residual_layernorm_equals_add_then_layernorm);
   tcase_add_test(tc, test_nn_linear_fwd_matches_reference);
   tcase_add_test(tc, test_nn_linear_bwd_finite_differences);
   tcase_add_test(tc, test_nn_linear_bwd_accumulate_semantics);

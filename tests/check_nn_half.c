@@ -105,6 +105,13 @@ static void expect_f32(const float *got, const float *want, size_t n, const char
                   (double)got[i], (double)want[i]);
 }
 
+/* Two half buffers hold the same bits. */
+static void expect_bits16(const uint16_t *got, const uint16_t *want, size_t n, const char *what) {
+  for (size_t i = 0; i < n; ++i)
+    ck_assert_msg(got[i] == want[i], "%s (%s): element %zu is 0x%04x, want 0x%04x", what,
+                  ddp_dtype_name(g_dt), i, got[i], want[i]);
+}
+
 static const ddp_dtype_t k_halves[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
 
 /* Starts round d of a test (bf16, then fp16) with the workspace reserved;
@@ -180,6 +187,42 @@ START_TEST(test_half_layernorm) {
       expect_half(&dinp, "layernorm_bwd dinp");
       expect_f32(dw_h, dw_f, C, "layernorm_bwd dw");
       expect_f32(db_h, db_f, C, "layernorm_bwd db");
+    }
+  }
+}
+END_TEST
+
+/* The fused residual op under a half type equals `add` followed by
+ * layernorm_fwd under the same type bit for bit (the sum rounded once, then
+ * normalised from the rounded value), also in place (resid == a) and in
+ * eval. C = 15 (a vector body and a tail) and a wider odd row. */
+START_TEST(test_half_residual_layernorm) {
+  FOR_EACH_HALF {
+    static const int Cs[] = {C, 4 * C - 1};
+    for (int k = 0; k < 2; ++k) {
+      const int c = Cs[k];
+      const size_t n = (size_t)N * c;
+      pair_t a = input(n, 2.0f), b = input(n, 1.0f), w = input(c, 1.0f), bias = input(c, 1.0f);
+      pair_t sum = output(n), ref = output(n);
+      float *rm = f32_out(N, NULL), *rr = f32_out(N, NULL);
+      ck_assert_int_eq(nn->add(g_be, g_dt, sum.h, a.h, b.h, n, NULL), DDP_OK);
+      ck_assert_int_eq(
+          nn->layernorm_fwd(g_be, g_dt, ref.h, rm, rr, sum.h, w.h, bias.h, N, c, NULL), DDP_OK);
+      pair_t resid = output(n), out = output(n);
+      float *mean = f32_out(N, NULL), *rstd = f32_out(N, NULL);
+      ck_assert_int_eq(nn->residual_layernorm_fwd(g_be, g_dt, resid.h, out.h, mean, rstd, a.h, b.h,
+                                                  w.h, bias.h, N, c, NULL),
+                       DDP_OK);
+      expect_bits16(resid.h, sum.h, n, "residual_layernorm_fwd resid");
+      expect_bits16(out.h, ref.h, n, "residual_layernorm_fwd out");
+      expect_f32(mean, rm, N, "residual_layernorm_fwd mean");
+      expect_f32(rstd, rr, N, "residual_layernorm_fwd rstd");
+      pair_t eval = output(n);
+      ck_assert_int_eq(nn->residual_layernorm_fwd(g_be, g_dt, a.h, eval.h, NULL, NULL, a.h, b.h,
+                                                  w.h, bias.h, N, c, NULL),
+                       DDP_OK);
+      expect_bits16(a.h, sum.h, n, "residual_layernorm_fwd in place resid");
+      expect_bits16(eval.h, ref.h, n, "residual_layernorm_fwd in place out");
     }
   }
 }
@@ -330,6 +373,16 @@ START_TEST(test_half_workspace_and_dtype) {
   for (size_t i = 0; i < out.n; ++i) ck_assert_uint_eq(out.h[i], 0xFFFF);
   ck_assert_int_eq(nn->linear_fwd(g_be, DDP_DTYPE_F32, out.f, x.f, w.f, NULL, N, IC, OC, NULL),
                    DDP_OK);
+  /* the fused residual op too: neither resid nor out is touched */
+  pair_t resid = output((size_t)N * IC), normed = output((size_t)N * IC);
+  ddp_test_log_start();
+  ck_assert_int_eq(nn->residual_layernorm_fwd(g_be, g_dt, resid.h, normed.h, NULL, NULL, x.h, x.h,
+                                              w.h, w.h, N, IC, NULL),
+                   DDP_ERR_INVALID_ARG);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "residual_layernorm_fwd in half precision needs");
+  free(log);
+  for (size_t i = 0; i < resid.n; ++i) ck_assert_uint_eq(resid.h[i] & normed.h[i], 0xFFFF);
   /* a reserve too small for the call is the same error; release frees */
   ck_assert_int_eq(nn->reserve(g_be, g_dt, 1, 1, 1), DDP_OK);
   ddp_test_log_start();
@@ -351,6 +404,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_half_embed);
   tcase_add_test(tc, test_half_layernorm);
+  tcase_add_test(tc, test_half_residual_layernorm);
   tcase_add_test(tc, test_half_linear);
   tcase_add_test(tc, test_half_elementwise);
   tcase_add_test(tc, test_half_attention);

@@ -111,6 +111,19 @@ typedef struct ddp_nn_ops {
                              void *dlogits, const void *logits, const int32_t *targets, float dloss,
                              int N, int V, int Vp, ddp_stream_t s);
 
+  /* The residual add fused with the LayerNorm that follows it:
+   * resid (N,C) = a + b, rounded to dt once (exactly what `add` stores), and
+   * out (N,C) = layernorm(resid) with w, bias (C), exactly as layernorm_fwd
+   * computes it from the stored resid (so the pair equals add followed by
+   * layernorm_fwd, bit for bit on the CPU backend). mean, rstd (N, fp32) as
+   * layernorm_fwd's: saved for backward, NULL in eval. resid may alias a
+   * (the residual stream updated in place); out aliases none of the others.
+   * One pass per row instead of a write and a re-read of the stream. */
+  ddp_status_t (*residual_layernorm_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *resid, void *out,
+                                         float *mean, float *rstd, const void *a, const void *b,
+                                         const void *w, const void *bias, int N, int C,
+                                         ddp_stream_t s);
+
   /* Makes the ops under dt ready for up to N rows of a GPT with C channels
    * and (padded) vocabulary V: linear shapes (IC, OC) among (C, C), (C, 3C),
    * (C, 4C), (4C, C), (C, V); embedding, layernorm and attention on

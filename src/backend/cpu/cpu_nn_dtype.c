@@ -97,6 +97,20 @@ static ddp_status_t embed_bwd(ddp_backend_t *be, ddp_dtype_t dt, float *dwte, fl
 
 /* ---- layernorm: one row at a time through the fp32 kernel ------------------ */
 
+/* Row r of a layernorm under dt (any dt, also fp32 where out is a float
+ * buffer): x (C, fp32) through the fp32 kernel into y, stored once into
+ * out's row r. Rows are independent in the kernel: row by row is the same
+ * arithmetic as one call over all rows. */
+static ddp_status_t layernorm_fwd_row(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *mean,
+                                      float *rstd, const float *x, const float *wf,
+                                      const float *bf, float *y, size_t r, int C, ddp_stream_t s) {
+  const size_t c = (size_t)C;
+  DDP_CHECK(ddp_cpu_layernorm_fwd_f32(be, y, mean ? mean + r : NULL, rstd ? rstd + r : NULL, x, wf,
+                                      bf, 1, C, s));
+  if (dt != DDP_DTYPE_F32) narrow(hat_mut(out, r * c), y, dt, c);
+  return DDP_OK;
+}
+
 static ddp_status_t layernorm_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *mean,
                                   float *rstd, const void *inp, const void *w, const void *b, int N,
                                   int C, ddp_stream_t s) {
@@ -113,10 +127,7 @@ static ddp_status_t layernorm_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, 
   widen(bf, b, dt, c);
   for (size_t r = 0; r < (size_t)N; ++r) {
     widen(x, hat(inp, r * c), dt, c);
-    /* Rows are independent in the kernel: row by row is the same arithmetic. */
-    DDP_CHECK(ddp_cpu_layernorm_fwd_f32(be, y, mean ? mean + r : NULL, rstd ? rstd + r : NULL, x,
-                                        wf, bf, 1, C, s));
-    narrow(hat_mut(out, r * c), y, dt, c);
+    DDP_CHECK(layernorm_fwd_row(be, dt, out, mean, rstd, x, wf, bf, y, r, C, s));
   }
   return DDP_OK;
 }
@@ -260,6 +271,48 @@ static ddp_status_t add(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void
   return binary_blocks(be, dt, ddp_cpu_add_f32, out, a, b, n, s);
 }
 
+/* ---- residual add + layernorm: add's and layernorm_fwd's paths, row by row -- */
+
+// resid (N,C) (may alias a), out (N,C), mean, rstd (N) or NULL, a, b (N,C), w, bias (C)
+static ddp_status_t residual_layernorm_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *resid,
+                                           void *out, float *mean, float *rstd, const void *a,
+                                           const void *b, const void *w, const void *bias, int N,
+                                           int C, ddp_stream_t s) {
+  DDP_CHECK(check_dt(dt, "residual_layernorm_fwd"));
+  NN_REQUIRE(N > 0 && C > 0, "residual_layernorm_fwd: sizes N=%d C=%d must be positive", N, C);
+  NN_REQUIRE(resid && out && a && b && w && bias, "residual_layernorm_fwd: NULL pointer");
+  NN_REQUIRE(out != resid && out != a && out != b,
+             "residual_layernorm_fwd: out must not alias resid, a or b");
+  const size_t c = (size_t)C;
+  /* Each row is added, stored, and normalised while it is still in cache:
+   * the same kernels on the same values as `add` over all rows followed by
+   * layernorm_fwd, so the results are bit-identical to that pair. */
+  if (dt == DDP_DTYPE_F32) {
+    for (size_t r = 0; r < (size_t)N; ++r) {
+      float *x = (float *)resid + r * c;
+      DDP_CHECK(ddp_cpu_add_f32(be, x, (const float *)a + r * c, (const float *)b + r * c, c, s));
+      DDP_CHECK(layernorm_fwd_row(be, dt, out, mean, rstd, x, w, bias, (float *)out + r * c, r, C,
+                                  s));
+    }
+    return DDP_OK;
+  }
+  float *ws;
+  DDP_CHECK(ddp_cpu_nn_workspace(be, 4 * c, "residual_layernorm_fwd", &ws));
+  float *wf = ws, *bf = ws + c, *x = ws + 2 * c, *y = ws + 3 * c;
+  widen(wf, w, dt, c);
+  widen(bf, bias, dt, c);
+  for (size_t r = 0; r < (size_t)N; ++r) {
+    widen(x, hat(a, r * c), dt, c);
+    widen(y, hat(b, r * c), dt, c);
+    DDP_CHECK(ddp_cpu_add_f32(be, x, x, y, c, s));
+    narrow(hat_mut(resid, r * c), x, dt, c);
+    /* LayerNorm sees the stored (rounded) sum, as after a separate `add`. */
+    widen(x, hat(resid, r * c), dt, c);
+    DDP_CHECK(layernorm_fwd_row(be, dt, out, mean, rstd, x, wf, bf, y, r, C, s));
+  }
+  return DDP_OK;
+}
+
 /* ---- attention and cross-entropy: whole tensors ----------------------------- */
 
 static ddp_status_t attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *att,
@@ -357,6 +410,7 @@ const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .attention_fwd = attention_fwd,
     .attention_bwd = attention_bwd,
     .xent_fused = xent_fused,
+    .residual_layernorm_fwd = residual_layernorm_fwd,
     .reserve = reserve,
     .release = ddp_cpu_nn_release,
 };
