@@ -205,9 +205,15 @@ ddp_status_t dispatch(const char *op, ddp_dtype_t dt, int N, int C, bool pointer
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: sizes N=%d C=%d must be positive", op, N, C);
   if (!pointers_ok) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL pointer", op);
   switch (dt) {
-    case DDP_DTYPE_F32: launch(F32{}); break;
-    case DDP_DTYPE_BF16: launch(BF16{}); break;
-    case DDP_DTYPE_F16: launch(F16{}); break;
+    case DDP_DTYPE_F32:
+      launch(F32{});
+      break;
+    case DDP_DTYPE_BF16:
+      launch(BF16{});
+      break;
+    case DDP_DTYPE_F16:
+      launch(F16{});
+      break;
     default:
       DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: dtype %s (%d) is not fp32, bf16 or fp16", op,
                ddp_dtype_name(dt), (int)dt);
@@ -221,11 +227,11 @@ unsigned blocks_for_warps(int64_t warps) {
   return (unsigned)((warps + per_block - 1) / per_block);
 }
 
-} // namespace
+}  // namespace
 
 extern "C" ddp_status_t ddp_cuda_layernorm_fwd(ddp_dtype_t dt, void *out, float *mean, float *rstd,
-                                               const void *inp, const void *w, const void *b,
-                                               int N, int C, cudaStream_t stream) {
+                                               const void *inp, const void *w, const void *b, int N,
+                                               int C, cudaStream_t stream) {
   return dispatch("ddp_cuda_layernorm_fwd", dt, N, C, out && inp && w && b, [&](auto d) {
     ln_fwd_kernel<decltype(d)::value, false><<<blocks_for_warps(N), kRowThreads, 0, stream>>>(
         nullptr, out, mean, rstd, inp, nullptr, w, b, N, C);

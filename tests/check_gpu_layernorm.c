@@ -52,8 +52,8 @@ static const int k_channels[] = {67, 768 + 5, 1600 + 3};
 /* The CPU workspace (half types) and the GPU scratch for N x C. */
 static void reserve_both(ddp_dtype_t dt, int N, int C) {
   ck_assert_int_eq(cpu_nn->reserve(twin_cpu, dt, N, C, 1), DDP_OK);
-  ck_assert_int_eq(ddp_cuda_scratch_reserve(twin_gpu, ddp_cuda_layernorm_scratch_bytes(dt, N, C, 1)),
-                   DDP_OK);
+  ck_assert_int_eq(
+      ddp_cuda_scratch_reserve(twin_gpu, ddp_cuda_layernorm_scratch_bytes(dt, N, C, 1)), DDP_OK);
 }
 
 static void release_both(void) {
@@ -106,10 +106,9 @@ static void fwd_case(ddp_dtype_t dt, int N, int C, float offset) {
   twin_t b = twin_input(dt, C, 0.0f, 1.0f);
   twin_t out = twin_output(dt, n), mean = twin_output(DDP_DTYPE_F32, N);
   twin_t rstd = twin_output(DDP_DTYPE_F32, N), eval = twin_output(dt, n);
-  ck_assert_int_eq(
-      cpu_nn->layernorm_fwd(twin_cpu, dt, out.cpu, mean.cpu, rstd.cpu, x.cpu, w.cpu, b.cpu, N, C,
-                            NULL),
-      DDP_OK);
+  ck_assert_int_eq(cpu_nn->layernorm_fwd(twin_cpu, dt, out.cpu, mean.cpu, rstd.cpu, x.cpu, w.cpu,
+                                         b.cpu, N, C, NULL),
+                   DDP_OK);
   ck_assert_int_eq(ddp_cuda_nn_layernorm_fwd(twin_gpu, dt, out.gpu, mean.gpu, rstd.gpu, x.gpu,
                                              w.gpu, b.gpu, N, C, NULL),
                    DDP_OK);
@@ -153,20 +152,20 @@ static void residual_case(ddp_dtype_t dt, int N, int C) {
   twin_t w = twin_input(dt, C, 1.0f, 0.3f), bias = twin_input(dt, C, 0.0f, 1.0f);
   twin_t resid = twin_output(dt, n), out = twin_output(dt, n);
   twin_t mean = twin_output(DDP_DTYPE_F32, N), rstd = twin_output(DDP_DTYPE_F32, N);
-  ck_assert_int_eq(cpu_nn->residual_layernorm_fwd(twin_cpu, dt, resid.cpu, out.cpu, mean.cpu,
-                                                  rstd.cpu, a.cpu, b.cpu, w.cpu, bias.cpu, N, C,
-                                                  NULL),
-                   DDP_OK);
-  ck_assert_int_eq(ddp_cuda_nn_residual_layernorm_fwd(twin_gpu, dt, resid.gpu, out.gpu, mean.gpu,
-                                                      rstd.gpu, a.gpu, b.gpu, w.gpu, bias.gpu, N,
-                                                      C, NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      cpu_nn->residual_layernorm_fwd(twin_cpu, dt, resid.cpu, out.cpu, mean.cpu, rstd.cpu, a.cpu,
+                                     b.cpu, w.cpu, bias.cpu, N, C, NULL),
+      DDP_OK);
+  ck_assert_int_eq(
+      ddp_cuda_nn_residual_layernorm_fwd(twin_gpu, dt, resid.gpu, out.gpu, mean.gpu, rstd.gpu,
+                                         a.gpu, b.gpu, w.gpu, bias.gpu, N, C, NULL),
+      DDP_OK);
   twin_expect(&resid, 0.0, "residual_layernorm_fwd resid");
   const double e_out = twin_expect(&out, twin_tol(dt), "residual_layernorm_fwd out");
   twin_expect(&mean, TOL_STATS, "residual_layernorm_fwd mean");
   twin_expect(&rstd, TOL_STATS, "residual_layernorm_fwd rstd");
-  fprintf(stderr, "residual_layernorm_fwd %-4s N=%d C=%d: err out %.2g\n", ddp_dtype_name(dt), N,
-          C, e_out);
+  fprintf(stderr, "residual_layernorm_fwd %-4s N=%d C=%d: err out %.2g\n", ddp_dtype_name(dt), N, C,
+          e_out);
 
   /* On the GPU: the fused out is layernorm_fwd of its own stored resid. */
   twin_t ln = twin_output(dt, n), ln_mean = twin_output(DDP_DTYPE_F32, N);
@@ -190,8 +189,8 @@ static void residual_case(ddp_dtype_t dt, int N, int C) {
   twin_expect(&out2, twin_tol(dt), "residual_layernorm_fwd in place out");
   expect_gpu_bits_equal(&a2, &resid, "in place resid == out of place resid");
   expect_gpu_bits_equal(&out2, &out, "in place out == out of place out");
-  twin_t *all[] = {&a, &b, &w, &bias, &resid, &out, &mean, &rstd, &ln, &ln_mean, &ln_rstd,
-                   &a2, &out2};
+  twin_t *all[] = {&a,    &b,  &w,       &bias,    &resid, &out, &mean,
+                   &rstd, &ln, &ln_mean, &ln_rstd, &a2,    &out2};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) twin_free(all[i]);
   release_both();
 }
@@ -239,10 +238,10 @@ static void bwd_compare(ddp_dtype_t dt, const bwd_in_t *in, int N, int C, int ac
   twin_t dinp = twin_input(dt, n, 0.0f, 1.0f);
   twin_t dw = acc ? twin_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : twin_output(DDP_DTYPE_F32, C);
   twin_t db = acc ? twin_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : twin_output(DDP_DTYPE_F32, C);
-  ck_assert_int_eq(cpu_nn->layernorm_bwd(twin_cpu, dt, dinp.cpu, (float *)dw.cpu, (float *)db.cpu,
-                                         in->dout.cpu, in->x.cpu, in->w.cpu, in->mean.cpu,
-                                         in->rstd.cpu, N, C, acc, NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      cpu_nn->layernorm_bwd(twin_cpu, dt, dinp.cpu, (float *)dw.cpu, (float *)db.cpu, in->dout.cpu,
+                            in->x.cpu, in->w.cpu, in->mean.cpu, in->rstd.cpu, N, C, acc, NULL),
+      DDP_OK);
   ck_assert_int_eq(ddp_cuda_nn_layernorm_bwd(twin_gpu, dt, dinp.gpu, (float *)dw.gpu,
                                              (float *)db.gpu, in->dout.gpu, in->x.gpu, in->w.gpu,
                                              in->mean.gpu, in->rstd.gpu, N, C, acc, NULL),
@@ -351,8 +350,8 @@ START_TEST(test_gpu_layernorm_rejects_bad_input) {
   EXPECT_REJECT(ddp_cuda_nn_layernorm_bwd(twin_gpu, dt, out.gpu, f, f, x.gpu, x.gpu, w.gpu, st, st,
                                           N, C, 0, NULL),
                 "scratch");
-  ck_assert_int_eq(ddp_cuda_scratch_reserve(twin_gpu, ddp_cuda_layernorm_scratch_bytes(dt, 1, C, 1)),
-                   DDP_OK);
+  ck_assert_int_eq(
+      ddp_cuda_scratch_reserve(twin_gpu, ddp_cuda_layernorm_scratch_bytes(dt, 1, C, 1)), DDP_OK);
   EXPECT_REJECT(ddp_cuda_nn_layernorm_bwd(twin_gpu, dt, out.gpu, f, f, x.gpu, x.gpu, w.gpu, st, st,
                                           N, C, 0, NULL),
                 "scratch");

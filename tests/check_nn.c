@@ -1129,18 +1129,18 @@ START_TEST(test_nn_rejects_bad_sizes_and_null_pointers) {
   EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, NULL, NULL, y, x, x, x,
                                            3, -1, NULL),
                 "C=-1");
-  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, y, y, y, x, x, x, 0, 4,
-                                           NULL),
-                "N=0");
+  EXPECT_REJECT(
+      nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, y, y, y, x, x, x, 0, 4, NULL),
+      "N=0");
   EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, NULL, NULL, y, x, NULL,
                                            x, 3, 4, NULL),
                 "NULL");
   EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y + 2048, NULL, NULL, y, NULL, x,
                                            x, 3, 4, NULL),
                 "NULL");
-  EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y, NULL, NULL, y, x, x, x, 3, 4,
-                                           NULL),
-                "out must not alias");
+  EXPECT_REJECT(
+      nn->residual_layernorm_fwd(g_be, DDP_DTYPE_F32, y, y, NULL, NULL, y, x, x, x, 3, 4, NULL),
+      "out must not alias");
   EXPECT_REJECT(nn->residual_layernorm_fwd(g_be, DDP_DTYPE_I32, y, y + 2048, NULL, NULL, y, x, x, x,
                                            3, 4, NULL),
                 "activation dtype int32");

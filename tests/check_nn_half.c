@@ -206,8 +206,8 @@ START_TEST(test_half_residual_layernorm) {
       pair_t sum = output(n), ref = output(n);
       float *rm = f32_out(N, NULL), *rr = f32_out(N, NULL);
       ck_assert_int_eq(nn->add(g_be, g_dt, sum.h, a.h, b.h, n, NULL), DDP_OK);
-      ck_assert_int_eq(
-          nn->layernorm_fwd(g_be, g_dt, ref.h, rm, rr, sum.h, w.h, bias.h, N, c, NULL), DDP_OK);
+      ck_assert_int_eq(nn->layernorm_fwd(g_be, g_dt, ref.h, rm, rr, sum.h, w.h, bias.h, N, c, NULL),
+                       DDP_OK);
       pair_t resid = output(n), out = output(n);
       float *mean = f32_out(N, NULL), *rstd = f32_out(N, NULL);
       ck_assert_int_eq(nn->residual_layernorm_fwd(g_be, g_dt, resid.h, out.h, mean, rstd, a.h, b.h,

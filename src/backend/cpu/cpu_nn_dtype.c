@@ -102,8 +102,8 @@ static ddp_status_t embed_bwd(ddp_backend_t *be, ddp_dtype_t dt, float *dwte, fl
  * out's row r. Rows are independent in the kernel: row by row is the same
  * arithmetic as one call over all rows. */
 static ddp_status_t layernorm_fwd_row(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *mean,
-                                      float *rstd, const float *x, const float *wf,
-                                      const float *bf, float *y, size_t r, int C, ddp_stream_t s) {
+                                      float *rstd, const float *x, const float *wf, const float *bf,
+                                      float *y, size_t r, int C, ddp_stream_t s) {
   const size_t c = (size_t)C;
   DDP_CHECK(ddp_cpu_layernorm_fwd_f32(be, y, mean ? mean + r : NULL, rstd ? rstd + r : NULL, x, wf,
                                       bf, 1, C, s));
@@ -291,8 +291,8 @@ static ddp_status_t residual_layernorm_fwd(ddp_backend_t *be, ddp_dtype_t dt, vo
     for (size_t r = 0; r < (size_t)N; ++r) {
       float *x = (float *)resid + r * c;
       DDP_CHECK(ddp_cpu_add_f32(be, x, (const float *)a + r * c, (const float *)b + r * c, c, s));
-      DDP_CHECK(layernorm_fwd_row(be, dt, out, mean, rstd, x, w, bias, (float *)out + r * c, r, C,
-                                  s));
+      DDP_CHECK(
+          layernorm_fwd_row(be, dt, out, mean, rstd, x, w, bias, (float *)out + r * c, r, C, s));
     }
     return DDP_OK;
   }

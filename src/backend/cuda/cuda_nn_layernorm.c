@@ -64,8 +64,8 @@ ddp_status_t ddp_cuda_nn_layernorm_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *
   DDP_CHECK(check_dt_sizes("layernorm_bwd", dt, N, C));
   NN_REQUIRE(dinp && dw && db && dout && inp && w && mean && rstd, "layernorm_bwd: NULL pointer");
   void *scratch = NULL;
-  DDP_CHECK(ddp_cuda_scratch_get(be, ddp_cuda_layernorm_scratch_bytes(dt, N, C, 0),
-                                 "layernorm_bwd", &scratch));
+  DDP_CHECK(ddp_cuda_scratch_get(be, ddp_cuda_layernorm_scratch_bytes(dt, N, C, 0), "layernorm_bwd",
+                                 &scratch));
   return ddp_cuda_layernorm_bwd(dt, dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C,
                                 accumulate, ddp_cuda_stream(be, s));
 }
