@@ -166,7 +166,8 @@ ddp_status_t launch_bwd(float *dwte, float *dwpe, const void *dout, const int32_
   DDP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, vals,
                                                  vals_sorted, n, 0, 32, stream));
   const dim3 grid((unsigned)n, (unsigned)((C + kRunThreads - 1) / kRunThreads));
-  embed_dwte_kernel<DT><<<grid, kRunThreads, 0, stream>>>(dwte, dout, keys_sorted, vals_sorted, n, C);
+  embed_dwte_kernel<DT>
+      <<<grid, kRunThreads, 0, stream>>>(dwte, dout, keys_sorted, vals_sorted, n, C);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
@@ -187,9 +188,12 @@ extern "C" ddp_status_t ddp_cuda_embed_fwd(ddp_dtype_t dt, void *out, const int3
     DDP_FAIL(DDP_ERR_INVALID_ARG, "embed_fwd: a buffer is not aligned to its element size");
   const size_t n = (size_t)B * (size_t)T;
   switch (dt) {
-    case DDP_DTYPE_F32: return launch_fwd<DDP_DTYPE_F32>(out, tokens, wte, wpe, n, T, C, stream);
-    case DDP_DTYPE_BF16: return launch_fwd<DDP_DTYPE_BF16>(out, tokens, wte, wpe, n, T, C, stream);
-    default: return launch_fwd<DDP_DTYPE_F16>(out, tokens, wte, wpe, n, T, C, stream);
+    case DDP_DTYPE_F32:
+      return launch_fwd<DDP_DTYPE_F32>(out, tokens, wte, wpe, n, T, C, stream);
+    case DDP_DTYPE_BF16:
+      return launch_fwd<DDP_DTYPE_BF16>(out, tokens, wte, wpe, n, T, C, stream);
+    default:
+      return launch_fwd<DDP_DTYPE_F16>(out, tokens, wte, wpe, n, T, C, stream);
   }
 }
 

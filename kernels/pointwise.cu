@@ -27,6 +27,7 @@ constexpr float kGeluK0 = 0.7978845608028654f; /* sqrt(2/pi) */
 constexpr float kGeluK1 = 0.044715f;
 
 struct GeluFwd {
+  static constexpr bool kUnary = true;
   __device__ __forceinline__ float operator()(float x, float) const {
     const float x2 = x * x;
     const float u = kGeluK0 * (x + kGeluK1 * x2 * x);
@@ -38,6 +39,7 @@ struct GeluFwd {
 /* x = inp, g = dout: g * d/dx [x sigmoid(2u)] = g (s + 2 x s (1 - s) u')
  * with s = 1 / (1 + e) and 1 - s = e s. */
 struct GeluBwd {
+  static constexpr bool kUnary = false;
   __device__ __forceinline__ float operator()(float x, float g) const {
     const float x2 = x * x;
     const float u = kGeluK0 * (x + kGeluK1 * x2 * x);
@@ -49,10 +51,18 @@ struct GeluBwd {
 };
 
 struct Add {
+  static constexpr bool kUnary = false;
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 
-/* out[i] = op(x[i], y[i]); a unary op gets y == x and ignores it. */
+template <int DT, typename Op>
+__device__ __forceinline__ float apply(Op op, const void *x, const void *y, size_t i) {
+  const float a = load<DT>(x, i);
+  return op(a, Op::kUnary ? a : load<DT>(y, i));
+}
+
+/* out[i] = op(x[i], y[i]); a unary op (Op::kUnary) gets y == x and y is
+ * never loaded. */
 template <int DT, int VEC, typename Op>
 static __global__ void ew_kernel(void *out, const void *x, const void *y, size_t n, Op op) {
   const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -60,16 +70,17 @@ static __global__ void ew_kernel(void *out, const void *x, const void *y, size_t
   if constexpr (VEC == 4) {
     const size_t groups = n / 4;
     for (size_t g = tid; g < groups; g += stride) {
-      const F4 a = load4<DT>(x, g), b = load4<DT>(y, g);
+      const F4 a = load4<DT>(x, g);
+      const F4 b = Op::kUnary ? a : load4<DT>(y, g);
       F4 r;
 #pragma unroll
       for (int k = 0; k < 4; ++k) r.v[k] = op(a.v[k], b.v[k]);
       store4<DT>(out, g, r);
     }
     const size_t i = groups * 4 + tid;
-    if (i < n) store<DT>(out, i, op(load<DT>(x, i), load<DT>(y, i)));
+    if (i < n) store<DT>(out, i, apply<DT>(op, x, y, i));
   } else {
-    for (size_t i = tid; i < n; i += stride) store<DT>(out, i, op(load<DT>(x, i), load<DT>(y, i)));
+    for (size_t i = tid; i < n; i += stride) store<DT>(out, i, apply<DT>(op, x, y, i));
   }
 }
 
@@ -100,9 +111,12 @@ ddp_status_t launch(const char *what, ddp_dtype_t dt, void *out, const void *x, 
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: a buffer is not aligned to its %zu-byte elements", what,
              esz);
   switch (dt) {
-    case DDP_DTYPE_F32: return launch_dt<DDP_DTYPE_F32>(out, x, y, n, op, stream);
-    case DDP_DTYPE_BF16: return launch_dt<DDP_DTYPE_BF16>(out, x, y, n, op, stream);
-    default: return launch_dt<DDP_DTYPE_F16>(out, x, y, n, op, stream);
+    case DDP_DTYPE_F32:
+      return launch_dt<DDP_DTYPE_F32>(out, x, y, n, op, stream);
+    case DDP_DTYPE_BF16:
+      return launch_dt<DDP_DTYPE_BF16>(out, x, y, n, op, stream);
+    default:
+      return launch_dt<DDP_DTYPE_F16>(out, x, y, n, op, stream);
   }
 }
 

@@ -100,8 +100,8 @@ extern "C" ddp_status_t ddp_cuda_xent_fused(ddp_dtype_t dt, float *losses, float
     DDP_FAIL(DDP_ERR_INVALID_ARG, "xent_fused: activation dtype %s (%d) is not fp32, bf16 or fp16",
              ddp_dtype_name(dt), (int)dt);
   if (!(N > 0 && V > 0 && Vp >= V))
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "xent_fused: sizes N=%d V=%d Vp=%d must be positive with Vp >= V", N, V, Vp);
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "xent_fused: sizes N=%d V=%d Vp=%d must be positive with Vp >= V",
+             N, V, Vp);
   if (!losses || !loss_sum || !logits || !targets)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "xent_fused: NULL pointer");
   const size_t esz = ddp_dtype_size(dt);

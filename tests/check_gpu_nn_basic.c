@@ -104,9 +104,8 @@ static void embed_fwd_case(int B, int T, int C, int V) {
     twin_t wte = twin_input(dt, (size_t)V * C, 0.0f, 1.0f);
     twin_t wpe = twin_input(dt, (size_t)(T + 3) * C, 0.0f, 0.5f);
     twin_t out = twin_output(dt, n * C);
-    ck_assert_int_eq(cpu_nn->embed_fwd(twin_cpu, dt, out.cpu, ti.cpu, wte.cpu, wpe.cpu, B, T, C,
-                                       NULL),
-                     DDP_OK);
+    ck_assert_int_eq(
+        cpu_nn->embed_fwd(twin_cpu, dt, out.cpu, ti.cpu, wte.cpu, wpe.cpu, B, T, C, NULL), DDP_OK);
     ck_assert_int_eq(
         ddp_cuda_nn_embed_fwd(twin_gpu, dt, out.gpu, ti.gpu, wte.gpu, wpe.gpu, B, T, C, NULL),
         DDP_OK);
@@ -140,13 +139,13 @@ static void embed_bwd_case(int B, int T, int C, int V, int few) {
       twin_t dout = twin_input(dt, n * C, 0.0f, 1.0f);
       twin_t dwte = twin_input(DDP_DTYPE_F32, (size_t)V * C, 0.0f, 0.25f);
       const size_t pe_n = (size_t)(T + 2) * C;
-      twin_t dwpe = acc ? twin_input(DDP_DTYPE_F32, pe_n, 0.0f, 0.25f)
-                        : twin_output(DDP_DTYPE_F32, pe_n);
+      twin_t dwpe =
+          acc ? twin_input(DDP_DTYPE_F32, pe_n, 0.0f, 0.25f) : twin_output(DDP_DTYPE_F32, pe_n);
       float *wte0 = twin_fetch(&dwte, twin_gpu), *wpe0 = twin_fetch(&dwpe, twin_gpu);
 
-      ck_assert_int_eq(cpu_nn->embed_bwd(twin_cpu, dt, dwte.cpu, dwpe.cpu, dout.cpu, ti.cpu, B, T,
-                                         C, acc, NULL),
-                       DDP_OK);
+      ck_assert_int_eq(
+          cpu_nn->embed_bwd(twin_cpu, dt, dwte.cpu, dwpe.cpu, dout.cpu, ti.cpu, B, T, C, acc, NULL),
+          DDP_OK);
       ck_assert_int_eq(ddp_cuda_nn_embed_bwd(twin_gpu, dt, dwte.gpu, dwpe.gpu, dout.gpu, ti.gpu, B,
                                              T, C, acc, NULL),
                        DDP_OK);
@@ -176,9 +175,9 @@ static void embed_bwd_case(int B, int T, int C, int V, int few) {
 }
 
 START_TEST(test_gpu_embed_bwd_repeated_tokens) {
-  embed_bwd_case(3, 37, 67, 131, 7);  /* runs of up to ~20 positions */
-  embed_bwd_case(4, 29, 200, 97, 3);  /* C > 128: two column blocks per run */
-  embed_bwd_case(2, 50, 33, 11, 0);   /* every token the same: one run of 100 */
+  embed_bwd_case(3, 37, 67, 131, 7); /* runs of up to ~20 positions */
+  embed_bwd_case(4, 29, 200, 97, 3); /* C > 128: two column blocks per run */
+  embed_bwd_case(2, 50, 33, 11, 0);  /* every token the same: one run of 100 */
   embed_bwd_case(1, 1, 5, 3, 2);
 }
 END_TEST
@@ -213,9 +212,9 @@ START_TEST(test_gpu_embed_negative_token_is_nan) {
   twin_t dwte = twin_input(DDP_DTYPE_F32, (size_t)V * C, 0.0f, 1.0f);
   twin_t dwpe = twin_output(DDP_DTYPE_F32, (size_t)T * C);
   twin_t dout = twin_input(dt, n * C, 0.0f, 1.0f); /* finite: only the token makes NaN */
-  ck_assert_int_eq(ddp_cuda_nn_embed_bwd(twin_gpu, dt, dwte.gpu, dwpe.gpu, dout.gpu, ti.gpu, B, T,
-                                         C, 0, NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      ddp_cuda_nn_embed_bwd(twin_gpu, dt, dwte.gpu, dwpe.gpu, dout.gpu, ti.gpu, B, T, C, 0, NULL),
+      DDP_OK);
   float *pe = twin_fetch(&dwpe, twin_gpu), *te = twin_fetch(&dwte, twin_gpu);
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < C; ++c) expect((t == 5) == isnan(pe[(size_t)t * C + c]));
@@ -234,21 +233,22 @@ START_TEST(test_gpu_embed_rejects_bad_arguments) {
   begin_dt(DDP_DTYPE_F32, B * T, C, V, 1); /* 1 byte: less than embed_bwd needs */
   float *buf = twin_dev_alloc(twin_gpu, 4096);
   int32_t *tok = twin_dev_alloc(twin_gpu, 64);
-  ck_assert_int_eq(ddp_cuda_nn_embed_fwd(twin_gpu, DDP_DTYPE_F32, buf, tok, buf, buf, 0, T, C, NULL),
-                   DDP_ERR_INVALID_ARG);
-  ck_assert_int_eq(ddp_cuda_nn_embed_fwd(twin_gpu, DDP_DTYPE_F32, NULL, tok, buf, buf, B, T, C,
-                                         NULL),
-                   DDP_ERR_INVALID_ARG);
-  ck_assert_int_eq(ddp_cuda_nn_embed_fwd(twin_gpu, DDP_DTYPE_I32, buf, tok, buf, buf, B, T, C,
-                                         NULL),
-                   DDP_ERR_INVALID_ARG);
-  ck_assert_int_eq(ddp_cuda_nn_embed_bwd(twin_gpu, DDP_DTYPE_F32, buf, buf, buf, tok, B, 0, C, 0,
-                                         NULL),
-                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(
+      ddp_cuda_nn_embed_fwd(twin_gpu, DDP_DTYPE_F32, buf, tok, buf, buf, 0, T, C, NULL),
+      DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(
+      ddp_cuda_nn_embed_fwd(twin_gpu, DDP_DTYPE_F32, NULL, tok, buf, buf, B, T, C, NULL),
+      DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(
+      ddp_cuda_nn_embed_fwd(twin_gpu, DDP_DTYPE_I32, buf, tok, buf, buf, B, T, C, NULL),
+      DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(
+      ddp_cuda_nn_embed_bwd(twin_gpu, DDP_DTYPE_F32, buf, buf, buf, tok, B, 0, C, 0, NULL),
+      DDP_ERR_INVALID_ARG);
   /* too little scratch: reserve() was not told about these shapes */
-  ck_assert_int_eq(ddp_cuda_nn_embed_bwd(twin_gpu, DDP_DTYPE_F32, buf, buf + 512, buf, tok, B, T,
-                                         C, 0, NULL),
-                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(
+      ddp_cuda_nn_embed_bwd(twin_gpu, DDP_DTYPE_F32, buf, buf + 512, buf, tok, B, T, C, 0, NULL),
+      DDP_ERR_INVALID_ARG);
   ddp_backend_free(twin_gpu, tok);
   ddp_backend_free(twin_gpu, buf);
   end_dt();
@@ -356,9 +356,8 @@ static void xent_case(int N, int V, int Vp, int grad, int alias) {
     ck_assert_int_eq(cpu_nn->xent_fused(twin_cpu, dt, losses.cpu, sum.cpu, grad ? g->cpu : NULL,
                                         logits.cpu, ti.cpu, dloss, N, V, Vp, NULL),
                      DDP_OK);
-    ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, dt, losses.gpu, sum.gpu,
-                                            grad ? g->gpu : NULL, logits.gpu, ti.gpu, dloss, N, V,
-                                            Vp, NULL),
+    ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, dt, losses.gpu, sum.gpu, grad ? g->gpu : NULL,
+                                            logits.gpu, ti.gpu, dloss, N, V, Vp, NULL),
                      DDP_OK);
     sync_both();
     char what[96];
@@ -399,8 +398,8 @@ START_TEST(test_gpu_xent_invalid_target_is_nan) {
   twin_t logits = twin_input(dt, (size_t)N * Vp, 0.0f, 1.0f);
   twin_t losses = twin_output(DDP_DTYPE_F32, (size_t)N);
   twin_t sum = twin_input(DDP_DTYPE_F32, 1, 0.0f, 1.0f);
-  ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, dt, losses.gpu, sum.gpu, logits.gpu,
-                                          logits.gpu, ti.gpu, 1.0f, N, V, Vp, NULL),
+  ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, dt, losses.gpu, sum.gpu, logits.gpu, logits.gpu,
+                                          ti.gpu, 1.0f, N, V, Vp, NULL),
                    DDP_OK);
   float *l = twin_fetch(&losses, twin_gpu), *g = twin_fetch(&logits, twin_gpu);
   expect(isfinite(l[0]) && l[0] > 0 && isfinite(l[3]) && l[3] > 0);
