@@ -28,14 +28,13 @@
  * statistics in double, so the two agree to fp32 summation error, not bit
  * for bit (the stored sum of the fused op is the exception: it is one
  * correctly rounded addition on both). */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdint.h>
 
 #include <type_traits>
 
 #include "foreign_check.h"
 #include "layernorm.h"
+#include "nn_io.cuh"
 
 namespace {
 
@@ -47,49 +46,21 @@ constexpr float kEps = 1e-5f;    /* PyTorch's default, as the CPU twin */
 constexpr int kRedX = 32;
 constexpr int kRedY = 16;
 
-template <int D>
-__device__ __forceinline__ float ld(const void *p, int64_t i) {
-  if constexpr (D == DDP_DTYPE_F32)
-    return static_cast<const float *>(p)[i];
-  else if constexpr (D == DDP_DTYPE_BF16)
-    return __bfloat162float(__ushort_as_bfloat16(static_cast<const unsigned short *>(p)[i]));
-  else
-    return __half2float(__ushort_as_half(static_cast<const unsigned short *>(p)[i]));
-}
+using ddp_nn::load;
+using ddp_nn::warp_sum;
 
 /* v rounded to D (nearest even), as fp32. */
 template <int D>
 __device__ __forceinline__ float rounded(float v) {
-  if constexpr (D == DDP_DTYPE_F32)
-    return v;
-  else if constexpr (D == DDP_DTYPE_BF16)
-    return __bfloat162float(__float2bfloat16_rn(v));
-  else
-    return __half2float(__float2half_rn(v));
+  return ddp_nn::to_f32<D>(ddp_nn::from_f32<D>(v));
 }
 
-/* Stores v rounded to D (nearest even) and returns the stored value as fp32. */
+/* Stores v rounded to D and returns the stored value as fp32. */
 template <int D>
-__device__ __forceinline__ float st(void *p, int64_t i, float v) {
-  if constexpr (D == DDP_DTYPE_F32) {
-    static_cast<float *>(p)[i] = v;
-    return v;
-  } else if constexpr (D == DDP_DTYPE_BF16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    static_cast<unsigned short *>(p)[i] = __bfloat16_as_ushort(h);
-    return __bfloat162float(h);
-  } else {
-    const __half h = __float2half_rn(v);
-    static_cast<unsigned short *>(p)[i] = __half_as_ushort(h);
-    return __half2float(h);
-  }
-}
-
-/* Butterfly sum: every lane ends with the same value (IEEE addition is
- * commutative, so lanes l and l^o add the same pair at each step). */
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+__device__ __forceinline__ float store_get(void *p, int64_t i, float v) {
+  const typename ddp_nn::Elem<D>::T h = ddp_nn::from_f32<D>(v);
+  static_cast<typename ddp_nn::Elem<D>::T *>(p)[i] = h;
+  return ddp_nn::to_f32<D>(h);
 }
 
 /* kResid: resid = a + b first and x = resid; otherwise x = a (inp). */
@@ -107,26 +78,27 @@ __global__ void ln_fwd_kernel(void *resid, void *out, float *mean, float *rstd, 
    * before its own store of resid[0], which may be a[0]) and the shuffle
    * hands it to the others, so every lane uses the same shift. */
   float x0 = 0.0f;
-  if (lane == 0) x0 = kResid ? rounded<D>(ld<D>(a, off) + ld<D>(b, off)) : ld<D>(x, off);
+  if (lane == 0) x0 = kResid ? rounded<D>(load<D>(a, off) + load<D>(b, off)) : load<D>(x, off);
   x0 = __shfl_sync(0xffffffffu, x0, 0);
   float sum = 0.0f;
   for (int i = lane; i < C; i += kWarp) {
     if constexpr (kResid)
-      sum += st<D>(resid, off + i, ld<D>(a, off + i) + ld<D>(b, off + i)) - x0;
+      sum += store_get<D>(resid, off + i, load<D>(a, off + i) + load<D>(b, off + i)) - x0;
     else
-      sum += ld<D>(x, off + i) - x0;
+      sum += load<D>(x, off + i) - x0;
   }
   const float m = x0 + warp_sum(sum) / (float)C;
   float var = 0.0f;
   for (int i = lane; i < C; i += kWarp) {
-    const float d = ld<D>(x, off + i) - m;
+    const float d = load<D>(x, off + i) - m;
     var += d * d;
   }
   /* 1/sqrt rather than rsqrtf: both IEEE operations, within an ulp of the
    * CPU twin's correctly rounded value. */
   const float r = 1.0f / sqrtf(warp_sum(var) / (float)C + kEps);
   for (int i = lane; i < C; i += kWarp)
-    st<D>(out, off + i, (ld<D>(x, off + i) - m) * r * ld<D>(w, i) + ld<D>(bias, i));
+    ddp_nn::store<D>(out, off + i,
+                     (load<D>(x, off + i) - m) * r * load<D>(w, i) + load<D>(bias, i));
   if (lane == 0) {
     if (mean) mean[row] = m;
     if (rstd) rstd[row] = r;
@@ -151,8 +123,8 @@ __global__ void ln_bwd_kernel(void *dinp, float *part, const void *dout, const v
      * mean(w * dout * norm). */
     float s1 = 0.0f, s2 = 0.0f;
     for (int i = lane; i < C; i += kWarp) {
-      const float norm = (ld<D>(inp, off + i) - m) * rs;
-      const float dnorm = ld<D>(w, i) * ld<D>(dout, off + i);
+      const float norm = (load<D>(inp, off + i) - m) * rs;
+      const float dnorm = load<D>(w, i) * load<D>(dout, off + i);
       s1 += dnorm;
       s2 += dnorm * norm;
     }
@@ -160,11 +132,11 @@ __global__ void ln_bwd_kernel(void *dinp, float *part, const void *dout, const v
     const float dnorm_norm_mean = warp_sum(s2) / (float)C;
     const bool first = row == r0;
     for (int i = lane; i < C; i += kWarp) {
-      const float gi = ld<D>(dout, off + i);
-      const float norm = (ld<D>(inp, off + i) - m) * rs;
-      const float dnorm = ld<D>(w, i) * gi;
-      st<D>(dinp, off + i,
-            ld<D>(dinp, off + i) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs);
+      const float gi = load<D>(dout, off + i);
+      const float norm = (load<D>(inp, off + i) - m) * rs;
+      const float dnorm = load<D>(w, i) * gi;
+      ddp_nn::store<D>(dinp, off + i,
+                       load<D>(dinp, off + i) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs);
       pw[i] = first ? norm * gi : pw[i] + norm * gi;
       pb[i] = first ? gi : pb[i] + gi;
     }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "ddptrain/dtype.h"
+#include "ddptrain/status.h"
 
 #ifdef __cplusplus
 extern "C" {
