@@ -78,27 +78,35 @@ __global__ void ln_fwd_kernel(void *resid, void *out, float *mean, float *rstd, 
    * before its own store of resid[0], which may be a[0]) and the shuffle
    * hands it to the others, so every lane uses the same shift. */
   float x0 = 0.0f;
-  if (lane == 0) x0 = kResid ? rounded<D>(load<D>(a, off) + load<D>(b, off)) : load<D>(x, off);
+  if (lane == 0)
+    x0 = kResid ? rounded<D>(__fadd_rn(load<D>(a, off), load<D>(b, off))) : load<D>(x, off);
   x0 = __shfl_sync(0xffffffffu, x0, 0);
+  /* From here on the arithmetic is spelled with explicit roundings (_rn
+   * intrinsics, which the compiler never contracts or reorders), so both
+   * instantiations compute the same operations: the fused op's out, mean
+   * and rstd are bit-identical to layernorm_fwd's on the stored resid. */
   float sum = 0.0f;
   for (int i = lane; i < C; i += kWarp) {
+    float v;
     if constexpr (kResid)
-      sum += store_get<D>(resid, off + i, load<D>(a, off + i) + load<D>(b, off + i)) - x0;
+      v = store_get<D>(resid, off + i, __fadd_rn(load<D>(a, off + i), load<D>(b, off + i)));
     else
-      sum += load<D>(x, off + i) - x0;
+      v = load<D>(x, off + i);
+    sum = __fadd_rn(sum, __fsub_rn(v, x0));
   }
-  const float m = x0 + warp_sum(sum) / (float)C;
+  const float m = __fadd_rn(x0, __fdiv_rn(warp_sum(sum), (float)C));
   float var = 0.0f;
   for (int i = lane; i < C; i += kWarp) {
-    const float d = load<D>(x, off + i) - m;
-    var += d * d;
+    const float d = __fsub_rn(load<D>(x, off + i), m);
+    var = __fmaf_rn(d, d, var);
   }
-  /* 1/sqrt rather than rsqrtf: both IEEE operations, within an ulp of the
-   * CPU twin's correctly rounded value. */
-  const float r = 1.0f / sqrtf(warp_sum(var) / (float)C + kEps);
-  for (int i = lane; i < C; i += kWarp)
-    ddp_nn::store<D>(out, off + i,
-                     (load<D>(x, off + i) - m) * r * load<D>(w, i) + load<D>(bias, i));
+  /* 1/sqrt rather than rsqrtf: both correctly rounded, so within an ulp of
+   * the CPU twin's value. */
+  const float r = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(warp_sum(var), (float)C), kEps)));
+  for (int i = lane; i < C; i += kWarp) {
+    const float norm = __fmul_rn(__fsub_rn(load<D>(x, off + i), m), r);
+    ddp_nn::store<D>(out, off + i, __fmaf_rn(norm, load<D>(w, i), load<D>(bias, i)));
+  }
   if (lane == 0) {
     if (mean) mean[row] = m;
     if (rstd) rstd[row] = r;
