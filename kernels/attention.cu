@@ -80,8 +80,8 @@ static __global__ void to_heads_kernel(float *__restrict__ dst, const void *__re
 }
 
 template <int DT>
-static __global__ void from_heads_kernel(void *__restrict__ dst, Parts parts, int nparts,
-                                         int64_t n, int T, int C, int NH) {
+static __global__ void from_heads_kernel(void *__restrict__ dst, Parts parts, int nparts, int64_t n,
+                                         int T, int C, int NH) {
   const int64_t width = (int64_t)nparts * C;
   const int hs = C / NH;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -168,8 +168,8 @@ ddp_status_t check_heads(const char *op, ddp_dtype_t dt, int nparts, int B, int 
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: nparts %d is not 1, 2 or 3", op, nparts);
   if (B < 1 || T < 1 || C < 1 || NH < 1 || C % NH != 0)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "%s: sizes B=%d T=%d C=%d NH=%d must be positive with C a multiple of NH", op, B, T,
-             C, NH);
+             "%s: sizes B=%d T=%d C=%d NH=%d must be positive with C a multiple of NH", op, B, T, C,
+             NH);
   return DDP_OK;
 }
 
@@ -239,8 +239,8 @@ extern "C" ddp_status_t ddp_cuda_attention_softmax_fwd(float *p, int64_t nmat, i
              "ldp=%lld stride=%lld",
              (long long)nmat, rows, r0, ncols, (long long)ldp, (long long)stride);
   const int64_t nrows = nmat * rows;
-  softmax_fwd_kernel<<<grid_for(nrows, kWarpsPerBlock), kThreads, 0, stream>>>(
-      p, nrows, rows, r0, ncols, ldp, stride);
+  softmax_fwd_kernel<<<grid_for(nrows, kWarpsPerBlock), kThreads, 0, stream>>>(p, nrows, rows, r0,
+                                                                               ncols, ldp, stride);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }

@@ -60,8 +60,8 @@ size_t ddp_cuda_attention_scratch_bytes(ddp_dtype_t dt, int64_t N, int C, int V)
 
 static ddp_status_t check_args(const char *op, ddp_dtype_t dt, int B, int T, int C, int NH) {
   if (dt != DDP_DTYPE_F32 && dt != DDP_DTYPE_BF16 && dt != DDP_DTYPE_F16)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: activation dtype %s (%d) is not fp32, bf16 or fp16",
-             op, ddp_dtype_name(dt), (int)dt);
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: activation dtype %s (%d) is not fp32, bf16 or fp16", op,
+             ddp_dtype_name(dt), (int)dt);
   if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: sizes B=%d T=%d C=%d NH=%d must be positive", op, B, T,
              C, NH);
@@ -117,8 +117,8 @@ static ddp_status_t attention_eval(ddp_backend_t *be, float *o, const float *q, 
     /* scores[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T */
     DDP_CHECK(slab_gemm(be, rows, r1, hs, scale, plain(q + r0 * hs, hs, slab),
                         transposed(k, hs, slab), sc, r1, rows * r1, nmat, s));
-    DDP_CHECK(ddp_cuda_attention_softmax_fwd(sc, nmat, (int)rows, (int)r0, (int)r1, r1, rows * r1,
-                                             cs));
+    DDP_CHECK(
+        ddp_cuda_attention_softmax_fwd(sc, nmat, (int)rows, (int)r0, (int)r1, r1, rows * r1, cs));
     /* out[r0:r1] = P V[0:r1]; writes only q rows this block has consumed */
     DDP_CHECK(slab_gemm(be, rows, hs, r1, 1.0f, plain(sc, r1, rows * r1), plain(v, hs, slab),
                         o + r0 * hs, hs, slab, nmat, s));
@@ -149,8 +149,8 @@ ddp_status_t ddp_cuda_nn_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *
                         TT, nmat, s));
     DDP_CHECK(ddp_cuda_attention_softmax_fwd(att, nmat, T, 0, T, T, TT, cs));
     /* out = P V */
-    DDP_CHECK(slab_gemm(be, T, hs, T, 1.0f, plain(att, T, TT), plain(v, hs, slab), o, hs, slab,
-                        nmat, s));
+    DDP_CHECK(
+        slab_gemm(be, T, hs, T, 1.0f, plain(att, T, TT), plain(v, hs, slab), o, hs, slab, nmat, s));
   } else {
     const size_t floats = ddp_cuda_state(be)->scratch_bytes / sizeof(float);
     DDP_CHECK(attention_eval(be, o, q, k, v, q + ATT_FWD_SLOTS * nc,
@@ -173,8 +173,8 @@ ddp_status_t ddp_cuda_nn_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *
   const float scale = (float)(1.0 / sqrt((double)hs));
   const cudaStream_t cs = ddp_cuda_stream(be, s);
   void *wsp;
-  DDP_CHECK(ddp_cuda_scratch_get(be, (size_t)(ATT_BWD_SLOTS * nc) * sizeof(float),
-                                 "attention_bwd", &wsp));
+  DDP_CHECK(ddp_cuda_scratch_get(be, (size_t)(ATT_BWD_SLOTS * nc) * sizeof(float), "attention_bwd",
+                                 &wsp));
   float *const q = wsp, *const k = q + nc, *const v = q + 2 * nc;
   float *const g = q + 3 * nc, *const dv = q + 4 * nc;
   float *const dq = g, *const dk = v; /* dead once dP exists */
