@@ -62,26 +62,28 @@ __device__ __forceinline__ HeadPos head_pos(int64_t row, int64_t col, int T, int
   return {part, ((b * NH + h) * T + t) * hs + d};
 }
 
+/* Up to three part pointers, passed to kernels by value. */
+template <typename P>
 struct Parts {
-  const float *p[3];
+  P *p[3];
 };
 
 template <int DT>
-static __global__ void to_heads_kernel(float *__restrict__ dst, const void *__restrict__ src,
-                                       int nparts, int64_t n, int T, int C, int NH) {
-  const int64_t width = (int64_t)nparts * C, part_elems = n / nparts;
+static __global__ void to_heads_kernel(Parts<float> parts, const void *__restrict__ src, int nparts,
+                                       int64_t n, int T, int C, int NH) {
+  const int64_t width = (int64_t)nparts * C;
   const int hs = C / NH;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = i / width;
     const HeadPos hp = head_pos(row, i - row * width, T, C, hs, NH);
-    dst[hp.part * part_elems + hp.off] = load_as_f32<DT>(src, i);
+    parts.p[hp.part][hp.off] = load_as_f32<DT>(src, i);
   }
 }
 
 template <int DT>
-static __global__ void from_heads_kernel(void *__restrict__ dst, Parts parts, int nparts, int64_t n,
-                                         int T, int C, int NH) {
+static __global__ void from_heads_kernel(void *__restrict__ dst, Parts<const float> parts,
+                                         int nparts, int64_t n, int T, int C, int NH) {
   const int64_t width = (int64_t)nparts * C;
   const int hs = C / NH;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -177,22 +179,27 @@ ddp_status_t check_heads(const char *op, ddp_dtype_t dt, int nparts, int B, int 
 
 /* ---- launchers ------------------------------------------------------------ */
 
-extern "C" ddp_status_t ddp_cuda_attention_to_heads(float *dst, const void *src, ddp_dtype_t dt,
-                                                    int nparts, int B, int T, int C, int NH,
-                                                    cudaStream_t stream) {
+extern "C" ddp_status_t ddp_cuda_attention_to_heads(float *const *parts, const void *src,
+                                                    ddp_dtype_t dt, int nparts, int B, int T, int C,
+                                                    int NH, cudaStream_t stream) {
   DDP_CHECK(check_heads("ddp_cuda_attention_to_heads", dt, nparts, B, T, C, NH));
-  if (!dst || !src) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_to_heads: NULL pointer");
+  if (!parts || !src) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_to_heads: NULL pointer");
+  Parts<float> ps = {{nullptr, nullptr, nullptr}};
+  for (int i = 0; i < nparts; ++i) {
+    if (!parts[i]) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_to_heads: part %d is NULL", i);
+    ps.p[i] = parts[i];
+  }
   const int64_t n = (int64_t)B * T * C * nparts;
   const unsigned grid = grid_for(n, kThreads);
   switch (dt) {
     case DDP_DTYPE_F32:
-      to_heads_kernel<DDP_DTYPE_F32><<<grid, kThreads, 0, stream>>>(dst, src, nparts, n, T, C, NH);
+      to_heads_kernel<DDP_DTYPE_F32><<<grid, kThreads, 0, stream>>>(ps, src, nparts, n, T, C, NH);
       break;
     case DDP_DTYPE_BF16:
-      to_heads_kernel<DDP_DTYPE_BF16><<<grid, kThreads, 0, stream>>>(dst, src, nparts, n, T, C, NH);
+      to_heads_kernel<DDP_DTYPE_BF16><<<grid, kThreads, 0, stream>>>(ps, src, nparts, n, T, C, NH);
       break;
     default:
-      to_heads_kernel<DDP_DTYPE_F16><<<grid, kThreads, 0, stream>>>(dst, src, nparts, n, T, C, NH);
+      to_heads_kernel<DDP_DTYPE_F16><<<grid, kThreads, 0, stream>>>(ps, src, nparts, n, T, C, NH);
       break;
   }
   DDP_CUDA_CHECK(cudaGetLastError());
@@ -204,7 +211,7 @@ extern "C" ddp_status_t ddp_cuda_attention_from_heads(void *dst, ddp_dtype_t dt,
                                                       int T, int C, int NH, cudaStream_t stream) {
   DDP_CHECK(check_heads("ddp_cuda_attention_from_heads", dt, nparts, B, T, C, NH));
   if (!dst || !parts) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_from_heads: NULL pointer");
-  Parts ps = {{nullptr, nullptr, nullptr}};
+  Parts<const float> ps = {{nullptr, nullptr, nullptr}};
   for (int i = 0; i < nparts; ++i) {
     if (!parts[i])
       DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_from_heads: part %d is NULL", i);

@@ -251,7 +251,9 @@ START_TEST(test_attention_eval_minimum_scratch) {
   const shape_t *sh = &k_shapes[0];
   const int B = sh->B, T = sh->T, C = sh->C, NH = sh->NH;
   const size_t nc = (size_t)B * T * C;
-  const size_t min_bytes = (3 * nc + (size_t)B * NH * T) * sizeof(float);
+  /* three fp32 slots of nc, each rounded up to 64 floats, then B*NH*T */
+  const size_t slot = (nc + 63) / 64 * 64;
+  const size_t min_bytes = (3 * slot + (size_t)B * NH * T) * sizeof(float);
   twin_t qkv = twin_input(dt, 3 * nc, 0.0f, 1.5f);
   twin_t out = twin_output(dt, nc), ev = twin_output(dt, nc);
   twin_t att = twin_output(DDP_DTYPE_F32, att_elems(sh));
@@ -313,7 +315,7 @@ START_TEST(test_attention_rejects_bad_input) {
   ck_assert_int_eq(ddp_cuda_nn_attention_bwd(g, dt, dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu,
                                              att.gpu, 2, 5, 12, 5, NULL),
                    DDP_ERR_INVALID_ARG);
-  /* more rows than reserved: B = 4 needs 3 * 240 floats, 5 * 120 are there */
+  /* more rows than reserved: B = 4 needs 3 slots of 256 floats, 5 of 128 are there */
   ck_assert_int_eq(ddp_cuda_nn_attention_fwd(g, dt, out.gpu, att.gpu, qkv.gpu, 4, 5, 12, 3, NULL),
                    DDP_ERR_INVALID_ARG);
   ddp_cuda_scratch_release(g);
@@ -328,12 +330,15 @@ START_TEST(test_attention_rejects_bad_input) {
 }
 END_TEST
 
-/* The backward scratch bound: five floats per activation element, fp32
- * under every dt, and enough for the forward and the eval of any T. */
+/* The backward scratch bound: five fp32 slots of the (N, C) activation,
+ * each rounded up to 64 floats, under every dt; it is also enough for the
+ * forward and the eval of any T. */
 START_TEST(test_attention_scratch_bytes) {
   for (size_t d = 0; d < 3; ++d) {
     ck_assert_uint_eq(ddp_cuda_attention_scratch_bytes(twin_dtypes[d], 64, 48, 50257),
                       5 * 64 * 48 * sizeof(float));
+    ck_assert_uint_eq(ddp_cuda_attention_scratch_bytes(twin_dtypes[d], 3, 7, 1),
+                      5 * 64 * sizeof(float));
     ck_assert_uint_eq(ddp_cuda_attention_scratch_bytes(twin_dtypes[d], 0, 48, 1), 0);
   }
 }

@@ -12,15 +12,16 @@
  * The scale 1/sqrt(hs) is folded into the alpha of every GEMM that needs
  * it (scores, dq, dk), as the CPU twin does for the scores.
  *
- * Workspace (the shared scratch, cuda_impl.h), in floats, nc = B*T*C:
- *   forward  3nc: q, k, v; the fp32 output reuses q's slot (q is dead
+ * Workspace (the shared scratch, cuda_impl.h), in slots of nc = B*T*C
+ * floats (rounded up to 64 floats, so each slot is 256-byte aligned):
+ *   forward  3 slots: q, k, v; the fp32 output reuses q's slot (q is dead
  *            once the scores exist);
- *   eval     3nc plus the scores of one row block of all B*NH heads;
- *   backward 5nc: q, k, v, dout in head layout, dv; dq and dk reuse the
- *            slots of dout and v, which are dead once dP is computed.
- * ddp_cuda_attention_scratch_bytes reserves 5 floats per element of the
- * (N, C) activation for up to N = B*T rows. Eval takes its row blocks from
- * whatever is reserved past its 3nc, which is at least 2nc: a block of R
+ *   eval     3 slots plus the scores of one row block of all B*NH heads;
+ *   backward 5 slots: q, k, v, dout in head layout, dv; dq and dk reuse
+ *            the slots of dout and v, which are dead once dP is computed.
+ * ddp_cuda_attention_scratch_bytes reserves 5 slots of the (N, C)
+ * activation for up to N = B*T rows. Eval takes its row blocks from
+ * whatever is reserved past its 3 slots, at least 2nc floats: a block of R
  * rows of all heads needs B*NH*R*T floats, so R >= 2*hs rows always fit
  * whatever T is (rows = min(T, fitting)); this bound is independent of T,
  * which reserve() is never told. Training (att given) computes whole
@@ -47,15 +48,23 @@
 #include "backend/cuda/cuda_nn.h"
 #include "ddptrain/check.h"
 
-/* Floats of workspace per activation element (see above). */
+/* Slots of workspace, each one fp32 activation (see above). */
 #define ATT_FWD_SLOTS 3
 #define ATT_BWD_SLOTS 5
+/* Slots start on 256-byte boundaries (the scratch itself does), so every
+ * GEMM operand is aligned for the library's vectorised kernels. */
+#define ATT_SLOT_ALIGN 64
+
+/* Floats in one slot for nc activation elements. */
+static int64_t slot_floats(int64_t nc) {
+  return (nc + ATT_SLOT_ALIGN - 1) / ATT_SLOT_ALIGN * ATT_SLOT_ALIGN;
+}
 
 size_t ddp_cuda_attention_scratch_bytes(ddp_dtype_t dt, int64_t N, int C, int V) {
   (void)dt; /* fp32 workspace under every dt */
   (void)V;
   if (N < 1 || C < 1) return 0;
-  return (size_t)ATT_BWD_SLOTS * (size_t)N * (size_t)C * sizeof(float);
+  return (size_t)(ATT_BWD_SLOTS * slot_floats(N * C)) * sizeof(float);
 }
 
 static ddp_status_t check_args(const char *op, ddp_dtype_t dt, int B, int T, int C, int NH) {
@@ -137,12 +146,14 @@ ddp_status_t ddp_cuda_nn_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *
   const float scale = (float)(1.0 / sqrt((double)hs));
   const cudaStream_t cs = ddp_cuda_stream(be, s);
   /* eval needs at least one row of scores per head */
-  const size_t need = (size_t)(ATT_FWD_SLOTS * nc + (att ? 0 : nmat * T)) * sizeof(float);
+  const int64_t slot = slot_floats(nc);
+  const size_t need = (size_t)(ATT_FWD_SLOTS * slot + (att ? 0 : nmat * T)) * sizeof(float);
   void *wsp;
   DDP_CHECK(ddp_cuda_scratch_get(be, need, "attention_fwd", &wsp));
-  float *const q = wsp, *const k = q + nc, *const v = q + 2 * nc, *const o = q;
+  float *const q = wsp, *const k = q + slot, *const v = q + 2 * slot, *const o = q;
 
-  DDP_CHECK(ddp_cuda_attention_to_heads(q, qkv, dt, 3, B, T, C, NH, cs));
+  float *const qkv_parts[3] = {q, k, v};
+  DDP_CHECK(ddp_cuda_attention_to_heads(qkv_parts, qkv, dt, 3, B, T, C, NH, cs));
   if (att) {
     /* att = softmax(scale * Q K^T), zeros above the diagonal */
     DDP_CHECK(slab_gemm(be, T, T, hs, scale, plain(q, hs, slab), transposed(k, hs, slab), att, T,
@@ -153,8 +164,8 @@ ddp_status_t ddp_cuda_nn_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *
         slab_gemm(be, T, hs, T, 1.0f, plain(att, T, TT), plain(v, hs, slab), o, hs, slab, nmat, s));
   } else {
     const size_t floats = ddp_cuda_state(be)->scratch_bytes / sizeof(float);
-    DDP_CHECK(attention_eval(be, o, q, k, v, q + ATT_FWD_SLOTS * nc,
-                             floats - (size_t)(ATT_FWD_SLOTS * nc), nmat, T, hs, scale, s));
+    DDP_CHECK(attention_eval(be, o, q, k, v, q + ATT_FWD_SLOTS * slot,
+                             floats - (size_t)(ATT_FWD_SLOTS * slot), nmat, T, hs, scale, s));
   }
   const float *parts[1] = {o};
   return ddp_cuda_attention_from_heads(out, dt, parts, 1, B, T, C, NH, cs);
@@ -172,15 +183,17 @@ ddp_status_t ddp_cuda_nn_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *
   const int64_t slab = (int64_t)T * hs, TT = (int64_t)T * T;
   const float scale = (float)(1.0 / sqrt((double)hs));
   const cudaStream_t cs = ddp_cuda_stream(be, s);
+  const int64_t slot = slot_floats(nc);
   void *wsp;
-  DDP_CHECK(ddp_cuda_scratch_get(be, (size_t)(ATT_BWD_SLOTS * nc) * sizeof(float), "attention_bwd",
-                                 &wsp));
-  float *const q = wsp, *const k = q + nc, *const v = q + 2 * nc;
-  float *const g = q + 3 * nc, *const dv = q + 4 * nc;
+  DDP_CHECK(ddp_cuda_scratch_get(be, (size_t)(ATT_BWD_SLOTS * slot) * sizeof(float),
+                                 "attention_bwd", &wsp));
+  float *const q = wsp, *const k = q + slot, *const v = q + 2 * slot;
+  float *const g = q + 3 * slot, *const dv = q + 4 * slot;
   float *const dq = g, *const dk = v; /* dead once dP exists */
 
-  DDP_CHECK(ddp_cuda_attention_to_heads(q, qkv, dt, 3, B, T, C, NH, cs));
-  DDP_CHECK(ddp_cuda_attention_to_heads(g, dout, dt, 1, B, T, C, NH, cs));
+  float *const qkv_parts[3] = {q, k, v}, *const dout_part[1] = {g};
+  DDP_CHECK(ddp_cuda_attention_to_heads(qkv_parts, qkv, dt, 3, B, T, C, NH, cs));
+  DDP_CHECK(ddp_cuda_attention_to_heads(dout_part, dout, dt, 1, B, T, C, NH, cs));
   /* dV = P^T dout, P masked in scratch */
   DDP_CHECK(ddp_cuda_attention_mask_copy(scratch, att, nmat, T, cs));
   DDP_CHECK(slab_gemm(be, T, hs, T, 1.0f, transposed(scratch, T, TT), plain(g, hs, slab), dv, hs,
