@@ -2,8 +2,8 @@
  * layout changes with dtype conversion, the causal softmax forward and
  * backward, and the masked copy of saved probabilities.
  *
- * Layout kernels are grid-stride loops with 64-bit indices, one output
- * element per thread iteration. The row kernels give each row of scores to
+ * Layout kernels are grid-stride loops with 64-bit indices, one element
+ * per thread iteration. The row kernels give each row of scores to
  * one warp: the lanes stride over the row and combine their partial max or
  * sum with a butterfly of shuffles, so every reduction runs in the same
  * order on every run (no atomics), and the whole row is one warp's, which
@@ -13,6 +13,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "attention.h"
 #include "foreign_check.h"
@@ -45,9 +47,9 @@ __device__ __forceinline__ void store_from_f32(void *__restrict__ p, int64_t i, 
     static_cast<__half *>(p)[i] = __float2half_rn(x);
 }
 
-/* Where column `col` of row `row` of a (B*T, nparts*C) activation lives in
- * the nparts consecutive (B,NH,T,hs) tensors: part index and offset inside
- * the part. */
+/* Where column `col` of row `row` of a (B*T, nparts*C) activation lives
+ * among the nparts (B,NH,T,hs) tensors: which part, and the offset inside
+ * it. */
 struct HeadPos {
   int part;
   int64_t off;
@@ -62,35 +64,28 @@ __device__ __forceinline__ HeadPos head_pos(int64_t row, int64_t col, int T, int
   return {part, ((b * NH + h) * T + t) * hs + d};
 }
 
-/* Up to three part pointers, passed to kernels by value. */
-template <typename P>
+/* Up to three part pointers, passed to kernels by value. The fp32 side is
+ * read-only when going back to the activation layout. */
 struct Parts {
-  P *p[3];
+  float *p[3];
 };
 
-template <int DT>
-static __global__ void to_heads_kernel(Parts<float> parts, const void *__restrict__ src, int nparts,
-                                       int64_t n, int T, int C, int NH) {
+/* Between the activation layout and the head layout, one element per
+ * iteration, indexed in the activation's order (its accesses coalesce; the
+ * head side moves in runs of hs). */
+template <int DT, bool kToHeads>
+static __global__ void layout_kernel(void *__restrict__ act, Parts parts, int nparts, int64_t n,
+                                     int T, int C, int NH) {
   const int64_t width = (int64_t)nparts * C;
   const int hs = C / NH;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = i / width;
     const HeadPos hp = head_pos(row, i - row * width, T, C, hs, NH);
-    parts.p[hp.part][hp.off] = load_as_f32<DT>(src, i);
-  }
-}
-
-template <int DT>
-static __global__ void from_heads_kernel(void *__restrict__ dst, Parts<const float> parts,
-                                         int nparts, int64_t n, int T, int C, int NH) {
-  const int64_t width = (int64_t)nparts * C;
-  const int hs = C / NH;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t row = i / width;
-    const HeadPos hp = head_pos(row, i - row * width, T, C, hs, NH);
-    store_from_f32<DT>(dst, i, parts.p[hp.part][hp.off]);
+    if constexpr (kToHeads)
+      parts.p[hp.part][hp.off] = load_as_f32<DT>(act, i);
+    else
+      store_from_f32<DT>(act, i, parts.p[hp.part][hp.off]);
   }
 }
 
@@ -175,6 +170,51 @@ ddp_status_t check_heads(const char *op, ddp_dtype_t dt, int nparts, int B, int 
   return DDP_OK;
 }
 
+/* Calls f with the dtype as a compile-time constant (dt already checked). */
+template <typename F>
+void with_dtype(ddp_dtype_t dt, F &&f) {
+  switch (dt) {
+    case DDP_DTYPE_F32:
+      f(std::integral_constant<int, DDP_DTYPE_F32>{});
+      break;
+    case DDP_DTYPE_BF16:
+      f(std::integral_constant<int, DDP_DTYPE_BF16>{});
+      break;
+    default:
+      f(std::integral_constant<int, DDP_DTYPE_F16>{});
+      break;
+  }
+}
+
+/* Both layout launchers: checks, then the kernel for dt and direction.
+ * act is the (B,T,nparts*C) activation, parts the fp32 head tensors. */
+template <bool kToHeads>
+ddp_status_t launch_layout(const char *op, void *act, const float *const *parts, ddp_dtype_t dt,
+                           int nparts, int B, int T, int C, int NH, cudaStream_t stream) {
+  DDP_CHECK(check_heads(op, dt, nparts, B, T, C, NH));
+  if (!act || !parts) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL pointer", op);
+  Parts ps = {{nullptr, nullptr, nullptr}};
+  for (int i = 0; i < nparts; ++i) {
+    if (!parts[i]) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: part %d is NULL", op, i);
+    ps.p[i] = const_cast<float *>(parts[i]); /* written only when kToHeads */
+  }
+  const int64_t n = (int64_t)B * T * C * nparts;
+  with_dtype(dt, [&](auto tag) {
+    layout_kernel<decltype(tag)::value, kToHeads>
+        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(act, ps, nparts, n, T, C, NH);
+  });
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+/* The checks of the kernels over nmat (T,T) matrices. */
+ddp_status_t check_square(const char *op, const void *a, const void *b, int64_t nmat, int T) {
+  if (!a || !b) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL pointer", op);
+  if (nmat < 1 || T < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: bad shape nmat=%lld T=%d", op, (long long)nmat, T);
+  return DDP_OK;
+}
+
 }  // namespace
 
 /* ---- launchers ------------------------------------------------------------ */
@@ -182,57 +222,16 @@ ddp_status_t check_heads(const char *op, ddp_dtype_t dt, int nparts, int B, int 
 extern "C" ddp_status_t ddp_cuda_attention_to_heads(float *const *parts, const void *src,
                                                     ddp_dtype_t dt, int nparts, int B, int T, int C,
                                                     int NH, cudaStream_t stream) {
-  DDP_CHECK(check_heads("ddp_cuda_attention_to_heads", dt, nparts, B, T, C, NH));
-  if (!parts || !src) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_to_heads: NULL pointer");
-  Parts<float> ps = {{nullptr, nullptr, nullptr}};
-  for (int i = 0; i < nparts; ++i) {
-    if (!parts[i]) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_to_heads: part %d is NULL", i);
-    ps.p[i] = parts[i];
-  }
-  const int64_t n = (int64_t)B * T * C * nparts;
-  const unsigned grid = grid_for(n, kThreads);
-  switch (dt) {
-    case DDP_DTYPE_F32:
-      to_heads_kernel<DDP_DTYPE_F32><<<grid, kThreads, 0, stream>>>(ps, src, nparts, n, T, C, NH);
-      break;
-    case DDP_DTYPE_BF16:
-      to_heads_kernel<DDP_DTYPE_BF16><<<grid, kThreads, 0, stream>>>(ps, src, nparts, n, T, C, NH);
-      break;
-    default:
-      to_heads_kernel<DDP_DTYPE_F16><<<grid, kThreads, 0, stream>>>(ps, src, nparts, n, T, C, NH);
-      break;
-  }
-  DDP_CUDA_CHECK(cudaGetLastError());
-  return DDP_OK;
+  /* src is only read in this direction */
+  return launch_layout<true>("ddp_cuda_attention_to_heads", const_cast<void *>(src), parts, dt,
+                             nparts, B, T, C, NH, stream);
 }
 
 extern "C" ddp_status_t ddp_cuda_attention_from_heads(void *dst, ddp_dtype_t dt,
                                                       const float *const *parts, int nparts, int B,
                                                       int T, int C, int NH, cudaStream_t stream) {
-  DDP_CHECK(check_heads("ddp_cuda_attention_from_heads", dt, nparts, B, T, C, NH));
-  if (!dst || !parts) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_from_heads: NULL pointer");
-  Parts<const float> ps = {{nullptr, nullptr, nullptr}};
-  for (int i = 0; i < nparts; ++i) {
-    if (!parts[i])
-      DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_from_heads: part %d is NULL", i);
-    ps.p[i] = parts[i];
-  }
-  const int64_t n = (int64_t)B * T * C * nparts;
-  const unsigned grid = grid_for(n, kThreads);
-  switch (dt) {
-    case DDP_DTYPE_F32:
-      from_heads_kernel<DDP_DTYPE_F32><<<grid, kThreads, 0, stream>>>(dst, ps, nparts, n, T, C, NH);
-      break;
-    case DDP_DTYPE_BF16:
-      from_heads_kernel<DDP_DTYPE_BF16>
-          <<<grid, kThreads, 0, stream>>>(dst, ps, nparts, n, T, C, NH);
-      break;
-    default:
-      from_heads_kernel<DDP_DTYPE_F16><<<grid, kThreads, 0, stream>>>(dst, ps, nparts, n, T, C, NH);
-      break;
-  }
-  DDP_CUDA_CHECK(cudaGetLastError());
-  return DDP_OK;
+  return launch_layout<false>("ddp_cuda_attention_from_heads", dst, parts, dt, nparts, B, T, C, NH,
+                              stream);
 }
 
 extern "C" ddp_status_t ddp_cuda_attention_softmax_fwd(float *p, int64_t nmat, int rows, int r0,
@@ -254,10 +253,7 @@ extern "C" ddp_status_t ddp_cuda_attention_softmax_fwd(float *p, int64_t nmat, i
 
 extern "C" ddp_status_t ddp_cuda_attention_softmax_bwd(float *d, const float *att, int64_t nmat,
                                                        int T, cudaStream_t stream) {
-  if (!d || !att) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_softmax_bwd: NULL pointer");
-  if (nmat < 1 || T < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_softmax_bwd: bad shape nmat=%lld T=%d",
-             (long long)nmat, T);
+  DDP_CHECK(check_square("ddp_cuda_attention_softmax_bwd", d, att, nmat, T));
   const int64_t nrows = nmat * T;
   softmax_bwd_kernel<<<grid_for(nrows, kWarpsPerBlock), kThreads, 0, stream>>>(d, att, nrows, T);
   DDP_CUDA_CHECK(cudaGetLastError());
@@ -266,10 +262,7 @@ extern "C" ddp_status_t ddp_cuda_attention_softmax_bwd(float *d, const float *at
 
 extern "C" ddp_status_t ddp_cuda_attention_mask_copy(float *dst, const float *att, int64_t nmat,
                                                      int T, cudaStream_t stream) {
-  if (!dst || !att) DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_mask_copy: NULL pointer");
-  if (nmat < 1 || T < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "ddp_cuda_attention_mask_copy: bad shape nmat=%lld T=%d",
-             (long long)nmat, T);
+  DDP_CHECK(check_square("ddp_cuda_attention_mask_copy", dst, att, nmat, T));
   const int64_t n = nmat * T * T;
   mask_copy_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, att, n, T);
   DDP_CUDA_CHECK(cudaGetLastError());

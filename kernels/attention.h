@@ -31,8 +31,8 @@ extern "C" {
 
 /* parts[0..nparts): fp32 tensors (B,NH,T,hs), hs = C/NH; src
  * (B,T,nparts*C) of dtype dt, row pitch nparts*C: column p*C + h*hs + d of
- * row (b,t) goes to parts[p], slab (b,h), row t, column d. nparts is 1
- * (dout) or 3 (qkv -> q, k, v); parts is a host array of device pointers.
+ * row (b,t) goes to parts[p], slab (b,h), row t, column d. nparts is 1 to
+ * 3 (1: dout, 3: qkv -> q, k, v); parts is a host array of device pointers.
  * Widening is exact. */
 ddp_status_t ddp_cuda_attention_to_heads(float *const *parts, const void *src, ddp_dtype_t dt,
                                          int nparts, int B, int T, int C, int NH,
