@@ -4,7 +4,10 @@ sampler's planning benchmark: each document is EOT (50256, GPT-2) followed
 by random tokens, with heavy-tailed lengths (log-normal, median 16 tokens,
 clipped to 2..1024). Deterministic for a given seed.
 
-usage: synthetic_shard.py OUT.bin N_DOCS [SEED]"""
+With LENGTHS "fixed:L" every document has exactly L tokens (EOT included),
+and "lognormal:M" changes the median (default lognormal:16).
+
+usage: synthetic_shard.py OUT.bin N_DOCS [SEED [LENGTHS]]"""
 import sys
 
 import numpy as np
@@ -16,7 +19,14 @@ def main():
     out, n_docs = sys.argv[1], int(sys.argv[2])
     seed = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     rng = np.random.default_rng(seed)
-    lengths = np.clip(np.exp(rng.normal(np.log(16), 1.0, n_docs)), 2, 1024).astype(np.int64)
+    kind, _, value = (sys.argv[4] if len(sys.argv) > 4 else "lognormal:16").partition(":")
+    if kind == "fixed" and int(value) >= 2:
+        lengths = np.full(n_docs, int(value), dtype=np.int64)
+    elif kind == "lognormal" and float(value) > 0:
+        lengths = np.clip(np.exp(rng.normal(np.log(float(value)), 1.0, n_docs)), 2,
+                          1024).astype(np.int64)
+    else:
+        sys.exit(f"synthetic_shard: LENGTHS must be fixed:L (L >= 2) or lognormal:M, not {sys.argv[4]}")
     total = int(lengths.sum())
     if total >= 2**31:
         sys.exit("too many tokens for one shard (int32 header count)")

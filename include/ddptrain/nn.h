@@ -102,8 +102,12 @@ typedef struct ddp_nn_ops {
   /* Softmax cross-entropy with ignore index -1. logits (N,Vp) with V valid
    * columns. losses (N, fp32, required): -log softmax(logits)[target], 0
    * where target is -1. loss_sum (1, fp32, required): += sum of losses
-   * (device-side accumulation: no host sync). Targets outside [-1, V) are
-   * rejected before anything is written.
+   * (device-side accumulation: no host sync). Targets outside [-1, V):
+   * the CPU backend rejects them before anything is written; a GPU cannot
+   * without a host sync, so the CUDA kernel never reads out of bounds and
+   * writes NaN as that row's loss (the run's non-finite-loss check stops
+   * it) and zeros to its dlogits row. Callers validate targets on the host
+   * before upload (ddp_gpt does).
    * With dlogits non-NULL the backward is fused: dlogits (N,Vp) =
    * (softmax - onehot) * dloss (0 at ignored rows and padding columns);
    * dlogits may alias logits. */
