@@ -8,9 +8,7 @@
  * sum with a butterfly of shuffles, so every reduction runs in the same
  * order on every run (no atomics), and the whole row is one warp's, which
  * keeps it in L1 across the passes. Half values are widened exactly and
- * each stored half output is rounded once to nearest even. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+ * each stored half output is rounded once to nearest even (nn_io.cuh). */
 #include <math.h>
 #include <stdint.h>
 
@@ -18,33 +16,20 @@
 
 #include "attention.h"
 #include "foreign_check.h"
+#include "nn_io.cuh"
 
 namespace {
 
-constexpr int kThreads = 256;
+using ddp_nn::grid_for;
+using ddp_nn::warp_max;
+using ddp_nn::warp_sum;
+
+constexpr int kThreads = ddp_nn::kEwThreads;
 constexpr int kWarpsPerBlock = kThreads / 32;
-/* Grid caps: enough blocks to fill any current GPU many times over; the
- * grid-stride loops cover the rest. */
-constexpr int64_t kMaxBlocks = 8192;
 
-template <int DT>
-__device__ __forceinline__ float load_as_f32(const void *__restrict__ p, int64_t i) {
-  if constexpr (DT == DDP_DTYPE_F32)
-    return static_cast<const float *>(p)[i];
-  else if constexpr (DT == DDP_DTYPE_BF16)
-    return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-  else
-    return __half2float(static_cast<const __half *>(p)[i]);
-}
-
-template <int DT>
-__device__ __forceinline__ void store_from_f32(void *__restrict__ p, int64_t i, float x) {
-  if constexpr (DT == DDP_DTYPE_F32)
-    static_cast<float *>(p)[i] = x;
-  else if constexpr (DT == DDP_DTYPE_BF16)
-    static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(x);
-  else
-    static_cast<__half *>(p)[i] = __float2half_rn(x);
+/* Blocks for one warp per row (grid_for counts threads). */
+unsigned grid_for_rows(int64_t nrows) {
+  return grid_for((size_t)nrows * 32);
 }
 
 /* Where column `col` of row `row` of a (B*T, nparts*C) activation lives
@@ -83,22 +68,10 @@ static __global__ void layout_kernel(void *__restrict__ act, Parts parts, int np
     const int64_t row = i / width;
     const HeadPos hp = head_pos(row, i - row * width, T, C, hs, NH);
     if constexpr (kToHeads)
-      parts.p[hp.part][hp.off] = load_as_f32<DT>(act, i);
+      parts.p[hp.part][hp.off] = ddp_nn::load<DT>(act, (size_t)i);
     else
-      store_from_f32<DT>(act, i, parts.p[hp.part][hp.off]);
+      ddp_nn::store<DT>(act, (size_t)i, parts.p[hp.part][hp.off]);
   }
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xFFFFFFFFu, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, o);
-  return x;
 }
 
 /* One warp per row; the loop bound is the same for all lanes of a warp, so
@@ -151,12 +124,6 @@ static __global__ void mask_copy_kernel(float *__restrict__ dst, const float *__
   }
 }
 
-unsigned grid_for(int64_t work, int per_block) {
-  int64_t blocks = (work + per_block - 1) / per_block;
-  if (blocks < 1) blocks = 1;
-  return (unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-}
-
 ddp_status_t check_heads(const char *op, ddp_dtype_t dt, int nparts, int B, int T, int C, int NH) {
   if (dt != DDP_DTYPE_F32 && dt != DDP_DTYPE_BF16 && dt != DDP_DTYPE_F16)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: dtype %s (%d) is not fp32, bf16 or fp16", op,
@@ -201,7 +168,7 @@ ddp_status_t launch_layout(const char *op, void *act, const float *const *parts,
   const int64_t n = (int64_t)B * T * C * nparts;
   with_dtype(dt, [&](auto tag) {
     layout_kernel<decltype(tag)::value, kToHeads>
-        <<<grid_for(n, kThreads), kThreads, 0, stream>>>(act, ps, nparts, n, T, C, NH);
+        <<<grid_for((size_t)n), kThreads, 0, stream>>>(act, ps, nparts, n, T, C, NH);
   });
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
@@ -245,8 +212,8 @@ extern "C" ddp_status_t ddp_cuda_attention_softmax_fwd(float *p, int64_t nmat, i
              "ldp=%lld stride=%lld",
              (long long)nmat, rows, r0, ncols, (long long)ldp, (long long)stride);
   const int64_t nrows = nmat * rows;
-  softmax_fwd_kernel<<<grid_for(nrows, kWarpsPerBlock), kThreads, 0, stream>>>(p, nrows, rows, r0,
-                                                                               ncols, ldp, stride);
+  softmax_fwd_kernel<<<grid_for_rows(nrows), kThreads, 0, stream>>>(p, nrows, rows, r0, ncols, ldp,
+                                                                    stride);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
@@ -255,7 +222,7 @@ extern "C" ddp_status_t ddp_cuda_attention_softmax_bwd(float *d, const float *at
                                                        int T, cudaStream_t stream) {
   DDP_CHECK(check_square("ddp_cuda_attention_softmax_bwd", d, att, nmat, T));
   const int64_t nrows = nmat * T;
-  softmax_bwd_kernel<<<grid_for(nrows, kWarpsPerBlock), kThreads, 0, stream>>>(d, att, nrows, T);
+  softmax_bwd_kernel<<<grid_for_rows(nrows), kThreads, 0, stream>>>(d, att, nrows, T);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
@@ -264,7 +231,7 @@ extern "C" ddp_status_t ddp_cuda_attention_mask_copy(float *dst, const float *at
                                                      int T, cudaStream_t stream) {
   DDP_CHECK(check_square("ddp_cuda_attention_mask_copy", dst, att, nmat, T));
   const int64_t n = nmat * T * T;
-  mask_copy_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, att, n, T);
+  mask_copy_kernel<<<grid_for((size_t)n), kThreads, 0, stream>>>(dst, att, n, T);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
