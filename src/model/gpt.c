@@ -516,6 +516,21 @@ static ddp_status_t upload(ddp_gpt_t *m, int32_t *dst, const int32_t *src, int64
                           DDP_COPY_KIND_HOST_TO_DEVICE, NULL);
 }
 
+/* resid = a + b, then out = LayerNorm(resid) (statistics saved unless
+ * NULL): the residual add and the LayerNorm that reads its sum run as one op
+ * (one pass over the row instead of a store and a reload), falling back to
+ * the two ops for a backend table without the fused one. */
+static ddp_status_t residual_layernorm(ddp_gpt_t *m, void *resid, void *out, float *mean,
+                                       float *rstd, const void *a, const void *b, const void *w,
+                                       const void *bias, int N, int C) {
+  const ddp_nn_ops_t *nn = m->nn;
+  if (nn->residual_layernorm_fwd)
+    return nn->residual_layernorm_fwd(m->be, m->act_dtype, resid, out, mean, rstd, a, b, w, bias,
+                                      N, C, NULL);
+  DDP_CHECK(nn->add(m->be, m->act_dtype, resid, a, b, (size_t)N * C, NULL));
+  return nn->layernorm_fwd(m->be, m->act_dtype, out, mean, rstd, resid, w, bias, N, C, NULL);
+}
+
 static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float dloss) {
   ddp_backend_t *be = m->be;
@@ -534,31 +549,45 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   /* Under bf16/fp16 every activation is stored in the half type by the op
    * that makes it (nn.h); LayerNorm statistics and the attention
    * probabilities stay fp32. */
-  for (int l = 0; l < m->cfg.n_layer; ++l) {
+  const int L = m->cfg.n_layer;
+  /* Each residual sum is fused with the LayerNorm that reads it: the
+   * attention branch's with ln_2, the MLP branch's with the next block's
+   * ln_1 (or ln_f); only the first ln_1 reads the embedding alone. */
+  if (L > 0)
+    DDP_CHECK(nn->layernorm_fwd(be, dt, a->blocks[0].ln1, a->blocks[0].ln1_mean,
+                                a->blocks[0].ln1_rstd, res, m->p.blocks[0].ln1_w,
+                                m->p.blocks[0].ln1_b, N, C, NULL));
+  else
+    DDP_CHECK(nn->layernorm_fwd(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w,
+                                m->p.lnf_b, N, C, NULL));
+  for (int l = 0; l < L; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
-    DDP_CHECK(nn->layernorm_fwd(be, dt, b->ln1, b->ln1_mean, b->ln1_rstd, res, p->ln1_w, p->ln1_b,
-                                N, C, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(watch(m, b->qkv, m->act_dtype, 3 * nc, "forward: h.%d.attn.c_attn output", l));
     DDP_CHECK(nn->attention_fwd(be, dt, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
     DDP_CHECK(watch(m, b->atty, m->act_dtype, nc, "forward: h.%d.attn output", l));
     DDP_CHECK(nn->linear_fwd(be, dt, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
-    DDP_CHECK(nn->add(be, dt, b->res2, b->res2, res, nc, NULL));
+    DDP_CHECK(residual_layernorm(m, b->res2, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, res,
+                                 p->ln2_w, p->ln2_b, N, C));
     DDP_CHECK(watch(m, b->res2, m->act_dtype, nc, "forward: h.%d.attn.c_proj + residual", l));
-    DDP_CHECK(nn->layernorm_fwd(be, dt, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, p->ln2_w,
-                                p->ln2_b, N, C, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
     DDP_CHECK(watch(m, b->fch, m->act_dtype, 4 * nc, "forward: h.%d.mlp.c_fc output", l));
     DDP_CHECK(nn->gelu_fwd(be, dt, b->fch_gelu, b->fch, 4 * nc, NULL));
     DDP_CHECK(
         nn->linear_fwd(be, dt, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
-    DDP_CHECK(nn->add(be, dt, b->res3, b->res3, b->res2, nc, NULL));
+    if (l + 1 < L) {
+      block_acts_t *nb = &a->blocks[l + 1];
+      DDP_CHECK(residual_layernorm(m, b->res3, nb->ln1, nb->ln1_mean, nb->ln1_rstd, b->res3,
+                                   b->res2, m->p.blocks[l + 1].ln1_w, m->p.blocks[l + 1].ln1_b, N,
+                                   C));
+    } else {
+      DDP_CHECK(residual_layernorm(m, b->res3, a->lnf, a->lnf_mean, a->lnf_rstd, b->res3, b->res2,
+                                   m->p.lnf_w, m->p.lnf_b, N, C));
+    }
     DDP_CHECK(watch(m, b->res3, m->act_dtype, nc, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
   }
-  DDP_CHECK(nn->layernorm_fwd(be, dt, a->lnf, a->lnf_mean, a->lnf_rstd, res, m->p.lnf_w, m->p.lnf_b,
-                              N, C, NULL));
   DDP_CHECK(nn->linear_fwd(be, dt, a->logits, a->lnf, m->p.wte, NULL, N, C, V, NULL));
   DDP_CHECK(watch(m, a->logits, m->act_dtype, (size_t)N * V, "forward: logits"));
   /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
@@ -586,22 +615,26 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   DDP_CHECK(upload(m, e.tokens, inputs, N));
   const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, dt, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
-  for (int l = 0; l < m->cfg.n_layer; ++l) {
+  const int L = m->cfg.n_layer;
+  /* residual sums fused with the LayerNorm that follows, as in training */
+  DDP_CHECK(nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, e.res[0],
+                              L > 0 ? m->p.blocks[0].ln1_w : m->p.lnf_w,
+                              L > 0 ? m->p.blocks[0].ln1_b : m->p.lnf_b, N, C, NULL));
+  for (int l = 0; l < L; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     void *res = e.res[0], *mid = e.res[1];
-    DDP_CHECK(nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, res, p->ln1_w, p->ln1_b, N, C, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(nn->attention_fwd(be, dt, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
-    DDP_CHECK(nn->add(be, dt, mid, mid, res, nc, NULL));
-    DDP_CHECK(nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, mid, p->ln2_w, p->ln2_b, N, C, NULL));
+    DDP_CHECK(residual_layernorm(m, mid, e.ln, NULL, NULL, mid, res, p->ln2_w, p->ln2_b, N, C));
     DDP_CHECK(nn->linear_fwd(be, dt, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
     DDP_CHECK(nn->gelu_fwd(be, dt, e.fch_gelu, e.fch, 4 * nc, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
-    DDP_CHECK(nn->add(be, dt, res, res, mid, nc, NULL));
+    const int last = l + 1 == L;
+    DDP_CHECK(residual_layernorm(m, res, e.ln, NULL, NULL, res, mid,
+                                 last ? m->p.lnf_w : m->p.blocks[l + 1].ln1_w,
+                                 last ? m->p.lnf_b : m->p.blocks[l + 1].ln1_b, N, C));
   }
-  DDP_CHECK(
-      nn->layernorm_fwd(be, dt, e.ln, NULL, NULL, e.res[0], m->p.lnf_w, m->p.lnf_b, N, C, NULL));
   DDP_CHECK(nn->linear_fwd(be, dt, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
   m->a.logits = e.logits;
   if (targets) {
