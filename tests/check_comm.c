@@ -100,6 +100,10 @@ START_TEST(test_comm_create_reports_kind_rank_world) {
   ck_assert_str_eq(ddp_comm_name(c), self ? "self" : "mpi");
   const char *mode = self ? "none" : _i == 0 ? ddp_comm_default_progress() : k_configs[_i].progress;
   ck_assert_str_eq(ddp_comm_progress_mode(c), mode);
+  /* self moves nothing between ranks, so GPU memory is fine; mpi only when
+   * the library says it is CUDA-aware (Debian's Open MPI is not) */
+  ck_assert_int_eq(ddp_comm_reads_device_memory(c), self ? 1 : ddp_comm_mpi_cuda_aware());
+  ck_assert_int_eq(ddp_comm_reads_device_memory(NULL), 0);
   close_comm();
 }
 END_TEST

@@ -91,6 +91,12 @@ int ddp_comm_rank(const ddp_comm_t *c);
 int ddp_comm_world(const ddp_comm_t *c);
 const char *ddp_comm_name(const ddp_comm_t *c);          /* "self", "mpi" */
 const char *ddp_comm_progress_mode(const ddp_comm_t *c); /* "thread", "test"; "none" for self */
+/* Nonzero when the communicator's collectives may read and write GPU
+ * memory: "self" (nothing moves between ranks), "mpi" only when the MPI
+ * library is CUDA-aware (Open MPI's MPIX_Query_cuda_support). */
+int ddp_comm_reads_device_memory(const ddp_comm_t *c);
+/* The MPI library's answer, for the above and for --build-info. */
+int ddp_comm_mpi_cuda_aware(void);
 /* The progress mode "mpi" uses when the config names none. */
 const char *ddp_comm_default_progress(void);
 

@@ -225,6 +225,11 @@ const char *ddp_comm_name(const ddp_comm_t *c) {
   return c ? c->ops->name : "none";
 }
 
+int ddp_comm_reads_device_memory(const ddp_comm_t *c) {
+  if (!c) return 0;
+  return strcmp(c->ops->name, "self") == 0 || ddp_comm_mpi_cuda_aware();
+}
+
 const char *ddp_comm_progress_mode(const ddp_comm_t *c) {
   return c && c->ops->mode ? c->ops->mode : "none";
 }

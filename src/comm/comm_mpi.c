@@ -23,8 +23,19 @@
 #include <config.h>
 
 #include <stdio.h>
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h> /* MPIX_Query_cuda_support */
+#endif
 
 #include "comm/comm_impl.h"
+
+int ddp_comm_mpi_cuda_aware(void) {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support();
+#else
+  return 0; /* built without it, or an MPI that cannot say: assume host memory only */
+#endif
+}
 
 /* The default progress mode is "test", from bench/comm_overlap.sh on the
  * 2-core CI VM (Open MPI 4.1.4; 2 ranks, one sgemm thread each; 20 chunks of

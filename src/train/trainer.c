@@ -145,6 +145,15 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
   ddp_comm_config_t cc = {.kind = NULL,
                           .progress = strcmp(o->comm_progress, "auto") ? o->comm_progress : NULL};
   DDP_CHECK(ddp_comm_create(tr->dist, &cc, &tr->comm));
+  /* Gradients live in GPU memory and the reducer hands their slices to the
+   * communicator as they are: an MPI that only reads host memory would
+   * crash or corrupt them, so refuse at start-up instead. */
+  if (tr->be->ops->kind == DDP_DEVICE_KIND_CUDA && !ddp_comm_reads_device_memory(tr->comm))
+    DDP_FAIL(DDP_ERR_UNSUPPORTED,
+             "rank %d: %d ranks on the CUDA backend need a communicator that reads GPU memory; "
+             "the '%s' communicator here is not CUDA-aware and ddptrain's NCCL communicator is "
+             "not built yet. Run a single rank per GPU job, or --device cpu",
+             tr->dist->rank, tr->dist->world, ddp_comm_name(tr->comm));
   ddp_reducer_config_t rc = {.grads = ddp_gpt_grads(tr->model),
                              .tensors = tr->rtensors,
                              .n_tensors = ddp_gpt_num_tensors(tr->model),
