@@ -19,6 +19,7 @@
 
 #include "backend/backend_impl.h"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/cuda_nn.h"
 #include "backend/device_error.h"
 #include "ddptrain/caching_alloc.h"
 #include "foreign_check.h"
@@ -361,6 +362,7 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .synchronize = cuda_synchronize,
     .gemm = cuda_gemm,
     .mem_info = cuda_mem_info,
+    .nn = &ddp_nn_cuda_ops,
     .cache_stats = cuda_cache_stats,
     .trim = cuda_trim,
     .pci_bus_id = cuda_pci_bus_id,

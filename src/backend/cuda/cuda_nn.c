@@ -10,7 +10,7 @@
 
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_nn.h"
-#include "ddptrain/log.h"
+#include "ddptrain/check.h"
 
 static ddp_status_t cuda_nn_reserve(ddp_backend_t *be, ddp_dtype_t dt, int64_t N, int C, int V) {
   if (!ddp_dtype_is_float(dt))
