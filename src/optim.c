@@ -23,14 +23,20 @@
  * Per-element branches are avoided: weight decay is a per-segment factor
  * (1 or 0 where it does not apply), and per-step choices (first SGD step,
  * Nesterov) are loop-invariant selects. */
+#include <config.h>
+
 #include "ddptrain/optim.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ddptrain/check.h"
 #include "ascii.h"
+#if DDP_HAVE_CUDA
+#include "backend/cuda/cuda_optim.h"
+#endif
 
 #define BLOCK 64 /* elements per inner loop: a multiple of every vector width */
 #define LANES 8  /* partial sums of a double-precision sum of squares */
@@ -485,4 +491,95 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
     }
   }
   return DDP_OK;
+}
+
+/* ---- backend-neutral entry points -------------------------------------- */
+
+struct ddp_optim_plan {
+  ddp_backend_t *be;
+  size_t n;
+  int n_segments;
+  void *device; /* the CUDA plan; NULL on the CPU */
+};
+
+static int on_cuda(const ddp_backend_t *be) {
+  return be && be->ops && be->ops->kind == DDP_DEVICE_KIND_CUDA;
+}
+
+ddp_status_t ddp_optim_plan_create(ddp_backend_t *be, const ddp_optim_config_t *cfg,
+                                   const ddp_optim_segment_t *segments, int n_segments, size_t n,
+                                   ddp_optim_plan_t **out) {
+  if (!out) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: NULL out");
+  *out = NULL;
+  if (!be || !cfg || !segments)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: NULL %s",
+             !be ? "backend" : !cfg ? "config" : "segments");
+  DDP_CHECK(validate_config(cfg));
+  if (n_segments < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: n_segments = %d (need >= 1)", n_segments);
+  size_t end = 0;
+  for (int i = 0; i < n_segments; ++i) {
+    if (segments[i].offset != end || segments[i].count > n - end)
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "optim plan: segment %d [%zu, +%zu) does not continue at %zu within n = %zu "
+               "(segments must be sorted, disjoint and cover [0, n))",
+               i, segments[i].offset, segments[i].count, end, n);
+    end += segments[i].count;
+  }
+  if (end != n)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: segments cover [0, %zu) but n = %zu", end, n);
+  ddp_optim_plan_t *p = calloc(1, sizeof *p);
+  if (!p) DDP_FAIL(DDP_ERR_OOM, "optim plan: out of host memory");
+  *p = (ddp_optim_plan_t){.be = be, .n = n, .n_segments = n_segments};
+#if DDP_HAVE_CUDA
+  if (on_cuda(be)) {
+    ddp_status_t st = ddp_cuda_optim_plan_create(be, segments, n_segments, n,
+                                                 (ddp_cuda_optim_plan_t **)&p->device);
+    if (st != DDP_OK) {
+      free(p);
+      return st;
+    }
+  }
+#endif
+  *out = p;
+  return DDP_OK;
+}
+
+void ddp_optim_plan_destroy(ddp_optim_plan_t *plan) {
+  if (!plan) return;
+#if DDP_HAVE_CUDA
+  if (plan->device) ddp_cuda_optim_plan_destroy(plan->be, plan->device);
+#endif
+  free(plan);
+}
+
+ddp_status_t ddp_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
+                                  float scale, ddp_stream_t s) {
+#if DDP_HAVE_CUDA
+  if (on_cuda(be)) {
+    if (!sumsq || !grads)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_sumsq: NULL %s", !sumsq ? "sumsq" : "grads");
+    if (!isfinite(scale))
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_sumsq: scale %g", (double)scale);
+    return ddp_cuda_optim_grad_sumsq(be, sumsq, grads, n, scale, s);
+  }
+#endif
+  return ddp_optim_grad_sumsq_cpu(be, sumsq, grads, n, scale, s);
+}
+
+ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
+                            const ddp_optim_step_args_t *args, ddp_stream_t s) {
+  if (!plan) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: NULL plan");
+  if (plan->be != be)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: the plan was made for another backend");
+  DDP_CHECK(validate_step(args));
+  if (args->n != plan->n || args->n_segments != plan->n_segments)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "optim_step: the plan was made for %zu parameters in %d tensors, the step has %zu "
+             "in %d",
+             plan->n, plan->n_segments, args->n, args->n_segments);
+#if DDP_HAVE_CUDA
+  if (plan->device) return ddp_cuda_optim_step(be, plan->device, args, s);
+#endif
+  return ddp_optim_step_cpu(be, args, s);
 }

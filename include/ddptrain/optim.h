@@ -128,6 +128,31 @@ ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const flo
 ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *args,
                                 ddp_stream_t s);
 
+/* ---- backend-neutral entry points ----------------------------------------
+ * What the trainer calls: the CPU functions above on the CPU backend, the
+ * kernels of kernels/optim.cu on CUDA (bit-identical arithmetic per element,
+ * sums of squares in a different fixed order). A plan holds what a backend
+ * needs per parameter layout (on CUDA the chunk and segment tables in device
+ * memory and LAMB's scratch); it is made once, before the step loop, so
+ * steps allocate nothing. */
+typedef struct ddp_optim_plan ddp_optim_plan_t;
+
+/* Validates the configuration and the segments (as ddp_optim_step_cpu
+ * does) and prepares the plan for n parameters. */
+ddp_status_t ddp_optim_plan_create(ddp_backend_t *be, const ddp_optim_config_t *cfg,
+                                   const ddp_optim_segment_t *segments, int n_segments, size_t n,
+                                   ddp_optim_plan_t **out);
+void ddp_optim_plan_destroy(ddp_optim_plan_t *plan);
+
+/* ddp_optim_grad_sumsq_cpu's contract on any backend (enqueued on s; no
+ * host sync on a GPU). */
+ddp_status_t ddp_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
+                                  float scale, ddp_stream_t s);
+/* ddp_optim_step_cpu's contract on any backend; args must describe the
+ * plan's layout (same n and segment count). */
+ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
+                            const ddp_optim_step_args_t *args, ddp_stream_t s);
+
 #ifdef __cplusplus
 }
 #endif

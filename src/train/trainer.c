@@ -55,6 +55,7 @@ typedef struct trainer {
   ddp_status_t hook_status; /* first reducer error raised inside backward */
   ddp_optim_config_t ocfg;
   ddp_optim_segment_t *segs;
+  ddp_optim_plan_t *optim_plan; /* made once, before the step loop */
   float *state, *grad_sumsq; /* backend memory */
   float *host_params;        /* --check-replicas */
   ddp_metrics_t metrics;
@@ -130,6 +131,7 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
     tr->segs[i] = (ddp_optim_segment_t){.offset = t->offset, .count = t->count, .decay = t->decay};
     tr->rtensors[i] = (ddp_reducer_tensor_t){.offset = t->offset, .count = t->count};
   }
+  DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, tr->segs, nt, n, &tr->optim_plan));
   const size_t state_n = n * ddp_optim_state_per_param(&tr->ocfg);
   if (state_n) {
     DDP_CHECK(ddp_backend_alloc(tr->be, state_n * sizeof(float), (void **)&tr->state));
@@ -391,7 +393,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
    * inf/NaN makes it non-finite, which is the loss scaler's overflow flag. */
   const float unscale = ddp_amp_unscale(&tr->amp);
   DDP_CHECK(
-      ddp_optim_grad_sumsq_cpu(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
+      ddp_optim_grad_sumsq(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
   /* With a loss scaler an inf/NaN is an overflow: the step is skipped, not an error. */
   if (!tr->amp.scaler.enabled) DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
@@ -408,7 +410,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .compute_params = ddp_gpt_compute_params(tr->model),
                              .compute_dtype = ddp_gpt_precision(tr->model),
                              .skip_nonfinite = tr->amp.scaler.enabled};
-  DDP_CHECK(ddp_optim_step_cpu(tr->be, &a, NULL));
+  DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
@@ -715,6 +717,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   free(tr.host_params);
   ddp_backend_free(be, tr.grad_sumsq);
   ddp_backend_free(be, tr.state);
+  ddp_optim_plan_destroy(tr.optim_plan);
   free(tr.segs);
   free(tr.rtensors);
   ddp_gpt_destroy(tr.model);

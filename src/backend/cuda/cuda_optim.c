@@ -1,0 +1,141 @@
+/* The optimizer on the CUDA backend: plan tables and the per-step launch
+ * (kernels/optim.cu). The per-step constants are computed on the host in
+ * double exactly as the CPU twin computes them (src/optim.c); everything
+ * that depends on the gradients (clipping, the loss scaler's skip) is
+ * decided on the device from the squared norm there, so a step enqueues
+ * its kernels and returns without waiting. */
+#include <config.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/cuda_optim.h"
+#include "ddptrain/check.h"
+#include "optim.h"
+
+struct ddp_cuda_optim_plan {
+  ddp_cuda_optim_chunk_t *chunks; /* device */
+  int32_t *seg_decay;             /* device, n_segs */
+  int32_t *seg_chunk_begin;       /* device, n_segs + 1 */
+  double *lamb_partials;          /* device, 2 per chunk */
+  float *lamb_ratio;              /* device, n_segs */
+  int n_chunks, n_segs;
+  size_t n;
+};
+
+static ddp_status_t upload(ddp_backend_t *be, void **dev, const void *host, size_t bytes) {
+  DDP_CHECK(ddp_backend_alloc(be, bytes, dev));
+  DDP_CHECK(ddp_backend_copy(be, *dev, host, bytes, DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  return ddp_backend_sync(be, NULL); /* the host tables are freed next */
+}
+
+ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_optim_segment_t *segments,
+                                        int n_segments, size_t n, ddp_cuda_optim_plan_t **out) {
+  *out = NULL;
+  size_t n_chunks = 0;
+  for (int k = 0; k < n_segments; ++k)
+    n_chunks += (segments[k].count + DDP_CUDA_OPTIM_CHUNK - 1) / DDP_CUDA_OPTIM_CHUNK;
+  if (n_chunks < 1 || n_chunks > INT32_MAX / 2)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: %zu parameters make %zu chunks", n, n_chunks);
+  ddp_cuda_optim_plan_t *p = calloc(1, sizeof *p);
+  ddp_cuda_optim_chunk_t *chunks = malloc(n_chunks * sizeof *chunks);
+  int32_t *decay = malloc((size_t)n_segments * sizeof *decay);
+  int32_t *begin = malloc(((size_t)n_segments + 1) * sizeof *begin);
+  ddp_status_t st = DDP_OK;
+  if (!p || !chunks || !decay || !begin)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, out_host, "optim plan: out of host memory");
+  size_t c = 0;
+  for (int k = 0; k < n_segments; ++k) {
+    decay[k] = segments[k].decay != 0;
+    begin[k] = (int32_t)c;
+    for (size_t off = 0; off < segments[k].count; off += DDP_CUDA_OPTIM_CHUNK) {
+      const size_t left = segments[k].count - off;
+      chunks[c++] = (ddp_cuda_optim_chunk_t){
+          .start = (int64_t)(segments[k].offset + off),
+          .len = (int32_t)(left < DDP_CUDA_OPTIM_CHUNK ? left : DDP_CUDA_OPTIM_CHUNK),
+          .seg = k};
+    }
+  }
+  begin[n_segments] = (int32_t)c;
+  p->n_chunks = (int)n_chunks;
+  p->n_segs = n_segments;
+  p->n = n;
+  DDP_CHECK_GOTO(upload(be, (void **)&p->chunks, chunks, n_chunks * sizeof *chunks), st, fail);
+  DDP_CHECK_GOTO(upload(be, (void **)&p->seg_decay, decay, (size_t)n_segments * sizeof *decay), st,
+                 fail);
+  DDP_CHECK_GOTO(upload(be, (void **)&p->seg_chunk_begin, begin,
+                        ((size_t)n_segments + 1) * sizeof *begin),
+                 st, fail);
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, 2 * n_chunks * sizeof(double), (void **)&p->lamb_partials),
+                 st, fail);
+  DDP_CHECK_GOTO(
+      ddp_backend_alloc(be, (size_t)n_segments * sizeof(float), (void **)&p->lamb_ratio), st,
+      fail);
+  *out = p;
+  p = NULL;
+fail:
+  if (p) ddp_cuda_optim_plan_destroy(be, p);
+  p = NULL;
+out_host:
+  free(p);
+  free(chunks);
+  free(decay);
+  free(begin);
+  return st;
+}
+
+void ddp_cuda_optim_plan_destroy(ddp_backend_t *be, ddp_cuda_optim_plan_t *p) {
+  if (!p) return;
+  ddp_backend_free(be, p->chunks);
+  ddp_backend_free(be, p->seg_decay);
+  ddp_backend_free(be, p->seg_chunk_begin);
+  ddp_backend_free(be, p->lamb_partials);
+  ddp_backend_free(be, p->lamb_ratio);
+  free(p);
+}
+
+ddp_status_t ddp_cuda_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads,
+                                       size_t n, float scale, ddp_stream_t s) {
+  return ddp_cuda_grad_sumsq(sumsq, grads, n, scale, ddp_cuda_stream(be, s));
+}
+
+ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
+                                 const ddp_optim_step_args_t *a, ddp_stream_t s) {
+  const ddp_optim_config_t *cfg = a->cfg;
+  if (a->n != p->n || a->n_segments != p->n_segs)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "optim_step: the plan was made for %zu parameters in %d tensors, the step has %zu in "
+             "%d",
+             p->n, p->n_segs, a->n, a->n_segments);
+  /* the CPU twin's per-step constants (src/optim.c step_coef), in double */
+  const double t = (double)a->t;
+  const double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+  const ddp_cuda_optim_coef_t c = {
+      .kind = (int)cfg->kind,
+      .lr = a->lr,
+      .b1 = cfg->beta1,
+      .omb1 = (float)(1.0 - (double)cfg->beta1),
+      .b2 = cfg->beta2,
+      .omb2 = (float)(1.0 - (double)cfg->beta2),
+      .eps = cfg->eps,
+      .bc1 = (float)bc1,
+      .bc2 = (float)bc2,
+      .step_size = (float)((double)a->lr / bc1),
+      .bc2_sqrt = (float)sqrt(bc2),
+      .wd = cfg->weight_decay,
+      .decay_mul = (float)(1.0 - (double)a->lr * (double)cfg->weight_decay),
+      .momentum = cfg->momentum,
+      .first = a->t == 1,
+      .nesterov = cfg->nesterov != 0,
+      .has_buf = ddp_optim_state_per_param(cfg) > 0,
+      .grad_scale = a->grad_scale,
+      .max_grad_norm = cfg->max_grad_norm,
+      .use_sumsq = a->grad_sumsq != NULL,
+      .skip_nonfinite = a->skip_nonfinite};
+  return ddp_cuda_optim_update(&c, a->params, a->grads, a->state, a->n, a->compute_params,
+                               a->compute_dtype, a->grad_sumsq, p->chunks, p->n_chunks,
+                               p->seg_decay, p->seg_chunk_begin, p->n_segs, p->lamb_partials,
+                               p->lamb_ratio, ddp_cuda_stream(be, s));
+}
