@@ -753,6 +753,74 @@ START_TEST(test_optim_two_runs_are_bit_identical) {
 }
 END_TEST
 
+/* The backend-neutral plan + dispatchers: on the CPU backend the same bits
+ * as the _cpu functions, for every kind, five steps with clipping. */
+START_TEST(test_optim_plan_dispatch_matches_cpu_functions) {
+  ddp_optim_segment_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  ddp_optim_config_t cfgs[] = {adamw_config(), sgd_config(0.9f, 1), sgd_config(0.0f, 0),
+                               lamb_config()};
+  float *p1 = malloc(n * sizeof(float)), *p2 = malloc(n * sizeof(float));
+  float *s1 = malloc(2 * n * sizeof(float)), *s2 = malloc(2 * n * sizeof(float));
+  float *g = malloc(n * sizeof(float));
+  for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; ++k) {
+    cfgs[k].max_grad_norm = 1.0f;
+    run_five_steps(&cfgs[k], p1, s1, n, segs);
+    ddp_optim_plan_t *plan = NULL;
+    ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfgs[k], segs, N_SEG, n, &plan), DDP_OK);
+    fill_uniform(p2, n, 11, -1.0f, 1.0f);
+    memset(s2, 0, 2 * n * sizeof(float));
+    for (int64_t t = 1; t <= 5; ++t) {
+      float sumsq;
+      fill_uniform(g, n, 50 + (uint64_t)t, -3.0f, 3.0f);
+      ck_assert_int_eq(ddp_optim_grad_sumsq(g_be, &sumsq, g, n, 0.5f, NULL), DDP_OK);
+      ddp_optim_step_args_t a = step_args(&cfgs[k], p2, g, s2, segs, N_SEG, n, t,
+                                          ddp_lr_schedule(t - 1, 0.01f, 0.001f, 2, 5));
+      a.grad_scale = 0.5f;
+      a.grad_sumsq = &sumsq;
+      ck_assert_int_eq(ddp_optim_step(g_be, plan, &a, NULL), DDP_OK);
+    }
+    ck_assert_mem_eq(p1, p2, n * sizeof(float));
+    ck_assert_mem_eq(s1, s2, 2 * n * sizeof(float));
+    ddp_optim_plan_destroy(plan);
+  }
+  free(p1), free(p2), free(s1), free(s2), free(g);
+}
+END_TEST
+
+/* Plans reject what the step rejects (bad config, segments that do not
+ * cover [0, n)), and a step refuses a plan of another layout or backend. */
+START_TEST(test_optim_plan_rejects_bad_input) {
+  ddp_optim_segment_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  ddp_optim_config_t cfg = adamw_config();
+  ddp_optim_plan_t *plan = (ddp_optim_plan_t *)1;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, segs, N_SEG, n + 1, &plan),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_ptr_null(plan);
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, segs, 0, n, &plan), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_optim_plan_create(NULL, &cfg, segs, N_SEG, n, &plan), DDP_ERR_INVALID_ARG);
+  ddp_optim_config_t bad = cfg;
+  bad.beta1 = 1.0f;
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &bad, segs, N_SEG, n, &plan), DDP_ERR_INVALID_ARG);
+  /* a plan for the first segments only, used for the whole layout */
+  const size_t n_first = segs[0].count + segs[1].count;
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, segs, 2, n_first, &plan), DDP_OK);
+  float *p = calloc(n, sizeof *p), *gr = calloc(n, sizeof *gr), *st = calloc(2 * n, sizeof *st);
+  ddp_optim_step_args_t a = step_args(&cfg, p, gr, st, segs, N_SEG, n, 1, 0.01f);
+  ck_assert_int_eq(ddp_optim_step(g_be, plan, &a, NULL), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_optim_step(g_be, NULL, &a, NULL), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ck_assert_ptr_nonnull(strstr(log, "segments cover"));
+  ck_assert_ptr_nonnull(strstr(log, "the plan was made for"));
+  free(log);
+  for (size_t i = 0; i < n; ++i) ck_assert(p[i] == 0.0f); /* nothing written */
+  ddp_optim_plan_destroy(plan);
+  free(p), free(gr), free(st);
+}
+END_TEST
+
 static Suite *optim_suite(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("core");
@@ -775,6 +843,8 @@ static Suite *optim_suite(void) {
   tcase_add_test(tc, test_optim_rejects_bad_input_without_side_effects);
   tcase_add_test(tc, test_optim_two_runs_are_bit_identical);
   tcase_add_test(tc, test_optim_compute_copy_and_skip);
+  tcase_add_test(tc, test_optim_plan_dispatch_matches_cpu_functions);
+  tcase_add_test(tc, test_optim_plan_rejects_bad_input);
   suite_add_tcase(s, tc);
   return s;
 }

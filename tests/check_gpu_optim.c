@@ -1,0 +1,257 @@
+/* GPU suite for the optimizer kernels (kernels/optim.cu through the
+ * backend-neutral ddp_optim_plan_create / ddp_optim_grad_sumsq /
+ * ddp_optim_step) against the CPU twins (the same calls on the CPU backend).
+ *
+ * Parameters: n = 100003 in 41 segments of odd sizes (one of 40000, larger
+ * than a chunk of kernels/optim.h, so chunking is exercised), decay on
+ * alternate segments; fresh random weights and gradients every run (the
+ * seed is printed). AdamW, SGD with Nesterov momentum, plain SGD and LAMB,
+ * five steps each with clipping (max norm 1) and grad_scale 0.5, with and
+ * without a bf16/fp16 compute copy.
+ *
+ * What must hold:
+ *   - the squared norm: relative error <= 1e-6 (both accumulate in double,
+ *     in different orders, and round once to fp32);
+ *   - with the CPU's norm copied to the GPU before each step (so both clip
+ *     by the same factor), AdamW and SGD weights, state and compute copy are
+ *     bit-identical: the kernels perform the CPU's fp32 operations with
+ *     explicit rounding (no contraction; the CPU side is built without FMA
+ *     contraction too, as the default x86-64 -O2 build is);
+ *   - LAMB, whose per-tensor norms are summed in another order: weights and
+ *     state within 1e-6 normwise;
+ *   - skip_nonfinite with an inf gradient leaves weights, state and copy as
+ *     they were;
+ *   - two GPU runs are bit-identical.
+ *
+ * Exit 77 (SKIP) without a usable CUDA device. In process (CK_NOFORK). */
+#include <config.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddptrain/optim.h"
+#include "gpu_twin.h"
+
+enum { N_SEG = 41 };
+static ddp_optim_segment_t g_segs[N_SEG];
+static size_t g_n;
+
+static void make_segments(void) {
+  size_t off = 0;
+  for (int k = 0; k < N_SEG; ++k) {
+    size_t c = k == 7 ? 40000 : (size_t)(97 + 37 * k * k % 2011);
+    g_segs[k] = (ddp_optim_segment_t){.offset = off, .count = c, .decay = k % 2};
+    off += c;
+  }
+  /* the last segment takes up the rest of 100003 */
+  g_segs[N_SEG - 1].count += 100003 - off;
+  g_n = 100003;
+}
+
+static ddp_optim_config_t config(int k) {
+  ddp_optim_config_t c = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                          .max_grad_norm = 1.0f};
+  if (k == 0) c.kind = DDP_OPTIM_KIND_ADAMW;
+  if (k == 1) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.9f, c.nesterov = 1;
+  if (k == 2) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.0f;
+  if (k == 3) c.kind = DDP_OPTIM_KIND_LAMB;
+  return c;
+}
+
+typedef struct run {
+  ddp_backend_t *be;
+  ddp_optim_plan_t *plan;
+  float *p, *g, *state, *sumsq;
+  void *copy;
+} run_t;
+
+static run_t run_open(ddp_backend_t *be, const ddp_optim_config_t *cfg, ddp_dtype_t cdt,
+                      const float *p0) {
+  run_t r = {.be = be};
+  ck_assert_int_eq(ddp_optim_plan_create(be, cfg, g_segs, N_SEG, g_n, &r.plan), DDP_OK);
+  r.p = twin_dev_alloc(be, g_n * sizeof(float));
+  r.g = twin_dev_alloc(be, g_n * sizeof(float));
+  r.state = twin_dev_alloc(be, 2 * g_n * sizeof(float));
+  r.sumsq = twin_dev_alloc(be, sizeof(float));
+  r.copy = cdt != DDP_DTYPE_F32 ? twin_dev_alloc(be, g_n * 2) : NULL;
+  twin_upload(be, r.p, p0, g_n * sizeof(float));
+  ck_assert_int_eq(be->ops->fill(be, r.state, DDP_DTYPE_F32, 0.0f, 2 * g_n, NULL), DDP_OK);
+  return r;
+}
+
+static void run_close(run_t *r) {
+  ddp_optim_plan_destroy(r->plan);
+  ddp_backend_free(r->be, r->p);
+  ddp_backend_free(r->be, r->g);
+  ddp_backend_free(r->be, r->state);
+  ddp_backend_free(r->be, r->sumsq);
+  if (r->copy) ddp_backend_free(r->be, r->copy);
+}
+
+static void step(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64_t t, int skip) {
+  const ddp_optim_step_args_t a = {.cfg = cfg,
+                                   .params = r->p,
+                                   .grads = r->g,
+                                   .state = r->state,
+                                   .segments = g_segs,
+                                   .n_segments = N_SEG,
+                                   .n = g_n,
+                                   .t = t,
+                                   .lr = 0.01f,
+                                   .grad_scale = 0.5f,
+                                   .grad_sumsq = r->sumsq,
+                                   .compute_params = r->copy,
+                                   .compute_dtype = cdt,
+                                   .skip_nonfinite = skip};
+  ck_assert_int_eq(ddp_optim_step(r->be, r->plan, &a, NULL), DDP_OK);
+}
+
+static void *fetch(ddp_backend_t *be, const void *dev, size_t bytes) {
+  void *h = malloc(bytes + 1);
+  ck_assert_ptr_nonnull(h);
+  twin_download(be, h, dev, bytes);
+  return h;
+}
+
+static double normwise(const float *a, const float *b, size_t n) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    num = fmax(num, fabs((double)a[i] - b[i]));
+    den = fmax(den, fabs((double)b[i]));
+  }
+  return den > 0 ? num / den : num;
+}
+
+static float *random_vector(size_t n, float std) {
+  float *x = malloc(n * sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  ddp_rng_fill_normal(&twin_rng, twin_off, 0.0f, std, x, n);
+  twin_off += n;
+  return x;
+}
+
+/* Five steps on both backends; returns the GPU's final weights. */
+static float *compare_case(int k, ddp_dtype_t cdt) {
+  const ddp_optim_config_t cfg = config(k);
+  float *p0 = random_vector(g_n, 0.5f);
+  run_t gpu = run_open(twin_gpu, &cfg, cdt, p0), cpu = run_open(twin_cpu, &cfg, cdt, p0);
+  for (int64_t t = 1; t <= 5; ++t) {
+    float *g = random_vector(g_n, 2.0f);
+    twin_upload(twin_gpu, gpu.g, g, g_n * sizeof(float));
+    twin_upload(twin_cpu, cpu.g, g, g_n * sizeof(float));
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, gpu.sumsq, gpu.g, g_n, 0.5f, NULL), DDP_OK);
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_cpu, cpu.sumsq, cpu.g, g_n, 0.5f, NULL), DDP_OK);
+    float sg, sc;
+    twin_download(twin_gpu, &sg, gpu.sumsq, sizeof sg);
+    twin_download(twin_cpu, &sc, cpu.sumsq, sizeof sc);
+    ck_assert_msg(fabs((double)sg - sc) <= 1e-6 * sc, "sumsq: gpu %.9g cpu %.9g", (double)sg,
+                  (double)sc);
+    twin_upload(twin_gpu, gpu.sumsq, &sc, sizeof sc); /* the same clip factor on both */
+    step(&gpu, &cfg, cdt, t, 0);
+    step(&cpu, &cfg, cdt, t, 0);
+    free(g);
+  }
+  float *pg = fetch(twin_gpu, gpu.p, g_n * 4), *pc = fetch(twin_cpu, cpu.p, g_n * 4);
+  float *sg = fetch(twin_gpu, gpu.state, 2 * g_n * 4), *sc = fetch(twin_cpu, cpu.state, 2 * g_n * 4);
+  const char *name = ddp_optim_kind_name(cfg.kind);
+  if (cfg.kind == DDP_OPTIM_KIND_LAMB) {
+    ck_assert_msg(normwise(pg, pc, g_n) <= 1e-6, "lamb weights: error %.3g",
+                  normwise(pg, pc, g_n));
+    ck_assert_msg(normwise(sg, sc, 2 * g_n) <= 1e-6, "lamb state: error %.3g",
+                  normwise(sg, sc, 2 * g_n));
+  } else {
+    ck_assert_msg(memcmp(pg, pc, g_n * 4) == 0, "%s (case %d): weights differ from the CPU", name,
+                  k);
+    const size_t sn = cfg.kind == DDP_OPTIM_KIND_SGD ? (cfg.momentum > 0 ? g_n : 0) : 2 * g_n;
+    ck_assert_msg(memcmp(sg, sc, sn * 4) == 0, "%s (case %d): state differs from the CPU", name,
+                  k);
+    if (cdt != DDP_DTYPE_F32) {
+      void *cg = fetch(twin_gpu, gpu.copy, g_n * 2), *cc = fetch(twin_cpu, cpu.copy, g_n * 2);
+      ck_assert_msg(memcmp(cg, cc, g_n * 2) == 0, "%s: %s compute copy differs", name,
+                    ddp_dtype_name(cdt));
+      free(cg);
+      free(cc);
+    }
+  }
+  free(pc), free(sg), free(sc), free(p0);
+  run_close(&gpu);
+  run_close(&cpu);
+  return pg;
+}
+
+START_TEST(test_gpu_optim_matches_cpu) {
+  const ddp_dtype_t cdts[] = {DDP_DTYPE_F32, DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  for (int k = 0; k < 4; ++k)
+    for (int d = 0; d < 3; ++d) free(compare_case(k, cdts[d]));
+}
+END_TEST
+
+/* An inf gradient makes the norm infinite: with skip_nonfinite the step
+ * changes nothing, decided on the device. */
+START_TEST(test_gpu_optim_skip_on_inf) {
+  for (int k = 0; k < 4; ++k) {
+    const ddp_optim_config_t cfg = config(k);
+    float *p0 = random_vector(g_n, 0.5f), *g = random_vector(g_n, 1.0f);
+    run_t r = run_open(twin_gpu, &cfg, DDP_DTYPE_BF16, p0);
+    twin_upload(twin_gpu, r.g, g, g_n * sizeof(float));
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, r.sumsq, r.g, g_n, 1.0f, NULL), DDP_OK);
+    step(&r, &cfg, DDP_DTYPE_BF16, 1, 1); /* a clean step first */
+    float *p1 = fetch(twin_gpu, r.p, g_n * 4), *s1 = fetch(twin_gpu, r.state, 2 * g_n * 4);
+    void *c1 = fetch(twin_gpu, r.copy, g_n * 2);
+    g[12345] = INFINITY;
+    twin_upload(twin_gpu, r.g, g, g_n * sizeof(float));
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, r.sumsq, r.g, g_n, 1.0f, NULL), DDP_OK);
+    step(&r, &cfg, DDP_DTYPE_BF16, 2, 1);
+    float *p2 = fetch(twin_gpu, r.p, g_n * 4), *s2 = fetch(twin_gpu, r.state, 2 * g_n * 4);
+    void *c2 = fetch(twin_gpu, r.copy, g_n * 2);
+    ck_assert_msg(memcmp(p1, p2, g_n * 4) == 0 && memcmp(s1, s2, 2 * g_n * 4) == 0 &&
+                      memcmp(c1, c2, g_n * 2) == 0,
+                  "%s: a skipped step changed something", ddp_optim_kind_name(cfg.kind));
+    free(p0), free(g), free(p1), free(s1), free(c1), free(p2), free(s2), free(c2);
+    run_close(&r);
+  }
+}
+END_TEST
+
+START_TEST(test_gpu_optim_two_runs_bit_identical) {
+  for (int k = 0; k < 4; ++k) {
+    const ddp_optim_config_t cfg = config(k);
+    float *p0 = random_vector(g_n, 0.5f), *g = random_vector(g_n, 1.0f);
+    float *out[2];
+    for (int rep = 0; rep < 2; ++rep) {
+      run_t r = run_open(twin_gpu, &cfg, DDP_DTYPE_F16, p0);
+      for (int64_t t = 1; t <= 3; ++t) {
+        twin_upload(twin_gpu, r.g, g, g_n * sizeof(float));
+        ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, r.sumsq, r.g, g_n, 0.5f, NULL), DDP_OK);
+        step(&r, &cfg, DDP_DTYPE_F16, t, 1);
+      }
+      out[rep] = fetch(twin_gpu, r.p, g_n * 4);
+      run_close(&r);
+    }
+    ck_assert_msg(memcmp(out[0], out[1], g_n * 4) == 0, "%s: two runs differ",
+                  ddp_optim_kind_name(cfg.kind));
+    free(out[0]), free(out[1]), free(p0), free(g);
+  }
+}
+END_TEST
+
+int main(void) {
+  twin_start(); /* exits 77 without a usable CUDA device */
+  make_segments();
+  Suite *s = suite_create("gpu_optim");
+  TCase *tc = tcase_create("twin");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_gpu_optim_matches_cpu);
+  tcase_add_test(tc, test_gpu_optim_skip_on_inf);
+  tcase_add_test(tc, test_gpu_optim_two_runs_bit_identical);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  twin_stop();
+  return failed == 0 ? 0 : 1;
+}
