@@ -65,6 +65,10 @@ static ddp_status_t validate_progress(const char *value) {
   return one_of3(value, "auto", "thread", "test");
 }
 
+static ddp_status_t validate_on_off(const char *value) {
+  return one_of3(value, "on", "off", "off");
+}
+
 static ddp_status_t validate_precision(const char *value) {
   ddp_precision_t p;
   return ddp_precision_parse(value, &p);
@@ -168,6 +172,11 @@ static const opt_row_t k_rows[] = {
     {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
      "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
      validate_device, 1},
+    {"tf32", 0, OPT_STRING, OFF(tf32), "on", 0, 0, "on|off", "Run control",
+     "fp32 matrix products on GPUs use TF32 tensor cores (10-bit mantissa inputs, fp32 "
+     "accumulation); off = exact fp32. bf16/fp16 products always use tensor cores with fp32 "
+     "accumulation; the CPU ignores this",
+     validate_on_off, 1},
     {"threads", 0, OPT_INT, OFF(threads), "0", 0, 4096, "N", "Run control",
      "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL, 1},
     {"seed", 0, OPT_INT, OFF(seed), "1337", 0, 9007199254740991.0, "N", "Run control",

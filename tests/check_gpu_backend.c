@@ -31,6 +31,7 @@
 #include "ddptrain/dtype.h"
 #include "ddptrain/rng.h"
 #include "ddptrain/status.h"
+#include "backend/cuda/cuda_gemm.h"
 #include "gemm_layout.h"
 
 #define SEED 20240611u
@@ -1178,10 +1179,84 @@ END_TEST
 
 /* ---- runner ---------------------------------------------------------------- */
 
+/* A 192 x 160 x 512 fp32 product on a backend made with allow_tf32 and on
+ * the CPU: TF32 keeps 10 mantissa bits of each input (unit roundoff 2^-11
+ * = 4.9e-4), so the normwise error must exceed exact fp32's (~1e-6: proof
+ * the tensor-core path is really taken) and stay below 4e-3 (a few input
+ * roundings, averaged over K = 512 products). */
+START_TEST(test_gpu_backend_gemm_tf32_policy) {
+  const ddp_backend_config_t cfg = {.device = "cuda", .allow_tf32 = 1};
+  ddp_backend_t *tf = NULL;
+  ck_assert_int_eq(ddp_backend_create(&cfg, &tf), DDP_OK);
+  ck_assert_ptr_nonnull(strstr(tf->description, "TF32 on"));
+  ck_assert_ptr_nonnull(strstr(g_gpu->description, "TF32 off"));
+  enum { M = 192, N = 160, K = 512 };
+  float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+  float *cg = malloc(M * N * sizeof *cg), *cc = malloc(M * N * sizeof *cc);
+  ck_assert(a && b && cg && cc);
+  random_values(a, M * K);
+  random_values(b, K * N);
+  ddp_backend_t *bes[2] = {tf, g_cpu};
+  float *outs[2] = {cg, cc};
+  for (int i = 0; i < 2; ++i) {
+    void *da = dev_alloc(bes[i], sizeof(float) * M * K), *db = dev_alloc(bes[i], sizeof(float) * K * N);
+    void *dc = dev_alloc(bes[i], sizeof(float) * M * N);
+    upload(bes[i], da, a, sizeof(float) * M * K);
+    upload(bes[i], db, b, sizeof(float) * K * N);
+    ddp_gemm_t g = ddp_gemm_packed_f32(M, N, K, da, db, dc);
+    ck_assert_int_eq(ddp_backend_gemm(bes[i], &g, NULL), DDP_OK);
+    download(bes[i], outs[i], dc, sizeof(float) * M * N);
+    ddp_backend_free(bes[i], da);
+    ddp_backend_free(bes[i], db);
+    ddp_backend_free(bes[i], dc);
+  }
+  double num = 0.0, den = 0.0;
+  for (int i = 0; i < M * N; ++i) {
+    num = fmax(num, fabs((double)cg[i] - cc[i]));
+    den = fmax(den, fabs((double)cc[i]));
+  }
+  const double err = num / den;
+  printf("TF32 GEMM %dx%dx%d: normwise error %.3g against exact fp32\n", M, N, K, err);
+  ck_assert_msg(err > 1e-5 && err < 4e-3, "TF32 normwise error %.3g outside (1e-5, 4e-3)", err);
+  free(a), free(b), free(cg), free(cc);
+  ddp_backend_destroy(tf);
+}
+END_TEST
+
+/* Repeated GEMMs of one shape build their cuBLASLt descriptors once: the
+ * step loop sets nothing up. */
+START_TEST(test_gpu_backend_gemm_plans_are_cached) {
+  enum { M = 33, N = 47, K = 29 };
+  void *da = dev_alloc(g_gpu, sizeof(float) * M * K), *db = dev_alloc(g_gpu, sizeof(float) * K * N);
+  void *dc = dev_alloc(g_gpu, sizeof(float) * M * N);
+  ck_assert_int_eq(g_gpu->ops->fill(g_gpu, da, DDP_DTYPE_F32, 0.5f, M * K, NULL), DDP_OK);
+  ck_assert_int_eq(g_gpu->ops->fill(g_gpu, db, DDP_DTYPE_F32, 0.25f, K * N, NULL), DDP_OK);
+  ddp_gemm_t g = ddp_gemm_packed_f32(M, N, K, da, db, dc);
+  ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
+  const uint64_t misses = ddp_cuda_gemm_cache_misses(g_gpu);
+  for (int i = 0; i < 20; ++i) ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
+  ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses);
+  g.beta = 1.0f; /* alpha/beta are call arguments, not part of a plan */
+  ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
+  ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses);
+  g.m = M - 1; /* a new shape is a new plan */
+  ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
+  ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses + 1);
+  float c[4];
+  download(g_gpu, c, dc, sizeof c);
+  ck_assert(fabsf(c[0] - (float)(2 * 0.5 * 0.25 * K)) < 1e-4f); /* beta 1 doubled it */
+  ddp_backend_free(g_gpu, da);
+  ddp_backend_free(g_gpu, db);
+  ddp_backend_free(g_gpu, dc);
+}
+END_TEST
+
 static Suite *gpu_backend_suite(void) {
   Suite *s = suite_create("gpu_backend");
   TCase *tc = tcase_create("gemm");
   tcase_add_test(tc, test_gpu_backend_gemm_odd_sizes_all_transposes);
+  tcase_add_test(tc, test_gpu_backend_gemm_tf32_policy);
+  tcase_add_test(tc, test_gpu_backend_gemm_plans_are_cached);
   tcase_add_test(tc, test_gpu_backend_gemm_large_odd_all_transposes);
   tcase_add_test(tc, test_gpu_backend_gemm_alpha_beta_combinations);
   tcase_add_test(tc, test_gpu_backend_gemm_beta_zero_ignores_nan_in_c);

@@ -33,7 +33,23 @@ START_TEST(test_options_defaults) {
   ck_assert_int_eq(o.threads, 0);
   ck_assert_int_eq(o.seed, 1337);
   ck_assert(o.peak_gflops == 0.0);
+  ck_assert_str_eq(o.tf32, "on"); /* TF32 for fp32 GEMMs on GPUs unless told otherwise */
   ck_assert_int_eq(o.help + o.version + o.build_info, 0);
+}
+END_TEST
+
+START_TEST(test_options_tf32_on_off) {
+  ddp_options_t o;
+  char *log;
+  const char *bad[] = {"yes", "1", "", "tf32", "onn"};
+  for (int i = 0; i < 5; ++i) {
+    ck_assert_int_eq(parse(&o, &log, "--tf32", bad[i], NULL), DDP_ERR_INVALID_ARG);
+    ddp_assert_contains(log, "option --tf32:");
+    free(log);
+  }
+  ck_assert_int_eq(parse(&o, NULL, "--tf32", "off", NULL), DDP_OK);
+  ck_assert_str_eq(o.tf32, "off");
+  ck_assert_int_eq(parse(&o, NULL, "--tf32", "ON", NULL), DDP_OK);
 }
 END_TEST
 
@@ -197,6 +213,7 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_out_of_range);
   tcase_add_test(tc, test_options_missing_value_and_stray_arguments);
   tcase_add_test(tc, test_options_bad_device);
+  tcase_add_test(tc, test_options_tf32_on_off);
   tcase_add_test(tc, test_options_help_lists_every_flag);
   tcase_add_test(tc, test_options_format_round_trips);
   suite_add_tcase(s, tc);

@@ -102,6 +102,8 @@ typedef struct ddp_backend_config {
   int local_size;     /* ranks on this node, for the default thread count */
   int need_model_ops; /* the job trains a model: "auto" skips backends without
                          nn kernels; naming one explicitly is an error */
+  int allow_tf32;     /* GPUs: fp32 GEMMs may use TF32 tensor cores (0, the
+                         zeroed default: exact fp32; the CLI's --tf32 is on) */
 } ddp_backend_config_t;
 
 typedef struct ddp_backend_ops {

@@ -44,6 +44,7 @@ typedef struct ddp_options {
   int64_t loss_scale_window;
   /* run control */
   char device[32];
+  char tf32[8]; /* "on" | "off" */
   int64_t threads;
   int64_t seed;
   double peak_gflops;

@@ -14,6 +14,7 @@
 #include "ddptrain/options.h"
 #include "ddptrain/trainer.h"
 #include "ddptrain/version.h"
+#include "ascii.h"
 #include "binding.h"
 #include "comm/heartbeat.h"
 #include "tools/smoke.h"
@@ -58,7 +59,8 @@ int main(int argc, char **argv) {
                               .local_rank = dist.local_rank,
                               .threads = (int)opts.threads,
                               .local_size = dist.local_size,
-                              .need_model_ops = !opts.self_test};
+                              .need_model_ops = !opts.self_test,
+                              .allow_tf32 = ddp_ascii_ieq(opts.tf32, "on")};
   ddp_backend_t *be = NULL;
   ddp_status_t st = ddp_backend_create(&cfg, &be);
   if (st == DDP_OK) {

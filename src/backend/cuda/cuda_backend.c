@@ -3,12 +3,9 @@
  *
  * Everything is enqueued on a stream (NULL = the backend's compute stream,
  * created non-blocking so it never serialises with the legacy default
- * stream); only synchronize() blocks the host. GEMMs go through
- * cublasGemmStridedBatchedEx with fp32 accumulation. cuBLAS is column-major
- * and our descriptors are row-major: a row-major C = op(A) op(B) is the
- * column-major C^T = op(B)^T op(A)^T, so the operands are swapped rather than
- * transposed in memory. This issue keeps fp32 GEMMs in exact fp32 (no TF32)
- * so the GPU can be checked against the CPU; the precision policy comes later. */
+ * stream); only synchronize() blocks the host. GEMMs are cuBLASLt's
+ * (cuda_gemm.c: fp32 accumulation, TF32 for fp32 operands when the config
+ * allows it), the model kernels are in kernels/ behind cuda_nn.c's table. */
 #include <config.h>
 
 #include <cublas_v2.h>
@@ -18,6 +15,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_nn.h"
 #include "backend/device_error.h"
@@ -96,8 +94,16 @@ static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg
   be->impl = st;
   be->device = dev;
   be->threads = 1;
-  snprintf(be->description, sizeof be->description, "cuda:%d %.80s (sm_%d%d, %.1f GiB)", dev,
-           prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0);
+  st->allow_tf32 = cfg->allow_tf32 != 0;
+  rc = ddp_cuda_gemm_init(be);
+  if (rc != DDP_OK) {
+    be->impl = NULL;
+    ddp_caching_alloc_destroy(st->cache);
+    goto destroy_blas;
+  }
+  snprintf(be->description, sizeof be->description,
+           "cuda:%d %.80s (sm_%d%d, %.1f GiB, TF32 %s)", dev, prop.name, prop.major, prop.minor,
+           prop.totalGlobalMem / 1073741824.0, st->allow_tf32 ? "on" : "off");
   return DDP_OK;
 destroy_blas:
   cublasDestroy(st->blas);
@@ -118,6 +124,7 @@ static void cuda_shutdown(ddp_backend_t *be) {
     cuda_free(be, st->scratch);
     st->scratch = NULL;
   }
+  ddp_cuda_gemm_shutdown(be);
   cublasDestroy(st->blas);
   cudaStreamDestroy(st->compute);
   cudaDeviceSynchronize(); /* work on other streams may still use cached blocks */
@@ -287,54 +294,6 @@ static ddp_status_t cuda_synchronize(ddp_backend_t *be, ddp_stream_t stream) {
   return DDP_OK;
 }
 
-static cudaDataType_t cuda_type(ddp_dtype_t t) {
-  return t == DDP_DTYPE_BF16 ? CUDA_R_16BF : t == DDP_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
-/* k == 0: C = beta * C, and A, B may be NULL (the contract allows it; cuBLAS
- * would reject their pitches). beta == 0 writes zeros (all-zero bits are +0
- * in every float type) without reading C, so NaN in C cannot survive. */
-static ddp_status_t gemm_k_zero(ddp_backend_t *be, const ddp_gemm_t *g, cudaStream_t s) {
-  if (g->beta == 1.0f) return DDP_OK;
-  const size_t esz = ddp_dtype_size(g->c_dtype);
-  for (int64_t i = 0; i < g->batch; ++i) {
-    char *c = (char *)g->c + (size_t)(i * g->stride_c) * esz;
-    if (g->beta == 0.0f) {
-      DDP_CUDA_CHECK(
-          cudaMemset2DAsync(c, (size_t)g->ldc * esz, 0, (size_t)g->n * esz, (size_t)g->m, s));
-      continue;
-    }
-    cuda_state_t *st = state(be);
-    DDP_CUBLAS_CHECK(cublasSetStream(st->blas, s));
-    const cudaDataType_t t = cuda_type(g->c_dtype);
-    for (int64_t r = 0; r < g->m; ++r)
-      DDP_CUBLAS_CHECK(cublasScalEx(st->blas, (int)g->n, &g->beta, CUDA_R_32F,
-                                    c + (size_t)(r * g->ldc) * esz, t, 1, CUDA_R_32F));
-  }
-  return DDP_OK;
-}
-
-static ddp_status_t cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
-  DDP_CHECK(ddp_gemm_validate(g));
-  if (g->m == 0 || g->n == 0) return DDP_OK;
-  if (g->k == 0) return gemm_k_zero(be, g, stream_of(be, stream));
-  cuda_state_t *st = state(be);
-  /* One handle serves every stream: GEMMs must not run on two streams at
-   * once (cublasSetStream also resets the handle to its default workspace,
-   * which concurrent GEMMs would share). Overlap in ddptrain puts collectives,
-   * never GEMMs, on the second stream. */
-  DDP_CUBLAS_CHECK(cublasSetStream(st->blas, stream_of(be, stream)));
-  /* Row-major C (m x n) is column-major C^T (n x m) = op(B)^T op(A)^T. */
-  cublasOperation_t opb = g->trans_b == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasOperation_t opa = g->trans_a == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
-  DDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      st->blas, opb, opa, (int)g->n, (int)g->m, (int)g->k, &g->alpha, g->b, cuda_type(g->ab_dtype),
-      (int)g->ldb, g->stride_b, g->a, cuda_type(g->ab_dtype), (int)g->lda, g->stride_a, &g->beta,
-      g->c, cuda_type(g->c_dtype), (int)g->ldc, g->stride_c, (int)g->batch, CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
-  return DDP_OK;
-}
-
 static ddp_status_t cuda_mem_info(ddp_backend_t *be, size_t *free_bytes, size_t *total_bytes) {
   DDP_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
   return DDP_OK;
@@ -360,7 +319,7 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,
     .synchronize = cuda_synchronize,
-    .gemm = cuda_gemm,
+    .gemm = ddp_cuda_gemm,
     .mem_info = cuda_mem_info,
     .nn = &ddp_nn_cuda_ops,
     .cache_stats = cuda_cache_stats,

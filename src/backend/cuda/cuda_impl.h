@@ -20,6 +20,8 @@
 typedef struct ddp_cuda_state {
   cudaStream_t compute;
   cublasHandle_t blas;
+  struct ddp_cuda_gemm *gemm; /* cuBLASLt handle, workspace, plans (cuda_gemm.c) */
+  int allow_tf32;             /* fp32 GEMMs on TF32 tensor cores */
   ddp_caching_alloc_t *cache;
   /* Scratch shared by the nn and optimizer ops. They all run in order on
    * the compute stream and none keeps scratch across calls, so one buffer

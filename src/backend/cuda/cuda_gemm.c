@@ -1,0 +1,279 @@
+/* The CUDA backend's GEMM (ddp_gemm_t, include/ddptrain/backend.h) on
+ * cuBLASLt.
+ *
+ * Layout: cuBLAS is column-major and our descriptors are row-major; a
+ * row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T, so
+ * the operands are swapped rather than transposed in memory (Lt's "A" is
+ * our B, its "B" our A). Precision: fp32 accumulation always; bf16/fp16
+ * operands run on tensor cores; fp32 operands use TF32 tensor cores when
+ * the backend was created with allow_tf32 (the CLI's --tf32, on by
+ * default), else exact fp32.
+ *
+ * No set-up in the step loop: the matmul descriptor, the three layouts and
+ * the algorithm the heuristic chose are kept per distinct GEMM (shape,
+ * pitches, strides, batch, types, transposes) in a fixed table. A model
+ * issues a few dozen distinct GEMMs, so after the first step every call is
+ * a lookup and one cublasLtMatmul. Past the table's capacity descriptors are
+ * made and destroyed per call (correct, slower; logged once).
+ *
+ * Determinism: the algorithm of a GEMM is chosen once and reused, and the
+ * heuristic may pick split-K only with a separate reduction pass in the
+ * workspace (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE / OUTPUT_TYPE), whose
+ * order is fixed; the in-place scheme, which combines partial tiles in the
+ * output through counters, is excluded. With one stream per handle (the
+ * GEMMs of ddptrain all run on the compute stream) cuBLAS then repeats its
+ * results bit for bit on the same GPU and library version. */
+#include <config.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_impl.h"
+#include "ddptrain/log.h"
+#include "foreign_check.h"
+
+#define GEMM_CACHE_SLOTS 128
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct gemm_key {
+  int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+  int32_t trans_a, trans_b, ab_dtype, c_dtype, tf32;
+} gemm_key_t;
+
+typedef struct gemm_plan {
+  gemm_key_t key;
+  int used;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc; /* Lt's A (our B), B (our A), C */
+  cublasLtMatmulAlgo_t algo;
+  int have_algo;
+} gemm_plan_t;
+
+struct ddp_cuda_gemm {
+  cublasLtHandle_t lt;
+  void *workspace;
+  gemm_plan_t slots[GEMM_CACHE_SLOTS];
+  uint64_t misses;
+  int warned_full;
+};
+
+static cudaDataType_t cuda_type(ddp_dtype_t t) {
+  return t == DDP_DTYPE_BF16 ? CUDA_R_16BF : t == DDP_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static gemm_key_t key_of(const ddp_gemm_t *g, int tf32) {
+  gemm_key_t k;
+  memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
+  k.m = g->m, k.n = g->n, k.k = g->k, k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
+  k.batch = g->batch;
+  /* strides only matter for batches */
+  k.stride_a = g->batch > 1 ? g->stride_a : 0;
+  k.stride_b = g->batch > 1 ? g->stride_b : 0;
+  k.stride_c = g->batch > 1 ? g->stride_c : 0;
+  k.trans_a = g->trans_a, k.trans_b = g->trans_b;
+  k.ab_dtype = g->ab_dtype, k.c_dtype = g->c_dtype;
+  k.tf32 = tf32 && g->ab_dtype == DDP_DTYPE_F32;
+  return k;
+}
+
+static void plan_release(gemm_plan_t *p) {
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+  memset(p, 0, sizeof *p);
+}
+
+static ddp_status_t make_layout(cublasLtMatrixLayout_t *out, cudaDataType_t t, int64_t rows,
+                                int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(out, t, (uint64_t)rows, (uint64_t)cols, ld));
+  if (batch > 1) {
+    const int32_t b = (int32_t)batch;
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b,
+                                                      sizeof b));
+    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        *out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+  }
+  return DDP_OK;
+}
+
+/* Descriptors and the algorithm for one GEMM. */
+static ddp_status_t plan_build(struct ddp_cuda_gemm *G, gemm_plan_t *p, const gemm_key_t *k) {
+  memset(p, 0, sizeof *p);
+  p->key = *k;
+  const cublasComputeType_t compute = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  ddp_status_t st = DDP_OK;
+  DDP_CUBLAS_CHECK_GOTO(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F), st, fail);
+  /* Lt op(A) = our op(B), Lt op(B) = our op(A) */
+  const cublasOperation_t ta = k->trans_b == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = k->trans_a == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
+  DDP_CUBLAS_CHECK_GOTO(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), st,
+      fail);
+  DDP_CUBLAS_CHECK_GOTO(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), st,
+      fail);
+  const cudaDataType_t tab = cuda_type((ddp_dtype_t)k->ab_dtype);
+  const cudaDataType_t tc = cuda_type((ddp_dtype_t)k->c_dtype);
+  /* column-major shapes as stored: Lt A is n x k (or k x n when
+   * transposed), Lt B is k x m (or m x k), C is n x m */
+  DDP_CHECK_GOTO(make_layout(&p->la, tab, ta == CUBLAS_OP_N ? k->n : k->k,
+                             ta == CUBLAS_OP_N ? k->k : k->n, k->ldb, k->batch, k->stride_b),
+                 st, fail);
+  DDP_CHECK_GOTO(make_layout(&p->lb, tab, tb == CUBLAS_OP_N ? k->k : k->m,
+                             tb == CUBLAS_OP_N ? k->m : k->k, k->lda, k->batch, k->stride_a),
+                 st, fail);
+  DDP_CHECK_GOTO(make_layout(&p->lc, tc, k->n, k->m, k->ldc, k->batch, k->stride_c), st, fail);
+  cublasLtMatmulPreference_t pref = NULL;
+  DDP_CUBLAS_CHECK_GOTO(cublasLtMatmulPreferenceCreate(&pref), st, fail);
+  const size_t ws = LT_WORKSPACE_BYTES;
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                           CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE; /* and NONE (0) */
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t cs = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (cs == CUBLAS_STATUS_SUCCESS)
+    cs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &schemes, sizeof schemes);
+  if (cs == CUBLAS_STATUS_SUCCESS)
+    cs = cublasLtMatmulAlgoGetHeuristic(G->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                        &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  /* no algorithm (an unusual pitch or alignment): the caller falls back to
+   * cublasGemmStridedBatchedEx, which handles any valid descriptor */
+  if (cs == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+    p->algo = res.algo;
+    p->have_algo = 1;
+  }
+  p->used = 1;
+  return DDP_OK;
+fail:
+  plan_release(p);
+  return st;
+}
+
+ddp_status_t ddp_cuda_gemm_init(ddp_backend_t *be) {
+  ddp_cuda_state_t *st = ddp_cuda_state(be);
+  struct ddp_cuda_gemm *G = calloc(1, sizeof *G);
+  if (!G) DDP_FAIL(DDP_ERR_OOM, "cuda gemm: out of host memory");
+  ddp_status_t rc = DDP_OK;
+  DDP_CUBLAS_CHECK_GOTO(cublasLtCreate(&G->lt), rc, fail);
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, LT_WORKSPACE_BYTES, &G->workspace), rc, fail_lt);
+  st->gemm = G;
+  return DDP_OK;
+fail_lt:
+  cublasLtDestroy(G->lt);
+fail:
+  free(G);
+  return rc;
+}
+
+void ddp_cuda_gemm_shutdown(ddp_backend_t *be) {
+  ddp_cuda_state_t *st = ddp_cuda_state(be);
+  struct ddp_cuda_gemm *G = st ? st->gemm : NULL;
+  if (!G) return;
+  for (int i = 0; i < GEMM_CACHE_SLOTS; ++i)
+    if (G->slots[i].used) plan_release(&G->slots[i]);
+  ddp_backend_free(be, G->workspace);
+  cublasLtDestroy(G->lt);
+  free(G);
+  st->gemm = NULL;
+}
+
+uint64_t ddp_cuda_gemm_cache_misses(ddp_backend_t *be) {
+  return ddp_cuda_state(be)->gemm ? ddp_cuda_state(be)->gemm->misses : 0;
+}
+
+/* k == 0: C = beta * C, and A, B may be NULL (the contract allows it).
+ * beta == 0 writes zeros (all-zero bits are +0 in every float type) without
+ * reading C, so NaN in C cannot survive. */
+static ddp_status_t gemm_k_zero(ddp_backend_t *be, const ddp_gemm_t *g, cudaStream_t s) {
+  if (g->beta == 1.0f) return DDP_OK;
+  const size_t esz = ddp_dtype_size(g->c_dtype);
+  ddp_cuda_state_t *st = ddp_cuda_state(be);
+  for (int64_t i = 0; i < g->batch; ++i) {
+    char *c = (char *)g->c + (size_t)(i * g->stride_c) * esz;
+    if (g->beta == 0.0f) {
+      DDP_CUDA_CHECK(
+          cudaMemset2DAsync(c, (size_t)g->ldc * esz, 0, (size_t)g->n * esz, (size_t)g->m, s));
+      continue;
+    }
+    DDP_CUBLAS_CHECK(cublasSetStream(st->blas, s));
+    const cudaDataType_t t = cuda_type(g->c_dtype);
+    for (int64_t r = 0; r < g->m; ++r)
+      DDP_CUBLAS_CHECK(cublasScalEx(st->blas, (int)g->n, &g->beta, CUDA_R_32F,
+                                    c + (size_t)(r * g->ldc) * esz, t, 1, CUDA_R_32F));
+  }
+  return DDP_OK;
+}
+
+/* The classic cuBLAS call, for GEMMs Lt has no algorithm for. */
+static ddp_status_t gemm_fallback(ddp_backend_t *be, const ddp_gemm_t *g, int tf32,
+                                  cudaStream_t s) {
+  ddp_cuda_state_t *st = ddp_cuda_state(be);
+  DDP_CUBLAS_CHECK(cublasSetStream(st->blas, s));
+  const cublasOperation_t opb = g->trans_b == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opa = g->trans_a == DDP_TRANSPOSE_YES ? CUBLAS_OP_T : CUBLAS_OP_N;
+  DDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      st->blas, opb, opa, (int)g->n, (int)g->m, (int)g->k, &g->alpha, g->b, cuda_type(g->ab_dtype),
+      (int)g->ldb, g->stride_b, g->a, cuda_type(g->ab_dtype), (int)g->lda, g->stride_a, &g->beta,
+      g->c, cuda_type(g->c_dtype), (int)g->ldc, g->stride_c, (int)g->batch,
+      tf32 && g->ab_dtype == DDP_DTYPE_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+  return DDP_OK;
+}
+
+static gemm_plan_t *lookup(struct ddp_cuda_gemm *G, const gemm_key_t *k, int *free_slot) {
+  *free_slot = -1;
+  for (int i = 0; i < GEMM_CACHE_SLOTS; ++i) {
+    if (!G->slots[i].used) {
+      if (*free_slot < 0) *free_slot = i;
+      continue;
+    }
+    if (memcmp(&G->slots[i].key, k, sizeof *k) == 0) return &G->slots[i];
+  }
+  return NULL;
+}
+
+static ddp_status_t run_plan(struct ddp_cuda_gemm *G, const gemm_plan_t *p, const ddp_gemm_t *g,
+                             cudaStream_t s) {
+  DDP_CUBLAS_CHECK(cublasLtMatmul(G->lt, p->desc, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
+                                  g->c, p->lc, g->c, p->lc, &p->algo, G->workspace,
+                                  LT_WORKSPACE_BYTES, s));
+  return DDP_OK;
+}
+
+ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
+  DDP_CHECK(ddp_gemm_validate(g));
+  if (g->m == 0 || g->n == 0) return DDP_OK;
+  const cudaStream_t s = ddp_cuda_stream(be, stream);
+  if (g->k == 0) return gemm_k_zero(be, g, s);
+  ddp_cuda_state_t *st = ddp_cuda_state(be);
+  struct ddp_cuda_gemm *G = st->gemm;
+  const gemm_key_t key = key_of(g, st->allow_tf32);
+  int slot;
+  gemm_plan_t *p = lookup(G, &key, &slot);
+  if (p) return p->have_algo ? run_plan(G, p, g, s) : gemm_fallback(be, g, key.tf32, s);
+  G->misses++;
+  if (slot >= 0) {
+    DDP_CHECK(plan_build(G, &G->slots[slot], &key));
+    p = &G->slots[slot];
+    return p->have_algo ? run_plan(G, p, g, s) : gemm_fallback(be, g, key.tf32, s);
+  }
+  /* table full: a throw-away plan (destroying descriptors right after the
+   * enqueue is allowed: cublasLtMatmul does not keep them) */
+  if (!G->warned_full) {
+    DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the rest set up per call",
+                 be->device, GEMM_CACHE_SLOTS);
+    G->warned_full = 1;
+  }
+  gemm_plan_t tmp;
+  DDP_CHECK(plan_build(G, &tmp, &key));
+  const ddp_status_t rc =
+      tmp.have_algo ? run_plan(G, &tmp, g, s) : gemm_fallback(be, g, key.tf32, s);
+  plan_release(&tmp);
+  return rc;
+}
