@@ -1195,6 +1195,27 @@ START_TEST(test_data_builtin_rejects_bad_arguments) {
 }
 END_TEST
 
+/* Batch buffers from a backend's host memory (pinned on CUDA): usable like
+ * plain ones, freed through the backend, and bad arguments refused. */
+START_TEST(test_data_batch_init_host) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  ddp_batch_t b;
+  ck_assert_int_eq(ddp_batch_init_host(&b, be, 100, 7), DDP_OK);
+  ck_assert_ptr_eq(b.host_of, be);
+  ck_assert_int_eq(b.capacity, 100);
+  ck_assert_int_eq(b.max_rows, 7);
+  for (int i = 0; i < 100; ++i) b.inputs[i] = i, b.targets[i] = -i;
+  ck_assert_int_eq(b.inputs[99] + b.targets[99], 0);
+  ddp_batch_destroy(&b);
+  ck_assert_ptr_null(b.inputs);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_batch_init_host(&b, NULL, 100, 7), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_batch_init_host(&b, be, 0, 7), DDP_ERR_INVALID_ARG);
+  free(ddp_test_log_stop());
+  ddp_backend_destroy(be);
+}
+END_TEST
+
 static Suite *data_suite(void) {
   Suite *s = suite_create("data");
   TCase *tc = tcase_create("shard");
@@ -1243,6 +1264,7 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_data_builtin_lengths_are_heavy_tailed);
   tcase_add_test(tc, test_data_builtin_answers_are_correct);
   tcase_add_test(tc, test_data_builtin_rejects_bad_arguments);
+  tcase_add_test(tc, test_data_batch_init_host);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -57,10 +57,19 @@ START_TEST(test_gpt_rejects_bad_batches) {
   ddp_test_log_start();
   ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 1, 13, 1, 1.0f), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 5, 12, 1, 1.0f), DDP_ERR_INVALID_ARG);
+  /* targets are checked on the host too (a GPU kernel could not refuse
+   * them): below -1 or at/above the vocabulary, in training and eval */
+  tg[7] = -2;
+  ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 2, 12, 1, 1.0f), DDP_ERR_FORMAT);
+  tg[7] = k_cfg.vocab;
+  ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 2, 12, 0, 0.0f), DDP_ERR_FORMAT);
+  tg[7] = -1;
   in[5] = k_cfg.vocab;
   ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 2, 12, 1, 1.0f), DDP_ERR_FORMAT);
   ck_assert_int_eq(ddp_gpt_backward(m, 0, 0), DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "target -2 at row 0, position 7 is outside the vocabulary [0, 29)");
+  ddp_assert_contains(log, "target 29 at row 0, position 7");
   ddp_assert_contains(log, "a sequence of 13 tokens exceeds --seq-len 12");
   ddp_assert_contains(log, "exceeds the 48-token budget");
   ddp_assert_contains(log, "token 29 at row 0, position 5 is outside the vocabulary [0, 29)");

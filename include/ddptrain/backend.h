@@ -135,6 +135,9 @@ typedef struct ddp_backend_ops {
   void (*event_destroy)(ddp_backend_t *be, ddp_event_t event);
   ddp_status_t (*event_record)(ddp_backend_t *be, ddp_event_t event, ddp_stream_t stream);
   ddp_status_t (*stream_wait_event)(ddp_backend_t *be, ddp_stream_t stream, ddp_event_t event);
+  /* Blocks the host until the work before the event's last record has
+   * finished (only that work: the stream may run on). */
+  ddp_status_t (*event_synchronize)(ddp_backend_t *be, ddp_event_t event);
   /* Blocks the host until everything enqueued on stream has finished. */
   ddp_status_t (*synchronize)(ddp_backend_t *be, ddp_stream_t stream);
 

@@ -32,6 +32,8 @@
 
 #include "ddptrain/status.h"
 
+struct ddp_backend; /* ddptrain/backend.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -208,11 +210,17 @@ typedef struct ddp_batch {
   ddp_step_info_t info; /* the step this micro-batch belongs to */
   int64_t capacity;     /* tokens each of inputs/targets can hold */
   int max_rows;         /* rows `windows` can hold */
+  struct ddp_backend *host_of; /* inputs/targets from its alloc_host, or NULL */
 } ddp_batch_t;
 
 /* Buffers for micro-batches of up to `tokens` padded tokens and `max_rows`
  * rows, allocated once. */
 ddp_status_t ddp_batch_init(ddp_batch_t *batch, int64_t tokens, int max_rows);
+/* The same with inputs and targets in the backend's host memory for
+ * asynchronous copies (pinned on CUDA: the copy to the device runs without
+ * the host, and without a staging copy of its own). */
+ddp_status_t ddp_batch_init_host(ddp_batch_t *batch, struct ddp_backend *be, int64_t tokens,
+                                 int max_rows);
 void ddp_batch_destroy(ddp_batch_t *batch);
 
 #ifdef __cplusplus

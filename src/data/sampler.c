@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "ascii.h"
+#include "ddptrain/backend.h"
 #include "ddptrain/check.h"
 #include "ddptrain/rng.h"
 #include "hash.h"
@@ -659,10 +660,38 @@ ddp_status_t ddp_batch_init(ddp_batch_t *b, int64_t tokens, int max_rows) {
   return DDP_OK;
 }
 
+ddp_status_t ddp_batch_init_host(ddp_batch_t *b, ddp_backend_t *be, int64_t tokens,
+                                 int max_rows) {
+  if (!b || !be || tokens < 1 || max_rows < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_init_host: %lld tokens / %d rows", (long long)tokens,
+             max_rows);
+  memset(b, 0, sizeof *b);
+  b->host_of = be;
+  const size_t bytes = (size_t)tokens * sizeof *b->inputs;
+  ddp_status_t st = be->ops->alloc_host(be, bytes, (void **)&b->inputs);
+  if (st == DDP_OK) st = be->ops->alloc_host(be, bytes, (void **)&b->targets);
+  if (st == DDP_OK) {
+    b->windows = malloc((size_t)max_rows * sizeof *b->windows);
+    if (!b->windows) st = DDP_ERR_OOM;
+  }
+  if (st != DDP_OK) {
+    ddp_batch_destroy(b);
+    DDP_FAIL(st, "batch: out of host memory for %lld tokens", (long long)tokens);
+  }
+  b->capacity = tokens;
+  b->max_rows = max_rows;
+  return DDP_OK;
+}
+
 void ddp_batch_destroy(ddp_batch_t *b) {
   if (!b) return;
-  free(b->inputs);
-  free(b->targets);
+  if (b->host_of) {
+    b->host_of->ops->free_host(b->host_of, b->inputs);
+    b->host_of->ops->free_host(b->host_of, b->targets);
+  } else {
+    free(b->inputs);
+    free(b->targets);
+  }
   free(b->windows);
   memset(b, 0, sizeof *b);
 }

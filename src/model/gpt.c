@@ -15,6 +15,7 @@
 #include "ddptrain/gpt.h"
 #include "ddptrain/rng.h"
 #include "hash.h"
+#include "model/gpt_input.h"
 
 /* One block's tensors; the same struct views parameters (elements of the
  * compute type: the fp32 masters, or the bf16/fp16 compute copy) and
@@ -72,6 +73,7 @@ struct ddp_gpt {
   int cursor; /* next tensor to announce during backward */
   ddp_gpt_watch_fn watch;
   void *watch_ctx;
+  ddp_token_stager_t in; /* tokens go to the device on a copy stream */
 };
 
 ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *c) {
@@ -168,8 +170,6 @@ static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
 static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, int64_t att_elems) {
   const int64_t C = m->cfg.n_embd, V = m->cfg.vocab;
   acts_t *a = &m->a;
-  ARENA_TAKE(ar, a->tokens, N);
-  ARENA_TAKE(ar, a->targets, N);
   ARENA_ACT(ar, a->encoded, N * C);
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     block_acts_t *b = &a->blocks[l];
@@ -210,8 +210,6 @@ typedef struct eval_acts {
 
 static ddp_status_t take_eval_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, eval_acts_t *e) {
   const int64_t C = m->cfg.n_embd, V = m->cfg.vocab;
-  ARENA_TAKE(ar, e->tokens, N);
-  ARENA_TAKE(ar, e->targets, N);
   ARENA_ACT(ar, e->res[0], N * C);
   ARENA_ACT(ar, e->res[1], N * C);
   ARENA_ACT(ar, e->ln, N * C);
@@ -282,6 +280,7 @@ ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_co
   }
 
   DDP_CHECK_GOTO(size_arena(m), st, fail);
+  DDP_CHECK_GOTO(ddp_token_stager_init(&m->in, be, tokens_per_batch), st, fail);
   free(slots);
   *out = m;
   return DDP_OK;
@@ -293,6 +292,7 @@ fail:
 
 void ddp_gpt_destroy(ddp_gpt_t *m) {
   if (!m) return;
+  ddp_token_stager_destroy(&m->in);
   ddp_arena_destroy(&m->arena);
   if (m->nn_reserved) m->nn->release(m->be);
   if (m->be) {
@@ -492,7 +492,11 @@ ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed) {
 
 /* ---- forward ------------------------------------------------------------------ */
 
-static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, int B, int T) {
+/* Host-side validation before anything is staged: a GPU kernel cannot
+ * report a bad token without a host sync, so tokens and targets are
+ * checked here, where the host has them anyway. */
+static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
+                                int B, int T) {
   if (!inputs || B < 1 || T < 1) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: empty micro-batch");
   if (T > m->cfg.max_seq_len)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt: a sequence of %d tokens exceeds --seq-len %d", T,
@@ -508,13 +512,15 @@ static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, int B
                "gpt: token %d at row %lld, position %lld is outside the "
                "vocabulary [0, %d)",
                inputs[i], (long long)(i / T), (long long)(i % T), m->cfg.vocab);
+  for (int64_t i = 0; targets && i < (int64_t)B * T; ++i)
+    if (targets[i] < -1 || targets[i] >= m->cfg.vocab)
+      DDP_FAIL(DDP_ERR_FORMAT,
+               "gpt: target %d at row %lld, position %lld is outside the vocabulary [0, %d) "
+               "(and is not the ignore index -1)",
+               targets[i], (long long)(i / T), (long long)(i % T), m->cfg.vocab);
   return DDP_OK;
 }
 
-static ddp_status_t upload(ddp_gpt_t *m, int32_t *dst, const int32_t *src, int64_t n) {
-  return ddp_backend_copy(m->be, dst, src, (size_t)n * sizeof(int32_t),
-                          DDP_COPY_KIND_HOST_TO_DEVICE, NULL);
-}
 
 /* resid = a + b, then out = LayerNorm(resid) (statistics saved unless
  * NULL): the residual add and the LayerNorm that reads its sum run as one op
@@ -540,8 +546,7 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   acts_t *a = &m->a;
   ddp_arena_reset(&m->arena);
   DDP_CHECK(take_train_acts(m, &m->arena, N, (int64_t)B * NH * T * T));
-  DDP_CHECK(upload(m, a->tokens, inputs, N));
-  DDP_CHECK(upload(m, a->targets, targets, N));
+  DDP_CHECK(ddp_token_stager_put(&m->in, inputs, targets, N, &a->tokens, &a->targets));
   const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, dt, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   DDP_CHECK(watch(m, a->encoded, m->act_dtype, nc, "forward: embedding output"));
@@ -596,6 +601,10 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   DDP_CHECK(nn->xent_fused(be, dt, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss,
                            N, V, V, NULL));
   DDP_CHECK(watch(m, a->losses, DDP_DTYPE_F32, (size_t)N, "forward: token losses"));
+  /* the backward reads the tokens again and moves the release point on;
+   * the caller may reuse its host arrays once the copy has read them */
+  DDP_CHECK(ddp_token_stager_release(&m->in));
+  DDP_CHECK(ddp_token_stager_wait_copied(&m->in));
   m->B = B;
   m->T = T;
   m->have_train_acts = 1;
@@ -612,7 +621,7 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   ddp_arena_reset(&m->arena);
   m->have_train_acts = 0;
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
-  DDP_CHECK(upload(m, e.tokens, inputs, N));
+  DDP_CHECK(ddp_token_stager_put(&m->in, inputs, targets, N, &e.tokens, &e.targets));
   const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, dt, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   const int L = m->cfg.n_layer;
@@ -638,17 +647,17 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   DDP_CHECK(nn->linear_fwd(be, dt, e.logits, e.ln, m->p.wte, NULL, N, C, V, NULL));
   m->a.logits = e.logits;
   if (targets) {
-    DDP_CHECK(upload(m, e.targets, targets, N));
     DDP_CHECK(nn->xent_fused(be, dt, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V,
                              V, NULL));
   }
-  return DDP_OK;
+  DDP_CHECK(ddp_token_stager_release(&m->in));
+  return ddp_token_stager_wait_copied(&m->in);
 }
 
 ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets, int B,
                              int T, int train, float dloss) {
   if (!m) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward: NULL model");
-  DDP_CHECK(check_batch(m, inputs, B, T));
+  DDP_CHECK(check_batch(m, inputs, targets, B, T));
   if (train) {
     if (!targets) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward: training needs targets");
     return forward_train(m, inputs, targets, B, T, dloss);
@@ -719,6 +728,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     DDP_CHECK(announce(m, notify, 2));
   }
   DDP_CHECK(nn->embed_bwd(be, dt, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
+  DDP_CHECK(ddp_token_stager_release(&m->in)); /* the last read of this micro-batch's tokens */
   /* The first micro-step writes dwpe rows 0..T-1 only; the positions this
    * batch does not reach get exact zeros, or the last step's values would
    * survive there (batches differ in T). */

@@ -79,8 +79,9 @@ static double now_seconds(void) {
 
 static ddp_status_t slot_init(void *ctx, int slot, void **item) {
   trainer_t *tr = ctx;
-  DDP_CHECK(
-      ddp_batch_init(&tr->slots[slot], tr->o->tokens_per_batch, ddp_sampler_max_rows(tr->sampler)));
+  /* pinned on a GPU: the model's token copy then runs without the host */
+  DDP_CHECK(ddp_batch_init_host(&tr->slots[slot], tr->be, tr->o->tokens_per_batch,
+                                ddp_sampler_max_rows(tr->sampler)));
   *item = &tr->slots[slot];
   return DDP_OK;
 }

@@ -166,6 +166,12 @@ static ddp_status_t cpu_event_record(ddp_backend_t *be, ddp_event_t event, ddp_s
   return DDP_OK;
 }
 
+static ddp_status_t cpu_event_synchronize(ddp_backend_t *be, ddp_event_t event) {
+  (void)be;
+  (void)event;
+  return DDP_OK; /* CPU work is finished when its call returns */
+}
+
 static ddp_status_t cpu_stream_wait_event(ddp_backend_t *be, ddp_stream_t stream,
                                           ddp_event_t event) {
   return DDP_OK;
@@ -232,6 +238,7 @@ const ddp_backend_ops_t ddp_backend_cpu_ops = {
     .event_destroy = cpu_event_destroy,
     .event_record = cpu_event_record,
     .stream_wait_event = cpu_stream_wait_event,
+    .event_synchronize = cpu_event_synchronize,
     .synchronize = cpu_synchronize,
     .gemm = cpu_gemm,
     .mem_info = cpu_mem_info,

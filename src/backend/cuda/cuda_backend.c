@@ -289,6 +289,12 @@ static ddp_status_t cuda_stream_wait_event(ddp_backend_t *be, ddp_stream_t strea
   return DDP_OK;
 }
 
+static ddp_status_t cuda_event_synchronize(ddp_backend_t *be, ddp_event_t event) {
+  (void)be;
+  DDP_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)(void *)event));
+  return DDP_OK;
+}
+
 static ddp_status_t cuda_synchronize(ddp_backend_t *be, ddp_stream_t stream) {
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream_of(be, stream)));
   return DDP_OK;
@@ -318,6 +324,7 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,
+    .event_synchronize = cuda_event_synchronize,
     .synchronize = cuda_synchronize,
     .gemm = ddp_cuda_gemm,
     .mem_info = cuda_mem_info,
