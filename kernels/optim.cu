@@ -73,6 +73,11 @@ __device__ __forceinline__ bool step_gmul(const ddp_cuda_optim_coef_t &c, const 
   return true;
 }
 
+/* One thread of the grid records a skipped step. */
+__device__ __forceinline__ void count_skip(int64_t *skipped) {
+  if (skipped && blockIdx.x == 0 && threadIdx.x == 0) *skipped += 1;
+}
+
 template <int CDT>
 __device__ __forceinline__ void emit(void *compute, size_t i, float p) {
   if constexpr (CDT >= 0) store<CDT>(compute, i, p);
@@ -83,9 +88,12 @@ template <int CDT>
 static __global__ void update_kernel(ddp_cuda_optim_coef_t c, float *p, const float *g,
                                      float *state, size_t n, void *compute, const float *sumsq,
                                      const ddp_cuda_optim_chunk_t *chunks,
-                                     const int32_t *seg_decay) {
+                                     const int32_t *seg_decay, int64_t *skipped) {
   float gmul;
-  if (!step_gmul(c, sumsq, &gmul)) return;
+  if (!step_gmul(c, sumsq, &gmul)) {
+    count_skip(skipped);
+    return;
+  }
   const ddp_cuda_optim_chunk_t ch = chunks[blockIdx.x];
   const bool decay = seg_decay[ch.seg] != 0;
   if (c.kind == 0) { /* AdamW */
@@ -187,9 +195,13 @@ template <int CDT>
 static __global__ void lamb_apply_kernel(ddp_cuda_optim_coef_t c, float *p, const float *state,
                                          size_t n, void *compute, const float *sumsq,
                                          const ddp_cuda_optim_chunk_t *chunks,
-                                         const int32_t *seg_decay, const float *ratio) {
+                                         const int32_t *seg_decay, const float *ratio,
+                                         int64_t *skipped) {
   float gmul;
-  if (!step_gmul(c, sumsq, &gmul)) return;
+  if (!step_gmul(c, sumsq, &gmul)) {
+    count_skip(skipped);
+    return;
+  }
   const ddp_cuda_optim_chunk_t ch = chunks[blockIdx.x];
   const float wd = seg_decay[ch.seg] ? c.wd : 0.0f;
   const float q = ratio[ch.seg];
@@ -207,7 +219,7 @@ ddp_status_t launch(const ddp_cuda_optim_coef_t *c, float *params, const float *
                     float *state, size_t n, void *compute, const float *sumsq,
                     const ddp_cuda_optim_chunk_t *chunks, int n_chunks, const int32_t *seg_decay,
                     const int32_t *seg_chunk_begin, int n_segs, double *partials, float *ratio,
-                    cudaStream_t stream) {
+                    int64_t *skipped, cudaStream_t stream) {
   if (c->kind == 2) {
     lamb_norms_kernel<<<(unsigned)n_chunks, kThreads, 0, stream>>>(*c, params, grads, state, n,
                                                                      sumsq, chunks, seg_decay,
@@ -217,11 +229,11 @@ ddp_status_t launch(const ddp_cuda_optim_coef_t *c, float *params, const float *
         *c, sumsq, seg_chunk_begin, n_segs, partials, ratio);
     DDP_CUDA_CHECK(cudaGetLastError());
     lamb_apply_kernel<CDT><<<(unsigned)n_chunks, kThreads, 0, stream>>>(
-        *c, params, state, n, compute, sumsq, chunks, seg_decay, ratio);
+        *c, params, state, n, compute, sumsq, chunks, seg_decay, ratio, skipped);
   } else {
     update_kernel<CDT><<<(unsigned)n_chunks, kThreads, 0, stream>>>(*c, params, grads, state, n,
                                                                       compute, sumsq, chunks,
-                                                                      seg_decay);
+                                                                      seg_decay, skipped);
   }
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
@@ -253,7 +265,7 @@ extern "C" ddp_status_t ddp_cuda_optim_update(const ddp_cuda_optim_coef_t *c, fl
                                               const int32_t *seg_decay,
                                               const int32_t *seg_chunk_begin, int n_segs,
                                               double *lamb_partials, float *lamb_ratio,
-                                              cudaStream_t stream) {
+                                              int64_t *skipped, cudaStream_t stream) {
   if (!c || !params || !grads || !chunks || !seg_decay || n_chunks < 1 || n_segs < 1)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_update: NULL pointer or empty plan");
   if (c->kind < 0 || c->kind > 2)
@@ -265,20 +277,20 @@ extern "C" ddp_status_t ddp_cuda_optim_update(const ddp_cuda_optim_coef_t *c, fl
   if (c->use_sumsq && !sumsq) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_update: NULL sumsq");
   if (!compute)
     return launch<-1>(c, params, grads, state, n, NULL, sumsq, chunks, n_chunks, seg_decay,
-                      seg_chunk_begin, n_segs, lamb_partials, lamb_ratio, stream);
+                      seg_chunk_begin, n_segs, lamb_partials, lamb_ratio, skipped, stream);
   switch (cdt) {
     case DDP_DTYPE_F32:
       return launch<DDP_DTYPE_F32>(c, params, grads, state, n, compute, sumsq, chunks, n_chunks,
                                    seg_decay, seg_chunk_begin, n_segs, lamb_partials, lamb_ratio,
-                                   stream);
+                                   skipped, stream);
     case DDP_DTYPE_BF16:
       return launch<DDP_DTYPE_BF16>(c, params, grads, state, n, compute, sumsq, chunks, n_chunks,
                                     seg_decay, seg_chunk_begin, n_segs, lamb_partials, lamb_ratio,
-                                    stream);
+                                    skipped, stream);
     case DDP_DTYPE_F16:
       return launch<DDP_DTYPE_F16>(c, params, grads, state, n, compute, sumsq, chunks, n_chunks,
                                    seg_decay, seg_chunk_begin, n_segs, lamb_partials, lamb_ratio,
-                                   stream);
+                                   skipped, stream);
     default:
       DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_update: compute dtype %s is not a float type",
                ddp_dtype_name(cdt));

@@ -60,14 +60,16 @@ ddp_status_t ddp_cuda_grad_sumsq(float *out, const float *g, size_t n, float sca
  * compute (n elements of cdt, or NULL): the updated weight rounded there.
  * sumsq: device float (the squared global norm of the scaled gradients) or
  * NULL. lamb_partials (2 * n_chunks doubles) and lamb_ratio (n_segs floats)
- * are device scratch for LAMB (NULL otherwise). */
+ * are device scratch for LAMB (NULL otherwise). skipped (device int64 or
+ * NULL): incremented by one thread when the loss scaler's skip applies, so
+ * the host can learn at its next sync that steps were skipped. */
 ddp_status_t ddp_cuda_optim_update(const ddp_cuda_optim_coef_t *c, float *params,
                                    const float *grads, float *state, size_t n, void *compute,
                                    ddp_dtype_t cdt, const float *sumsq,
                                    const ddp_cuda_optim_chunk_t *chunks, int n_chunks,
                                    const int32_t *seg_decay, const int32_t *seg_chunk_begin,
                                    int n_segs, double *lamb_partials, float *lamb_ratio,
-                                   cudaStream_t stream);
+                                   int64_t *skipped, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

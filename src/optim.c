@@ -499,7 +499,8 @@ struct ddp_optim_plan {
   ddp_backend_t *be;
   size_t n;
   int n_segments;
-  void *device; /* the CUDA plan; NULL on the CPU */
+  void *device;    /* the CUDA plan; NULL on the CPU */
+  int64_t skipped; /* CPU: steps skip_nonfinite skipped */
 };
 
 static int on_cuda(const ddp_backend_t *be) {
@@ -581,5 +582,16 @@ ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
 #if DDP_HAVE_CUDA
   if (plan->device) return ddp_cuda_optim_step(be, plan->device, args, s);
 #endif
+  /* the CPU decides on the host, as ddp_optim_step_cpu does */
+  if (args->skip_nonfinite && args->grad_sumsq && !isfinite(*args->grad_sumsq)) plan->skipped++;
   return ddp_optim_step_cpu(be, args, s);
+}
+
+ddp_status_t ddp_optim_plan_skipped_steps(ddp_optim_plan_t *plan, int64_t *count) {
+  if (!plan || !count) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: NULL argument");
+#if DDP_HAVE_CUDA
+  if (plan->device) return ddp_cuda_optim_skipped_steps(plan->be, plan->device, count);
+#endif
+  *count = plan->skipped;
+  return DDP_OK;
 }

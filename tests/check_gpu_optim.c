@@ -209,6 +209,9 @@ START_TEST(test_gpu_optim_skip_on_inf) {
     ck_assert_msg(memcmp(p1, p2, g_n * 4) == 0 && memcmp(s1, s2, 2 * g_n * 4) == 0 &&
                       memcmp(c1, c2, g_n * 2) == 0,
                   "%s: a skipped step changed something", ddp_optim_kind_name(cfg.kind));
+    int64_t skipped = -1; /* counted on the device, once per skipped step */
+    ck_assert_int_eq(ddp_optim_plan_skipped_steps(r.plan, &skipped), DDP_OK);
+    ck_assert_int_eq(skipped, 1);
     free(p0), free(g), free(p1), free(s1), free(c1), free(p2), free(s2), free(c2);
     run_close(&r);
   }

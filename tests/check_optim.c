@@ -821,6 +821,34 @@ START_TEST(test_optim_plan_rejects_bad_input) {
 }
 END_TEST
 
+/* skip_nonfinite steps are counted by the plan (what a trainer reads at its
+ * log interval instead of after every step); clean steps are not. */
+START_TEST(test_optim_plan_counts_skipped_steps) {
+  ddp_optim_segment_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  ddp_optim_config_t cfg = adamw_config();
+  ddp_optim_plan_t *plan = NULL;
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, segs, N_SEG, n, &plan), DDP_OK);
+  float *p = calloc(n, sizeof *p), *gr = calloc(n, sizeof *gr), *st = calloc(2 * n, sizeof *st);
+  float sumsq = 1.0f;
+  ddp_optim_step_args_t a = step_args(&cfg, p, gr, st, segs, N_SEG, n, 1, 0.01f);
+  a.grad_sumsq = &sumsq;
+  a.skip_nonfinite = 1;
+  int64_t count = -1;
+  ck_assert_int_eq(ddp_optim_step(g_be, plan, &a, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_optim_plan_skipped_steps(plan, &count), DDP_OK);
+  ck_assert_int_eq(count, 0);
+  sumsq = INFINITY;
+  ck_assert_int_eq(ddp_optim_step(g_be, plan, &a, NULL), DDP_OK);
+  sumsq = NAN;
+  ck_assert_int_eq(ddp_optim_step(g_be, plan, &a, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_optim_plan_skipped_steps(plan, &count), DDP_OK);
+  ck_assert_int_eq(count, 2);
+  ddp_optim_plan_destroy(plan);
+  free(p), free(gr), free(st);
+}
+END_TEST
+
 static Suite *optim_suite(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("core");
@@ -845,6 +873,7 @@ static Suite *optim_suite(void) {
   tcase_add_test(tc, test_optim_compute_copy_and_skip);
   tcase_add_test(tc, test_optim_plan_dispatch_matches_cpu_functions);
   tcase_add_test(tc, test_optim_plan_rejects_bad_input);
+  tcase_add_test(tc, test_optim_plan_counts_skipped_steps);
   suite_add_tcase(s, tc);
   return s;
 }

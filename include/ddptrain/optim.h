@@ -152,6 +152,11 @@ ddp_status_t ddp_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *
  * plan's layout (same n and segment count). */
 ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
                             const ddp_optim_step_args_t *args, ddp_stream_t s);
+/* Steps of this plan that skip_nonfinite skipped (a non-finite gradient
+ * norm) since it was made: counted where the decision is taken (on a GPU,
+ * on the device), read here with one host sync, so a trainer can check at
+ * its log interval instead of after every step. */
+ddp_status_t ddp_optim_plan_skipped_steps(ddp_optim_plan_t *plan, int64_t *count);
 
 #ifdef __cplusplus
 }

@@ -395,8 +395,14 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const float unscale = ddp_amp_unscale(&tr->amp);
   DDP_CHECK(
       ddp_optim_grad_sumsq(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
-  /* With a loss scaler an inf/NaN is an overflow: the step is skipped, not an error. */
-  if (!tr->amp.scaler.enabled) DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
+  /* With a loss scaler an inf/NaN is an overflow: the step is skipped, not an error.
+   * Without one it is an error: checked here on the CPU (a free read) and
+   * under --detect-anomaly; on a GPU the optimizer skips such a step on the
+   * device and the log interval reports it (checked_later), so the host
+   * never waits for the device inside the step. */
+  const int checked_later = tr->be->ops->kind != DDP_DEVICE_KIND_CPU && !tr->anomaly.detect;
+  if (!tr->amp.scaler.enabled && !checked_later)
+    DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
@@ -410,7 +416,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .grad_sumsq = tr->grad_sumsq,
                              .compute_params = ddp_gpt_compute_params(tr->model),
                              .compute_dtype = ddp_gpt_precision(tr->model),
-                             .skip_nonfinite = tr->amp.scaler.enabled};
+                             .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
   DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
@@ -446,6 +452,18 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   float sumsq = 0.0f;
   DDP_CHECK(ddp_gpt_take_loss(tr->model, &loss_sum));
   DDP_CHECK(ddp_dist_sum_double(tr->dist, &loss_sum));
+  if (!tr->amp.scaler.enabled) {
+    /* steps the optimizer skipped on the device for a non-finite gradient
+     * (GPU runs without a loss scaler: see train_step) */
+    int64_t skipped = 0;
+    DDP_CHECK(ddp_optim_plan_skipped_steps(tr->optim_plan, &skipped));
+    if (skipped > 0)
+      DDP_FAIL(DDP_ERR_NUMERIC,
+               "by step %lld: %lld step%s had a non-finite gradient norm; their weights were not "
+               "updated. Lower --lr, use --grad-clip, or rerun with --detect-anomaly to name "
+               "the layer",
+               (long long)step + 1, (long long)skipped, skipped == 1 ? "" : "s");
+  }
   DDP_CHECK(ddp_backend_copy(tr->be, &sumsq, tr->grad_sumsq, sizeof sumsq,
                              DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   DDP_CHECK(ddp_backend_sync(tr->be, NULL));

@@ -21,6 +21,7 @@ struct ddp_cuda_optim_plan {
   int32_t *seg_chunk_begin;       /* device, n_segs + 1 */
   double *lamb_partials;          /* device, 2 per chunk */
   float *lamb_ratio;              /* device, n_segs */
+  int64_t *skipped;               /* device: steps skipped on a non-finite norm */
   int n_chunks, n_segs;
   size_t n;
 };
@@ -73,6 +74,8 @@ ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_optim_segme
   DDP_CHECK_GOTO(
       ddp_backend_alloc(be, (size_t)n_segments * sizeof(float), (void **)&p->lamb_ratio), st,
       fail);
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, sizeof(int64_t), (void **)&p->skipped), st, fail);
+  DDP_CHECK_GOTO(be->ops->fill(be, p->skipped, DDP_DTYPE_I32, 0.0f, 2, NULL), st, fail);
   *out = p;
   p = NULL;
 fail:
@@ -93,6 +96,7 @@ void ddp_cuda_optim_plan_destroy(ddp_backend_t *be, ddp_cuda_optim_plan_t *p) {
   ddp_backend_free(be, p->seg_chunk_begin);
   ddp_backend_free(be, p->lamb_partials);
   ddp_backend_free(be, p->lamb_ratio);
+  ddp_backend_free(be, p->skipped);
   free(p);
 }
 
@@ -137,5 +141,12 @@ ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
   return ddp_cuda_optim_update(&c, a->params, a->grads, a->state, a->n, a->compute_params,
                                a->compute_dtype, a->grad_sumsq, p->chunks, p->n_chunks,
                                p->seg_decay, p->seg_chunk_begin, p->n_segs, p->lamb_partials,
-                               p->lamb_ratio, ddp_cuda_stream(be, s));
+                               p->lamb_ratio, p->skipped, ddp_cuda_stream(be, s));
+}
+
+ddp_status_t ddp_cuda_optim_skipped_steps(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
+                                          int64_t *count) {
+  DDP_CHECK(ddp_backend_copy(be, count, p->skipped, sizeof *count, DDP_COPY_KIND_DEVICE_TO_HOST,
+                             NULL));
+  return ddp_backend_sync(be, NULL);
 }

@@ -21,4 +21,9 @@ ddp_status_t ddp_cuda_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const fl
 ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *plan,
                                  const ddp_optim_step_args_t *args, ddp_stream_t s);
 
+/* Steps the kernels skipped (non-finite norm with skip_nonfinite) since
+ * the plan was made; one host sync. */
+ddp_status_t ddp_cuda_optim_skipped_steps(ddp_backend_t *be, ddp_cuda_optim_plan_t *plan,
+                                          int64_t *count);
+
 #endif
