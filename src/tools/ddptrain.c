@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "ddptrain/backend.h"
+#include "ddptrain/comm.h"
 #include "ddptrain/dist.h"
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
@@ -55,7 +56,20 @@ int main(int argc, char **argv) {
     ddp_dist_finalize(&dist);
     return 0;
   }
-  ddp_backend_config_t cfg = {.device = opts.device,
+  /* "auto" means a GPU where training on it works: several ranks share
+   * GPU gradients only through a communicator that reads GPU memory (NCCL,
+   * not built yet, or a CUDA-aware MPI); without one they train on the CPU
+   * and say why. Naming cuda explicitly still tries, and the trainer stops
+   * with the reason. */
+  const char *device = opts.device;
+  if (ddp_ascii_ieq(device, "auto") && dist.world > 1 && !ddp_comm_mpi_cuda_aware() &&
+      !opts.self_test) {
+    device = "cpu";
+    DDP_LOG_INFO("device auto: %d ranks would need NCCL or a CUDA-aware MPI to reduce GPU "
+                 "gradients; this build has neither, so the ranks train on the CPU",
+                 dist.world);
+  }
+  ddp_backend_config_t cfg = {.device = device,
                               .local_rank = dist.local_rank,
                               .threads = (int)opts.threads,
                               .local_size = dist.local_size,
