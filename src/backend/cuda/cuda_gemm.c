@@ -265,12 +265,27 @@ static gemm_plan_t *lookup(struct ddp_cuda_gemm *G, const gemm_key_t *k, int *fr
   return NULL;
 }
 
-static ddp_status_t run_plan(struct ddp_cuda_gemm *G, const gemm_plan_t *p, const ddp_gemm_t *g,
-                             cudaStream_t s) {
-  DDP_CUBLAS_CHECK(cublasLtMatmul(G->lt, p->desc, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
-                                  g->c, p->lc, g->c, p->lc, &p->algo, G->workspace,
-                                  LT_WORKSPACE_BYTES, s));
-  return DDP_OK;
+/* One cublasLtMatmul with a plan's algorithm, or the classic call when the
+ * plan has none. Lt may still turn a heuristic's algorithm down at run time
+ * (NOT_SUPPORTED: nothing was computed), e.g. for a layout feature the
+ * heuristic did not weigh; the plan then keeps the classic call for good, so
+ * a given GEMM always takes one path and its results stay reproducible. */
+static ddp_status_t run_plan(ddp_backend_t *be, struct ddp_cuda_gemm *G, gemm_plan_t *p,
+                             const ddp_gemm_t *g, cudaStream_t s) {
+  if (p->have_algo) {
+    const cublasStatus_t cs =
+        cublasLtMatmul(G->lt, p->desc, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta, g->c, p->lc,
+                       g->c, p->lc, &p->algo, G->workspace, LT_WORKSPACE_BYTES, s);
+    if (cs != CUBLAS_STATUS_NOT_SUPPORTED) {
+      DDP_CUBLAS_CHECK(cs);
+      return DDP_OK;
+    }
+    DDP_LOG_DEBUG("cuda:%d: cuBLASLt declined a %lldx%lldx%lld GEMM (batch %lld); using cuBLAS",
+                  be->device, (long long)g->m, (long long)g->n, (long long)g->k,
+                  (long long)g->batch);
+    p->have_algo = 0;
+  }
+  return gemm_fallback(be, g, p->key.tf32, s);
 }
 
 ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
@@ -283,12 +298,11 @@ ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t 
   const gemm_key_t key = key_of(g, st->allow_tf32);
   int slot;
   gemm_plan_t *p = lookup(G, &key, &slot);
-  if (p) return p->have_algo ? run_plan(G, p, g, s) : gemm_fallback(be, g, key.tf32, s);
+  if (p) return run_plan(be, G, p, g, s);
   G->misses++;
   if (slot >= 0) {
     DDP_CHECK(plan_build(G, &G->slots[slot], &key));
-    p = &G->slots[slot];
-    return p->have_algo ? run_plan(G, p, g, s) : gemm_fallback(be, g, key.tf32, s);
+    return run_plan(be, G, &G->slots[slot], g, s);
   }
   /* table full: a throw-away plan (destroying descriptors right after the
    * enqueue is allowed: cublasLtMatmul does not keep them) */
@@ -299,8 +313,7 @@ ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t 
   }
   gemm_plan_t tmp;
   DDP_CHECK(plan_build(G, &tmp, &key));
-  const ddp_status_t rc =
-      tmp.have_algo ? run_plan(G, &tmp, g, s) : gemm_fallback(be, g, key.tf32, s);
+  const ddp_status_t rc = run_plan(be, G, &tmp, g, s);
   plan_release(&tmp);
   return rc;
 }
