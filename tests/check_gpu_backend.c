@@ -1199,7 +1199,8 @@ START_TEST(test_gpu_backend_gemm_tf32_policy) {
   ddp_backend_t *bes[2] = {tf, g_cpu};
   float *outs[2] = {cg, cc};
   for (int i = 0; i < 2; ++i) {
-    void *da = dev_alloc(bes[i], sizeof(float) * M * K), *db = dev_alloc(bes[i], sizeof(float) * K * N);
+    void *da = dev_alloc(bes[i], sizeof(float) * M * K),
+         *db = dev_alloc(bes[i], sizeof(float) * K * N);
     void *dc = dev_alloc(bes[i], sizeof(float) * M * N);
     upload(bes[i], da, a, sizeof(float) * M * K);
     upload(bes[i], db, b, sizeof(float) * K * N);

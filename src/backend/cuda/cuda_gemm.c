@@ -110,8 +110,8 @@ static ddp_status_t make_layout(cublasLtMatrixLayout_t *out, cudaDataType_t t, i
   DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(out, t, (uint64_t)rows, (uint64_t)cols, ld));
   if (batch > 1) {
     const int32_t b = (int32_t)batch;
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b,
-                                                      sizeof b));
+    DDP_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
     DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
         *out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
@@ -307,8 +307,8 @@ ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t 
   /* table full: a throw-away plan (destroying descriptors right after the
    * enqueue is allowed: cublasLtMatmul does not keep them) */
   if (!G->warned_full) {
-    DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the rest set up per call",
-                 be->device, GEMM_CACHE_SLOTS);
+    DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the rest set up per call", be->device,
+                 GEMM_CACHE_SLOTS);
     G->warned_full = 1;
   }
   gemm_plan_t tmp;
