@@ -1199,7 +1199,8 @@ START_TEST(test_gpu_backend_gemm_tf32_policy) {
   ddp_backend_t *bes[2] = {tf, g_cpu};
   float *outs[2] = {cg, cc};
   for (int i = 0; i < 2; ++i) {
-    void *da = dev_alloc(bes[i], sizeof(float) * M * K), *db = dev_alloc(bes[i], sizeof(float) * K * N);
+    void *da = dev_alloc(bes[i], sizeof(float) * M * K),
+         *db = dev_alloc(bes[i], sizeof(float) * K * N);
     void *dc = dev_alloc(bes[i], sizeof(float) * M * N);
     upload(bes[i], da, a, sizeof(float) * M * K);
     upload(bes[i], db, b, sizeof(float) * K * N);
@@ -1251,12 +1252,61 @@ START_TEST(test_gpu_backend_gemm_plans_are_cached) {
 }
 END_TEST
 
+/* A plan is chosen for the first call of a shape; later calls of that shape
+ * may pass operands at other offsets (the attention slabs, views into packed
+ * activations). Here the first call has allocation-aligned operands and the
+ * second the same shape one element (2 bytes, bf16) into the buffers: it
+ * gets a plan of its own (alignment is part of the key) and the right
+ * product, within the fp32-accumulation tolerance of 1e-5 normwise. */
+START_TEST(test_gpu_backend_gemm_offset_operands_get_their_own_plan) {
+  enum { M = 64, N = 96, K = 72 };
+  const ddp_dtype_t t = DDP_DTYPE_BF16;
+  float *a = malloc((M * K + 1) * sizeof *a), *b = malloc((K * N + 1) * sizeof *b);
+  uint16_t *ha = malloc((M * K + 1) * sizeof *ha), *hb = malloc((K * N + 1) * sizeof *hb);
+  float *cg = malloc(M * N * sizeof *cg), *cc = malloc(M * N * sizeof *cc);
+  ck_assert(a && b && ha && hb && cg && cc);
+  random_values(a, M * K + 1);
+  random_values(b, K * N + 1);
+  for (int i = 0; i < M * K + 1; ++i) ha[i] = half_of(t, a[i]), a[i] = float_of_half(t, ha[i]);
+  for (int i = 0; i < K * N + 1; ++i) hb[i] = half_of(t, b[i]), b[i] = float_of_half(t, hb[i]);
+  ddp_backend_t *bes[2] = {g_gpu, g_cpu};
+  float *outs[2] = {cg, cc};
+  for (int i = 0; i < 2; ++i) {
+    /* the CPU oracle multiplies the same (bf16-exact) values in fp32 */
+    const size_t esz = i == 0 ? 2 : sizeof(float);
+    char *da = dev_alloc(bes[i], esz * (M * K + 1)), *db = dev_alloc(bes[i], esz * (K * N + 1));
+    char *dc = dev_alloc(bes[i], sizeof(float) * (M * N + 1));
+    upload(bes[i], da, i == 0 ? (const void *)ha : a, esz * (M * K + 1));
+    upload(bes[i], db, i == 0 ? (const void *)hb : b, esz * (K * N + 1));
+    ddp_gemm_t g = ddp_gemm_packed_f32(M, N, K, da, db, dc);
+    g.ab_dtype = i == 0 ? t : DDP_DTYPE_F32;
+    ck_assert_int_eq(ddp_backend_gemm(bes[i], &g, NULL), DDP_OK);
+    const uint64_t misses = i == 0 ? ddp_cuda_gemm_cache_misses(g_gpu) : 0;
+    g.a = da + esz, g.b = db + esz, g.c = dc + sizeof(float);
+    ck_assert_int_eq(ddp_backend_gemm(bes[i], &g, NULL), DDP_OK);
+    if (i == 0) ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses + 1);
+    download(bes[i], outs[i], dc + sizeof(float), sizeof(float) * M * N);
+    ddp_backend_free(bes[i], da);
+    ddp_backend_free(bes[i], db);
+    ddp_backend_free(bes[i], dc);
+  }
+  double num = 0.0, den = 0.0;
+  for (int i = 0; i < M * N; ++i) {
+    num = fmax(num, fabs((double)cg[i] - cc[i]));
+    den = fmax(den, fabs((double)cc[i]));
+  }
+  ck_assert_msg(num / den < 1e-5, "offset bf16 GEMM: normwise error %.3g", num / den);
+  free(a), free(b), free(ha), free(hb), free(cg), free(cc);
+}
+END_TEST
+
 static Suite *gpu_backend_suite(void) {
   Suite *s = suite_create("gpu_backend");
   TCase *tc = tcase_create("gemm");
   tcase_add_test(tc, test_gpu_backend_gemm_odd_sizes_all_transposes);
   tcase_add_test(tc, test_gpu_backend_gemm_tf32_policy);
   tcase_add_test(tc, test_gpu_backend_gemm_plans_are_cached);
+  tcase_add_test(tc, test_gpu_backend_gemm_offset_operands_get_their_own_plan);
   tcase_add_test(tc, test_gpu_backend_gemm_large_odd_all_transposes);
   tcase_add_test(tc, test_gpu_backend_gemm_alpha_beta_combinations);
   tcase_add_test(tc, test_gpu_backend_gemm_beta_zero_ignores_nan_in_c);

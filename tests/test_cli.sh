@@ -35,6 +35,8 @@ check "invalid number" 2 "option --threads: 'two' is not an integer" "$DDPTRAIN"
 check "out of range" 2 "option --threads: 5000 is out of range [0, 4096]" "$DDPTRAIN" --threads 5000
 check "missing value" 2 "option --seed needs a value" "$DDPTRAIN" --seed
 check "bad device" 2 "option --device: 'tpu' is not valid" "$DDPTRAIN" --device tpu
+check "bad --tf32" 2 "option --tf32: 'maybe' is not valid" "$DDPTRAIN" --tf32 maybe
+check "--help explains --tf32" 0 "TF32 tensor cores" "$DDPTRAIN" --help
 check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
 check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
 check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \

@@ -11,7 +11,9 @@
  *
  * No set-up in the step loop: the matmul descriptor, the three layouts and
  * the algorithm the heuristic chose are kept per distinct GEMM (shape,
- * pitches, strides, batch, types, transposes) in a fixed table. A model
+ * pitches, strides, batch, types, transposes, TF32, and the operands'
+ * address alignment, which the chosen algorithm may rely on) in a fixed
+ * table. A model
  * issues a few dozen distinct GEMMs, so after the first step every call is
  * a lookup and one cublasLtMatmul. Past the table's capacity descriptors are
  * made and destroyed per call (correct, slower; logged once).
@@ -40,6 +42,7 @@
 typedef struct gemm_key {
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   int32_t trans_a, trans_b, ab_dtype, c_dtype, tf32;
+  int32_t align_a, align_b, align_c; /* bytes, powers of two up to 256 */
 } gemm_key_t;
 
 typedef struct gemm_plan {
@@ -63,6 +66,18 @@ static cudaDataType_t cuda_type(ddp_dtype_t t) {
   return t == DDP_DTYPE_BF16 ? CUDA_R_16BF : t == DDP_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+/* The alignment Lt may assume for one operand: the largest power of two,
+ * up to 256, dividing its address and (batched) its byte stride, so every
+ * matrix of the batch has it. The heuristic assumes 256 bytes unless told
+ * less, and an algorithm chosen for one call is reused for later calls of
+ * the same shape whose pointers may be offset (the attention slabs, views
+ * into packed activations), so the alignment is part of the plan's key. */
+static int32_t align_of(const void *p, int64_t stride_elems, int64_t batch, size_t esz) {
+  uint64_t bits = (uint64_t)(uintptr_t)p | 256u;
+  if (batch > 1) bits |= (uint64_t)stride_elems * esz;
+  return (int32_t)(bits & (~bits + 1)); /* lowest set bit */
+}
+
 static gemm_key_t key_of(const ddp_gemm_t *g, int tf32) {
   gemm_key_t k;
   memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
@@ -75,6 +90,10 @@ static gemm_key_t key_of(const ddp_gemm_t *g, int tf32) {
   k.trans_a = g->trans_a, k.trans_b = g->trans_b;
   k.ab_dtype = g->ab_dtype, k.c_dtype = g->c_dtype;
   k.tf32 = tf32 && g->ab_dtype == DDP_DTYPE_F32;
+  const size_t ab = ddp_dtype_size(g->ab_dtype), c = ddp_dtype_size(g->c_dtype);
+  k.align_a = align_of(g->a, g->stride_a, g->batch, ab);
+  k.align_b = align_of(g->b, g->stride_b, g->batch, ab);
+  k.align_c = align_of(g->c, g->stride_c, g->batch, c);
   return k;
 }
 
@@ -91,8 +110,8 @@ static ddp_status_t make_layout(cublasLtMatrixLayout_t *out, cudaDataType_t t, i
   DDP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(out, t, (uint64_t)rows, (uint64_t)cols, ld));
   if (batch > 1) {
     const int32_t b = (int32_t)batch;
-    DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b,
-                                                      sizeof b));
+    DDP_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
     DDP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
         *out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
@@ -138,6 +157,14 @@ static ddp_status_t plan_build(struct ddp_cuda_gemm *G, gemm_plan_t *p, const ge
   if (cs == CUBLAS_STATUS_SUCCESS)
     cs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                               &schemes, sizeof schemes);
+  /* Lt's A is our B and its B our A; C and D are the same buffer */
+  const uint32_t align[4] = {(uint32_t)k->align_b, (uint32_t)k->align_a, (uint32_t)k->align_c,
+                             (uint32_t)k->align_c};
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && cs == CUBLAS_STATUS_SUCCESS; ++i)
+    cs = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]);
   if (cs == CUBLAS_STATUS_SUCCESS)
     cs = cublasLtMatmulAlgoGetHeuristic(G->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                         &found);
@@ -238,12 +265,27 @@ static gemm_plan_t *lookup(struct ddp_cuda_gemm *G, const gemm_key_t *k, int *fr
   return NULL;
 }
 
-static ddp_status_t run_plan(struct ddp_cuda_gemm *G, const gemm_plan_t *p, const ddp_gemm_t *g,
-                             cudaStream_t s) {
-  DDP_CUBLAS_CHECK(cublasLtMatmul(G->lt, p->desc, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
-                                  g->c, p->lc, g->c, p->lc, &p->algo, G->workspace,
-                                  LT_WORKSPACE_BYTES, s));
-  return DDP_OK;
+/* One cublasLtMatmul with a plan's algorithm, or the classic call when the
+ * plan has none. Lt may still turn a heuristic's algorithm down at run time
+ * (NOT_SUPPORTED: nothing was computed), e.g. for a layout feature the
+ * heuristic did not weigh; the plan then keeps the classic call for good, so
+ * a given GEMM always takes one path and its results stay reproducible. */
+static ddp_status_t run_plan(ddp_backend_t *be, struct ddp_cuda_gemm *G, gemm_plan_t *p,
+                             const ddp_gemm_t *g, cudaStream_t s) {
+  if (p->have_algo) {
+    const cublasStatus_t cs =
+        cublasLtMatmul(G->lt, p->desc, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta, g->c, p->lc,
+                       g->c, p->lc, &p->algo, G->workspace, LT_WORKSPACE_BYTES, s);
+    if (cs != CUBLAS_STATUS_NOT_SUPPORTED) {
+      DDP_CUBLAS_CHECK(cs);
+      return DDP_OK;
+    }
+    DDP_LOG_DEBUG("cuda:%d: cuBLASLt declined a %lldx%lldx%lld GEMM (batch %lld); using cuBLAS",
+                  be->device, (long long)g->m, (long long)g->n, (long long)g->k,
+                  (long long)g->batch);
+    p->have_algo = 0;
+  }
+  return gemm_fallback(be, g, p->key.tf32, s);
 }
 
 ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
@@ -256,24 +298,22 @@ ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t 
   const gemm_key_t key = key_of(g, st->allow_tf32);
   int slot;
   gemm_plan_t *p = lookup(G, &key, &slot);
-  if (p) return p->have_algo ? run_plan(G, p, g, s) : gemm_fallback(be, g, key.tf32, s);
+  if (p) return run_plan(be, G, p, g, s);
   G->misses++;
   if (slot >= 0) {
     DDP_CHECK(plan_build(G, &G->slots[slot], &key));
-    p = &G->slots[slot];
-    return p->have_algo ? run_plan(G, p, g, s) : gemm_fallback(be, g, key.tf32, s);
+    return run_plan(be, G, &G->slots[slot], g, s);
   }
   /* table full: a throw-away plan (destroying descriptors right after the
    * enqueue is allowed: cublasLtMatmul does not keep them) */
   if (!G->warned_full) {
-    DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the rest set up per call",
-                 be->device, GEMM_CACHE_SLOTS);
+    DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the rest set up per call", be->device,
+                 GEMM_CACHE_SLOTS);
     G->warned_full = 1;
   }
   gemm_plan_t tmp;
   DDP_CHECK(plan_build(G, &tmp, &key));
-  const ddp_status_t rc =
-      tmp.have_algo ? run_plan(G, &tmp, g, s) : gemm_fallback(be, g, key.tf32, s);
+  const ddp_status_t rc = run_plan(be, G, &tmp, g, s);
   plan_release(&tmp);
   return rc;
 }
