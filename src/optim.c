@@ -503,9 +503,11 @@ struct ddp_optim_plan {
   int64_t skipped; /* CPU: steps skip_nonfinite skipped */
 };
 
+#if DDP_HAVE_CUDA
 static int on_cuda(const ddp_backend_t *be) {
   return be && be->ops && be->ops->kind == DDP_DEVICE_KIND_CUDA;
 }
+#endif
 
 ddp_status_t ddp_optim_plan_create(ddp_backend_t *be, const ddp_optim_config_t *cfg,
                                    const ddp_optim_segment_t *segments, int n_segments, size_t n,
