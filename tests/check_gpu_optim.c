@@ -5,7 +5,8 @@
  * Parameters: n = 100003 in 41 segments of odd sizes (one of 40000, larger
  * than a chunk of kernels/optim.h, so chunking is exercised), decay on
  * alternate segments; fresh random weights and gradients every run (the
- * seed is printed). AdamW, SGD with Nesterov momentum, SGD with plain
+ * seed is printed), one tensor's weights starting at zero (LAMB's
+ * zero-norm trust ratio). AdamW, SGD with Nesterov momentum, SGD with plain
  * momentum, SGD without momentum and LAMB, five steps each (t = 1..5) with
  * and without a bf16/fp16 compute copy, in three gradient modes: clipping
  * that bites (max norm 1) with grad_scale 0.5; no clipping at all
@@ -64,8 +65,8 @@ static const struct {
 } g_modes[N_MODE] = {{1.0f, 0.5f, 1}, {0.0f, 1.0f, 0}, {1e30f, 0.25f, 1}};
 
 static ddp_optim_config_t config(int k) {
-  ddp_optim_config_t c = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                          .max_grad_norm = 1.0f};
+  ddp_optim_config_t c = {
+      .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .max_grad_norm = 1.0f};
   if (k == 0) c.kind = DDP_OPTIM_KIND_ADAMW;
   if (k == 1) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.9f, c.nesterov = 1;
   if (k == 2) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.0f;
@@ -104,8 +105,8 @@ static void run_close(run_t *r) {
   if (r->copy) ddp_backend_free(r->be, r->copy);
 }
 
-static void step_mode(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64_t t,
-                      int skip, float grad_scale, int use_sumsq) {
+static void step_mode(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64_t t, int skip,
+                      float grad_scale, int use_sumsq) {
   const ddp_optim_step_args_t a = {.cfg = cfg,
                                    .params = r->p,
                                    .grads = r->g,
@@ -158,6 +159,8 @@ static float *compare_case(int k, ddp_dtype_t cdt, int mode) {
   cfg.max_grad_norm = g_modes[mode].max_norm;
   const float scale = g_modes[mode].scale;
   float *p0 = random_vector(g_n, 0.5f);
+  /* one tensor starts at zero: LAMB's ||p|| = 0 case (trust ratio 1) on step 1 */
+  memset(p0 + g_segs[3].offset, 0, g_segs[3].count * sizeof(float));
   run_t gpu = run_open(twin_gpu, &cfg, cdt, p0), cpu = run_open(twin_cpu, &cfg, cdt, p0);
   for (int64_t t = 1; t <= 5; ++t) {
     float *g = random_vector(g_n, 2.0f);
@@ -176,7 +179,8 @@ static float *compare_case(int k, ddp_dtype_t cdt, int mode) {
     free(g);
   }
   float *pg = fetch(twin_gpu, gpu.p, g_n * 4), *pc = fetch(twin_cpu, cpu.p, g_n * 4);
-  float *sg = fetch(twin_gpu, gpu.state, 2 * g_n * 4), *sc = fetch(twin_cpu, cpu.state, 2 * g_n * 4);
+  float *sg = fetch(twin_gpu, gpu.state, 2 * g_n * 4),
+        *sc = fetch(twin_cpu, cpu.state, 2 * g_n * 4);
   const char *name = ddp_optim_kind_name(cfg.kind);
   if (cfg.kind == DDP_OPTIM_KIND_LAMB) {
     ck_assert_msg(normwise(pg, pc, g_n) <= 1e-6, "lamb weights (mode %d): error %.3g", mode,
@@ -184,8 +188,8 @@ static float *compare_case(int k, ddp_dtype_t cdt, int mode) {
     ck_assert_msg(normwise(sg, sc, 2 * g_n) <= 1e-6, "lamb state (mode %d): error %.3g", mode,
                   normwise(sg, sc, 2 * g_n));
   } else {
-    ck_assert_msg(memcmp(pg, pc, g_n * 4) == 0, "%s (case %d, mode %d): weights differ from the CPU",
-                  name, k, mode);
+    ck_assert_msg(memcmp(pg, pc, g_n * 4) == 0,
+                  "%s (case %d, mode %d): weights differ from the CPU", name, k, mode);
     const size_t sn = cfg.kind == DDP_OPTIM_KIND_SGD ? (cfg.momentum > 0 ? g_n : 0) : 2 * g_n;
     ck_assert_msg(memcmp(sg, sc, sn * 4) == 0, "%s (case %d, mode %d): state differs from the CPU",
                   name, k, mode);
