@@ -15,7 +15,9 @@
  *
  * What must hold:
  *   - the squared norm: relative error <= 1e-6 (both accumulate in double,
- *     in different orders, and round once to fp32);
+ *     in different orders, and round once to fp32), also alone for n from 1
+ *     to 5000011 (one partial block up to the kernel's block limit), where
+ *     it overwrites a NaN-poisoned result and repeats bit for bit;
  *   - with the CPU's norm copied to the GPU before each step (so both clip
  *     by the same factor), AdamW and SGD weights, state and compute copy are
  *     bit-identical: the kernels perform the CPU's fp32 operations with
@@ -279,12 +281,48 @@ START_TEST(test_gpu_optim_two_runs_bit_identical) {
 }
 END_TEST
 
+/* The norm alone over sizes that take one partial block, a few, and the
+ * clamp at the kernel's block limit (n > 1024 * 4096): within 1e-6 of the
+ * CPU, overwriting a NaN-poisoned result, and the same bits twice. */
+START_TEST(test_gpu_optim_sumsq_sizes) {
+  const size_t sizes[] = {1, 7, 4095, 4097, 100003, 5000011};
+  const float scales[] = {1.0f, 0.75f};
+  for (size_t z = 0; z < sizeof sizes / sizeof *sizes; ++z) {
+    const size_t n = sizes[z];
+    float *g = random_vector(n, 3.0f);
+    float *gg = twin_dev_alloc(twin_gpu, n * sizeof(float)), *gs = twin_dev_alloc(twin_gpu, 4);
+    float *cg = twin_dev_alloc(twin_cpu, n * sizeof(float)), *cs = twin_dev_alloc(twin_cpu, 4);
+    twin_upload(twin_gpu, gg, g, n * sizeof(float));
+    twin_upload(twin_cpu, cg, g, n * sizeof(float));
+    for (int k = 0; k < 2; ++k) {
+      float got[2], want;
+      for (int rep = 0; rep < 2; ++rep) {
+        ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, gs, DDP_DTYPE_F32, NAN, 1, NULL), DDP_OK);
+        ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, gs, gg, n, scales[k], NULL), DDP_OK);
+        twin_download(twin_gpu, &got[rep], gs, sizeof(float));
+      }
+      ck_assert_int_eq(ddp_optim_grad_sumsq(twin_cpu, cs, cg, n, scales[k], NULL), DDP_OK);
+      twin_download(twin_cpu, &want, cs, sizeof want);
+      ck_assert_msg(isfinite(got[0]) && fabs((double)got[0] - want) <= 1e-6 * want,
+                    "sumsq n=%zu scale %g: gpu %.9g cpu %.9g", n, (double)scales[k], (double)got[0],
+                    (double)want);
+      ck_assert_msg(memcmp(&got[0], &got[1], sizeof(float)) == 0, "sumsq n=%zu: two runs differ",
+                    n);
+    }
+    ddp_backend_free(twin_gpu, gg), ddp_backend_free(twin_gpu, gs);
+    ddp_backend_free(twin_cpu, cg), ddp_backend_free(twin_cpu, cs);
+    free(g);
+  }
+}
+END_TEST
+
 int main(void) {
   twin_start(); /* exits 77 without a usable CUDA device */
   make_segments();
   Suite *s = suite_create("gpu_optim");
   TCase *tc = tcase_create("twin");
   tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_gpu_optim_sumsq_sizes);
   tcase_add_test(tc, test_gpu_optim_matches_cpu);
   tcase_add_test(tc, test_gpu_optim_skip_on_inf);
   tcase_add_test(tc, test_gpu_optim_two_runs_bit_identical);
