@@ -5,13 +5,19 @@
  * Parameters: n = 100003 in 41 segments of odd sizes (one of 40000, larger
  * than a chunk of kernels/optim.h, so chunking is exercised), decay on
  * alternate segments; fresh random weights and gradients every run (the
- * seed is printed). AdamW, SGD with Nesterov momentum, plain SGD and LAMB,
- * five steps each with clipping (max norm 1) and grad_scale 0.5, with and
- * without a bf16/fp16 compute copy.
+ * seed is printed), one tensor's weights starting at zero (LAMB's
+ * zero-norm trust ratio). AdamW, SGD with Nesterov momentum, SGD with plain
+ * momentum, SGD without momentum and LAMB, five steps each (t = 1..5) with
+ * and without a bf16/fp16 compute copy, in three gradient modes: clipping
+ * that bites (max norm 1) with grad_scale 0.5; no clipping at all
+ * (max_grad_norm 0 and no grad_sumsq) with grad_scale 1; clipping that
+ * does not bite (max norm 1e30) with grad_scale 0.25.
  *
  * What must hold:
  *   - the squared norm: relative error <= 1e-6 (both accumulate in double,
- *     in different orders, and round once to fp32);
+ *     in different orders, and round once to fp32), also alone for n from 1
+ *     to 5000011 (one partial block up to the kernel's block limit), where
+ *     it overwrites a NaN-poisoned result and repeats bit for bit;
  *   - with the CPU's norm copied to the GPU before each step (so both clip
  *     by the same factor), AdamW and SGD weights, state and compute copy are
  *     bit-identical: the kernels perform the CPU's fp32 operations with
@@ -19,6 +25,8 @@
  *     contraction too, as the default x86-64 -O2 build is);
  *   - LAMB, whose per-tensor norms are summed in another order: weights and
  *     state within 1e-6 normwise;
+ *   - for every kind, the compute copy is the GPU's final weights rounded
+ *     to nearest even (ddp_convert_host on the host gives the same bits);
  *   - skip_nonfinite with an inf gradient leaves weights, state and copy as
  *     they were;
  *   - two GPU runs are bit-identical.
@@ -31,10 +39,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddptrain/dtype.h"
 #include "ddptrain/optim.h"
 #include "gpu_twin.h"
 
-enum { N_SEG = 41 };
+enum { N_SEG = 41, N_KIND = 5, N_MODE = 3 };
 static ddp_optim_segment_t g_segs[N_SEG];
 static size_t g_n;
 
@@ -50,13 +59,21 @@ static void make_segments(void) {
   g_n = 100003;
 }
 
+/* Gradient modes of compare_case: the max norm, the gradient scale, and
+ * whether the step gets the squared norm at all. */
+static const struct {
+  float max_norm, scale;
+  int sumsq;
+} g_modes[N_MODE] = {{1.0f, 0.5f, 1}, {0.0f, 1.0f, 0}, {1e30f, 0.25f, 1}};
+
 static ddp_optim_config_t config(int k) {
-  ddp_optim_config_t c = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                          .max_grad_norm = 1.0f};
+  ddp_optim_config_t c = {
+      .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .max_grad_norm = 1.0f};
   if (k == 0) c.kind = DDP_OPTIM_KIND_ADAMW;
   if (k == 1) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.9f, c.nesterov = 1;
   if (k == 2) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.0f;
   if (k == 3) c.kind = DDP_OPTIM_KIND_LAMB;
+  if (k == 4) c.kind = DDP_OPTIM_KIND_SGD, c.momentum = 0.8f, c.nesterov = 0;
   return c;
 }
 
@@ -90,7 +107,8 @@ static void run_close(run_t *r) {
   if (r->copy) ddp_backend_free(r->be, r->copy);
 }
 
-static void step(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64_t t, int skip) {
+static void step_mode(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64_t t, int skip,
+                      float grad_scale, int use_sumsq) {
   const ddp_optim_step_args_t a = {.cfg = cfg,
                                    .params = r->p,
                                    .grads = r->g,
@@ -100,12 +118,16 @@ static void step(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64
                                    .n = g_n,
                                    .t = t,
                                    .lr = 0.01f,
-                                   .grad_scale = 0.5f,
-                                   .grad_sumsq = r->sumsq,
+                                   .grad_scale = grad_scale,
+                                   .grad_sumsq = use_sumsq ? r->sumsq : NULL,
                                    .compute_params = r->copy,
                                    .compute_dtype = cdt,
                                    .skip_nonfinite = skip};
   ck_assert_int_eq(ddp_optim_step(r->be, r->plan, &a, NULL), DDP_OK);
+}
+
+static void step(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, int64_t t, int skip) {
+  step_mode(r, cfg, cdt, t, skip, 0.5f, 1);
 }
 
 static void *fetch(ddp_backend_t *be, const void *dev, size_t bytes) {
@@ -132,48 +154,66 @@ static float *random_vector(size_t n, float std) {
   return x;
 }
 
-/* Five steps on both backends; returns the GPU's final weights. */
-static float *compare_case(int k, ddp_dtype_t cdt) {
-  const ddp_optim_config_t cfg = config(k);
+/* Five steps on both backends in gradient mode `mode` (g_modes); returns
+ * the GPU's final weights. */
+static float *compare_case(int k, ddp_dtype_t cdt, int mode) {
+  ddp_optim_config_t cfg = config(k);
+  cfg.max_grad_norm = g_modes[mode].max_norm;
+  const float scale = g_modes[mode].scale;
   float *p0 = random_vector(g_n, 0.5f);
+  /* one tensor starts at zero: LAMB's ||p|| = 0 case (trust ratio 1) on step 1 */
+  memset(p0 + g_segs[3].offset, 0, g_segs[3].count * sizeof(float));
   run_t gpu = run_open(twin_gpu, &cfg, cdt, p0), cpu = run_open(twin_cpu, &cfg, cdt, p0);
   for (int64_t t = 1; t <= 5; ++t) {
     float *g = random_vector(g_n, 2.0f);
     twin_upload(twin_gpu, gpu.g, g, g_n * sizeof(float));
     twin_upload(twin_cpu, cpu.g, g, g_n * sizeof(float));
-    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, gpu.sumsq, gpu.g, g_n, 0.5f, NULL), DDP_OK);
-    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_cpu, cpu.sumsq, cpu.g, g_n, 0.5f, NULL), DDP_OK);
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, gpu.sumsq, gpu.g, g_n, scale, NULL), DDP_OK);
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_cpu, cpu.sumsq, cpu.g, g_n, scale, NULL), DDP_OK);
     float sg, sc;
     twin_download(twin_gpu, &sg, gpu.sumsq, sizeof sg);
     twin_download(twin_cpu, &sc, cpu.sumsq, sizeof sc);
     ck_assert_msg(fabs((double)sg - sc) <= 1e-6 * sc, "sumsq: gpu %.9g cpu %.9g", (double)sg,
                   (double)sc);
     twin_upload(twin_gpu, gpu.sumsq, &sc, sizeof sc); /* the same clip factor on both */
-    step(&gpu, &cfg, cdt, t, 0);
-    step(&cpu, &cfg, cdt, t, 0);
+    step_mode(&gpu, &cfg, cdt, t, 0, scale, g_modes[mode].sumsq);
+    step_mode(&cpu, &cfg, cdt, t, 0, scale, g_modes[mode].sumsq);
     free(g);
   }
   float *pg = fetch(twin_gpu, gpu.p, g_n * 4), *pc = fetch(twin_cpu, cpu.p, g_n * 4);
-  float *sg = fetch(twin_gpu, gpu.state, 2 * g_n * 4), *sc = fetch(twin_cpu, cpu.state, 2 * g_n * 4);
+  float *sg = fetch(twin_gpu, gpu.state, 2 * g_n * 4),
+        *sc = fetch(twin_cpu, cpu.state, 2 * g_n * 4);
   const char *name = ddp_optim_kind_name(cfg.kind);
   if (cfg.kind == DDP_OPTIM_KIND_LAMB) {
-    ck_assert_msg(normwise(pg, pc, g_n) <= 1e-6, "lamb weights: error %.3g",
+    ck_assert_msg(normwise(pg, pc, g_n) <= 1e-6, "lamb weights (mode %d): error %.3g", mode,
                   normwise(pg, pc, g_n));
-    ck_assert_msg(normwise(sg, sc, 2 * g_n) <= 1e-6, "lamb state: error %.3g",
+    ck_assert_msg(normwise(sg, sc, 2 * g_n) <= 1e-6, "lamb state (mode %d): error %.3g", mode,
                   normwise(sg, sc, 2 * g_n));
   } else {
-    ck_assert_msg(memcmp(pg, pc, g_n * 4) == 0, "%s (case %d): weights differ from the CPU", name,
-                  k);
+    ck_assert_msg(memcmp(pg, pc, g_n * 4) == 0,
+                  "%s (case %d, mode %d): weights differ from the CPU", name, k, mode);
     const size_t sn = cfg.kind == DDP_OPTIM_KIND_SGD ? (cfg.momentum > 0 ? g_n : 0) : 2 * g_n;
-    ck_assert_msg(memcmp(sg, sc, sn * 4) == 0, "%s (case %d): state differs from the CPU", name,
-                  k);
+    ck_assert_msg(memcmp(sg, sc, sn * 4) == 0, "%s (case %d, mode %d): state differs from the CPU",
+                  name, k, mode);
     if (cdt != DDP_DTYPE_F32) {
       void *cg = fetch(twin_gpu, gpu.copy, g_n * 2), *cc = fetch(twin_cpu, cpu.copy, g_n * 2);
-      ck_assert_msg(memcmp(cg, cc, g_n * 2) == 0, "%s: %s compute copy differs", name,
-                    ddp_dtype_name(cdt));
+      ck_assert_msg(memcmp(cg, cc, g_n * 2) == 0, "%s (case %d, mode %d): %s compute copy differs",
+                    name, k, mode, ddp_dtype_name(cdt));
       free(cg);
       free(cc);
     }
+  }
+  if (cdt != DDP_DTYPE_F32) {
+    /* every kind (LAMB included): the copy is the GPU's own final weights
+     * rounded to nearest even, written in the same pass */
+    void *cg = fetch(twin_gpu, gpu.copy, g_n * 2), *want = malloc(g_n * 2);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_int_eq(ddp_convert_host(want, cdt, pg, DDP_DTYPE_F32, g_n), DDP_OK);
+    ck_assert_msg(memcmp(cg, want, g_n * 2) == 0,
+                  "%s (case %d, mode %d): the %s copy is not the rounded weights", name, k, mode,
+                  ddp_dtype_name(cdt));
+    free(cg);
+    free(want);
   }
   free(pc), free(sg), free(sc), free(p0);
   run_close(&gpu);
@@ -183,15 +223,16 @@ static float *compare_case(int k, ddp_dtype_t cdt) {
 
 START_TEST(test_gpu_optim_matches_cpu) {
   const ddp_dtype_t cdts[] = {DDP_DTYPE_F32, DDP_DTYPE_BF16, DDP_DTYPE_F16};
-  for (int k = 0; k < 4; ++k)
-    for (int d = 0; d < 3; ++d) free(compare_case(k, cdts[d]));
+  for (int mode = 0; mode < N_MODE; ++mode)
+    for (int k = 0; k < N_KIND; ++k)
+      for (int d = 0; d < 3; ++d) free(compare_case(k, cdts[d], mode));
 }
 END_TEST
 
 /* An inf gradient makes the norm infinite: with skip_nonfinite the step
  * changes nothing, decided on the device. */
 START_TEST(test_gpu_optim_skip_on_inf) {
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < N_KIND; ++k) {
     const ddp_optim_config_t cfg = config(k);
     float *p0 = random_vector(g_n, 0.5f), *g = random_vector(g_n, 1.0f);
     run_t r = run_open(twin_gpu, &cfg, DDP_DTYPE_BF16, p0);
@@ -219,7 +260,7 @@ START_TEST(test_gpu_optim_skip_on_inf) {
 END_TEST
 
 START_TEST(test_gpu_optim_two_runs_bit_identical) {
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < N_KIND; ++k) {
     const ddp_optim_config_t cfg = config(k);
     float *p0 = random_vector(g_n, 0.5f), *g = random_vector(g_n, 1.0f);
     float *out[2];
@@ -240,12 +281,48 @@ START_TEST(test_gpu_optim_two_runs_bit_identical) {
 }
 END_TEST
 
+/* The norm alone over sizes that take one partial block, a few, and the
+ * clamp at the kernel's block limit (n > 1024 * 4096): within 1e-6 of the
+ * CPU, overwriting a NaN-poisoned result, and the same bits twice. */
+START_TEST(test_gpu_optim_sumsq_sizes) {
+  const size_t sizes[] = {1, 7, 4095, 4097, 100003, 5000011};
+  const float scales[] = {1.0f, 0.75f};
+  for (size_t z = 0; z < sizeof sizes / sizeof *sizes; ++z) {
+    const size_t n = sizes[z];
+    float *g = random_vector(n, 3.0f);
+    float *gg = twin_dev_alloc(twin_gpu, n * sizeof(float)), *gs = twin_dev_alloc(twin_gpu, 4);
+    float *cg = twin_dev_alloc(twin_cpu, n * sizeof(float)), *cs = twin_dev_alloc(twin_cpu, 4);
+    twin_upload(twin_gpu, gg, g, n * sizeof(float));
+    twin_upload(twin_cpu, cg, g, n * sizeof(float));
+    for (int k = 0; k < 2; ++k) {
+      float got[2], want;
+      for (int rep = 0; rep < 2; ++rep) {
+        ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, gs, DDP_DTYPE_F32, NAN, 1, NULL), DDP_OK);
+        ck_assert_int_eq(ddp_optim_grad_sumsq(twin_gpu, gs, gg, n, scales[k], NULL), DDP_OK);
+        twin_download(twin_gpu, &got[rep], gs, sizeof(float));
+      }
+      ck_assert_int_eq(ddp_optim_grad_sumsq(twin_cpu, cs, cg, n, scales[k], NULL), DDP_OK);
+      twin_download(twin_cpu, &want, cs, sizeof want);
+      ck_assert_msg(isfinite(got[0]) && fabs((double)got[0] - want) <= 1e-6 * want,
+                    "sumsq n=%zu scale %g: gpu %.9g cpu %.9g", n, (double)scales[k], (double)got[0],
+                    (double)want);
+      ck_assert_msg(memcmp(&got[0], &got[1], sizeof(float)) == 0, "sumsq n=%zu: two runs differ",
+                    n);
+    }
+    ddp_backend_free(twin_gpu, gg), ddp_backend_free(twin_gpu, gs);
+    ddp_backend_free(twin_cpu, cg), ddp_backend_free(twin_cpu, cs);
+    free(g);
+  }
+}
+END_TEST
+
 int main(void) {
   twin_start(); /* exits 77 without a usable CUDA device */
   make_segments();
   Suite *s = suite_create("gpu_optim");
   TCase *tc = tcase_create("twin");
   tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_gpu_optim_sumsq_sizes);
   tcase_add_test(tc, test_gpu_optim_matches_cpu);
   tcase_add_test(tc, test_gpu_optim_skip_on_inf);
   tcase_add_test(tc, test_gpu_optim_two_runs_bit_identical);

@@ -76,6 +76,8 @@ ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_optim_segme
       fail);
   DDP_CHECK_GOTO(ddp_backend_alloc(be, sizeof(int64_t), (void **)&p->skipped), st, fail);
   DDP_CHECK_GOTO(be->ops->fill(be, p->skipped, DDP_DTYPE_I32, 0.0f, 2, NULL), st, fail);
+  /* the zeroed counter must be visible to steps enqueued on any stream */
+  DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, fail);
   *out = p;
   p = NULL;
 fail:
