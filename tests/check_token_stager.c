@@ -166,6 +166,146 @@ START_TEST(test_stager_and_host_batch_free_everything) {
 }
 END_TEST
 
+/* ---- ordering: a CPU backend that keeps score of streams and events ----
+ * The CPU backend runs everything at once, so a missing wait would go
+ * unnoticed by the tests above. This wrapper hands out distinct stream and
+ * event handles and records, with CUDA's semantics, which record of each
+ * event every stream has waited for; the copy wrapper then checks that each
+ * copy into a device slot runs on a copy stream (not the compute stream)
+ * that has waited for the *latest* "compute is done with this slot" record,
+ * and the test checks after each put that the compute stream waits for the
+ * copies, and that the only host wait is wait_copied on the copy's event. */
+enum { REC_MAX = 16 };
+static const ddp_backend_ops_t *rec_base;
+static ddp_backend_ops_t rec_ops;
+static char rec_stream_tok[REC_MAX], rec_event_tok[REC_MAX];
+static int rec_n_streams, rec_n_events;
+static int64_t rec_clock;
+static int64_t rec_ev_at[REC_MAX];               /* op index of the event's last record, 0 = none */
+static int rec_ev_stream[REC_MAX];               /* stream of that record (0 = compute) */
+static int64_t rec_waited[REC_MAX + 1][REC_MAX]; /* [stream][event]: record waited for */
+static int64_t rec_last_copy[2];                 /* op index of the last copy into slot k */
+static int rec_copy_violations, rec_compute_copies, rec_stream_syncs, rec_event_syncs;
+static int rec_last_synced = -1;
+static const ddp_token_stager_t *rec_stager;
+
+static int rec_si(ddp_stream_t s) {
+  return s ? (int)((char *)s - rec_stream_tok) + 1 : 0;
+}
+static int rec_ei(ddp_event_t e) {
+  return (int)((char *)e - rec_event_tok);
+}
+
+static ddp_status_t rec_stream_create(ddp_backend_t *b, ddp_stream_t *s) {
+  (void)b;
+  ck_assert_int_lt(rec_n_streams, REC_MAX);
+  *s = (ddp_stream_t)(void *)&rec_stream_tok[rec_n_streams++];
+  return DDP_OK;
+}
+static ddp_status_t rec_event_create(ddp_backend_t *b, ddp_event_t *e) {
+  (void)b;
+  ck_assert_int_lt(rec_n_events, REC_MAX);
+  *e = (ddp_event_t)(void *)&rec_event_tok[rec_n_events++];
+  return DDP_OK;
+}
+static void rec_stream_destroy(ddp_backend_t *b, ddp_stream_t s) {
+  (void)b, (void)s;
+}
+static void rec_event_destroy(ddp_backend_t *b, ddp_event_t e) {
+  (void)b, (void)e;
+}
+static ddp_status_t rec_event_record(ddp_backend_t *b, ddp_event_t e, ddp_stream_t s) {
+  (void)b;
+  rec_ev_at[rec_ei(e)] = ++rec_clock;
+  rec_ev_stream[rec_ei(e)] = rec_si(s);
+  return DDP_OK;
+}
+static ddp_status_t rec_stream_wait_event(ddp_backend_t *b, ddp_stream_t s, ddp_event_t e) {
+  (void)b;
+  rec_waited[rec_si(s)][rec_ei(e)] = rec_ev_at[rec_ei(e)]; /* the record current now */
+  return DDP_OK;
+}
+static ddp_status_t rec_event_synchronize(ddp_backend_t *b, ddp_event_t e) {
+  rec_event_syncs++;
+  rec_last_synced = rec_ei(e);
+  return rec_base->event_synchronize(b, e);
+}
+static ddp_status_t rec_synchronize(ddp_backend_t *b, ddp_stream_t s) {
+  rec_stream_syncs++;
+  return rec_base->synchronize(b, s);
+}
+static ddp_status_t rec_copy(ddp_backend_t *b, void *dst, const void *src, size_t bytes,
+                             ddp_copy_kind_t kind, ddp_stream_t s) {
+  ++rec_clock;
+  const int si = rec_si(s);
+  for (int k = 0; rec_stager && k < 2; ++k) {
+    if (dst != rec_stager->inputs[k] && dst != rec_stager->targets[k]) continue;
+    rec_last_copy[k] = rec_clock;
+    if (si == 0) rec_compute_copies++;
+    const int freed = rec_ei(rec_stager->freed[k]);
+    if (kind != DDP_COPY_KIND_HOST_TO_DEVICE || rec_waited[si][freed] != rec_ev_at[freed] ||
+        rec_ev_stream[freed] != 0)
+      rec_copy_violations++;
+  }
+  return rec_base->copy(b, dst, src, bytes, kind, s);
+}
+
+static void rec_install(void) {
+  rec_base = be->ops;
+  rec_ops = *be->ops;
+  rec_ops.stream_create = rec_stream_create;
+  rec_ops.stream_destroy = rec_stream_destroy;
+  rec_ops.event_create = rec_event_create;
+  rec_ops.event_destroy = rec_event_destroy;
+  rec_ops.event_record = rec_event_record;
+  rec_ops.stream_wait_event = rec_stream_wait_event;
+  rec_ops.event_synchronize = rec_event_synchronize;
+  rec_ops.synchronize = rec_synchronize;
+  rec_ops.copy = rec_copy;
+  be->ops = &rec_ops;
+}
+
+START_TEST(test_stager_orders_copies_by_events_without_host_waits) {
+  enum { CAP = 32, STEPS = 41 };
+  rec_install();
+  ddp_token_stager_t s;
+  ck_assert_int_eq(ddp_token_stager_init(&s, be, CAP), DDP_OK);
+  rec_stager = &s;
+  ck_assert_ptr_nonnull(s.copy); /* a stream of its own, not the compute stream */
+  int32_t in[CAP], tg[CAP];
+  for (int p = 0; p < STEPS; ++p) {
+    fill_step(in, tg, p, CAP);
+    int32_t *d_in = NULL, *d_tg = NULL;
+    const int syncs0 = rec_event_syncs;
+    ck_assert_int_eq(ddp_token_stager_put(&s, in, tg, CAP, &d_in, &d_tg), DDP_OK);
+    const int k = d_in == s.inputs[0] ? 0 : 1;
+    expect_eq(k, p % 2);
+    expect(d_tg == s.targets[k]);
+    /* put itself never blocks the host */
+    expect_eq(rec_event_syncs, syncs0);
+    /* the copy's event is recorded on the copy stream after both copies,
+     * and the compute stream waits for exactly that record */
+    const int ready = rec_ei(s.ready[k]);
+    expect_eq(rec_ev_stream[ready], rec_si(s.copy));
+    expect(rec_ev_at[ready] > rec_last_copy[k]);
+    expect_eq(rec_waited[0][ready], rec_ev_at[ready]);
+    /* the model's forward/backward would read slot k here, on the compute
+     * stream; then the stager is told, and the host waits for the copy only */
+    ck_assert_int_eq(ddp_token_stager_release(&s), DDP_OK);
+    ck_assert_int_eq(ddp_token_stager_wait_copied(&s), DDP_OK);
+    expect_eq(rec_event_syncs, syncs0 + 1);
+    expect_eq(rec_last_synced, ready);
+    for (int64_t t = 0; t < CAP; ++t) expect_eq(d_in[t], token_of(p, t, 0));
+  }
+  ck_assert_int_eq(rec_copy_violations, 0);
+  ck_assert_int_eq(rec_compute_copies, 0);
+  ck_assert_int_eq(rec_stream_syncs, 0); /* never a whole-stream wait */
+  rec_stager = NULL;
+  ddp_token_stager_destroy(&s);
+  be->ops = rec_base;
+}
+END_TEST
+
 static Suite *stager_suite(void) {
   Suite *s = suite_create("token_stager");
   TCase *tc = tcase_create("cpu");
@@ -175,6 +315,7 @@ static Suite *stager_suite(void) {
   tcase_add_test(tc, test_stager_inputs_only);
   tcase_add_test(tc, test_stager_rejects_bad_sizes_and_keeps_its_slot);
   tcase_add_test(tc, test_stager_and_host_batch_free_everything);
+  tcase_add_test(tc, test_stager_orders_copies_by_events_without_host_waits);
   suite_add_tcase(s, tc);
   return s;
 }
