@@ -43,7 +43,10 @@ START_TEST(test_gpt_rejects_bad_configs) {
   ck_assert_int_eq(ddp_gpt_create(&m, g_be, &c, 48), DDP_ERR_INVALID_ARG);
   c = k_cfg;
   ck_assert_int_eq(ddp_gpt_create(&m, g_be, &c, 0), DDP_ERR_INVALID_ARG);
+  c.vocab_pad = -1;
+  ck_assert_int_eq(ddp_gpt_create(&m, g_be, &c, 48), DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "vocabulary padding -1 is outside [0, 4096]");
   ddp_assert_contains(log, "--n-embd 15 is not divisible by --n-head 2");
   ck_assert_ptr_null(m);
   free(log);
@@ -197,12 +200,39 @@ START_TEST(test_gpt_eval_equals_train_loss_without_allocating) {
 }
 END_TEST
 
+/* Logits rows are padded to a multiple of 128 columns: the padding is
+ * exactly zero (zero rows after wte), copy_logits_to_host drops it, and the
+ * loss is that of the V real columns (the reference test checks values). */
+START_TEST(test_gpt_logits_are_padded_to_128_columns) {
+  ddp_gpt_t *m = make();
+  ck_assert_int_eq(ddp_gpt_vocab_padded(m), 29); /* the CPU's default: no padding */
+  ddp_gpt_destroy(m);
+  ddp_gpt_config_t c = k_cfg;
+  c.vocab_pad = 128; /* what a GPU does by default, on the CPU */
+  ck_assert_int_eq(ddp_gpt_create(&m, g_be, &c, 48), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_init_weights(m, 1), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_vocab_padded(m), 128);
+  int32_t in[2 * 12], tg[2 * 12];
+  batch(in, tg, 2, 12);
+  ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 2, 12, 0, 0.0f), DDP_OK);
+  const float *raw = ddp_gpt_logits(m); /* CPU backend memory */
+  float packed[24 * 29];
+  ck_assert_int_eq(ddp_gpt_copy_logits_to_host(m, packed, 24), DDP_OK);
+  for (int r = 0; r < 24; ++r) {
+    for (int j = 29; j < 128; ++j) ck_assert(raw[r * 128 + j] == 0.0f);
+    for (int j = 0; j < 29; ++j) ck_assert(packed[r * 29 + j] == raw[r * 128 + j]);
+  }
+  ddp_gpt_destroy(m);
+}
+END_TEST
+
 static Suite *gpt_suite(void) {
   Suite *s = suite_create("gpt");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_gpt_rejects_bad_configs);
   tcase_add_test(tc, test_gpt_rejects_bad_batches);
+  tcase_add_test(tc, test_gpt_logits_are_padded_to_128_columns);
   tcase_add_test(tc, test_gpt_layout_counts_and_init_statistics);
   tcase_add_test(tc, test_gpt_hook_announces_tensors_in_order_once);
   tcase_add_test(tc, test_gpt_first_backward_overwrites_later_accumulate);

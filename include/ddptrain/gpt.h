@@ -39,6 +39,10 @@ typedef struct ddp_gpt_config {
   int n_layer, n_head, n_embd;
   int max_seq_len; /* T max: rows of wpe */
   int vocab;       /* V */
+  int vocab_pad;   /* logits rows padded to a multiple of this; 0: the
+                      backend's choice (128 on GPUs, where aligned rows feed
+                      tensor cores and vector loads; 1 on the CPU, where the
+                      extra columns would only cost time) */
 } ddp_gpt_config_t;
 
 /* Checks the configuration: positive sizes, n_embd % n_head == 0, ... */
@@ -134,9 +138,15 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify);
 /* Reads and zeroes the device-side loss accumulator (one host sync). */
 ddp_status_t ddp_gpt_take_loss(ddp_gpt_t *m, double *loss_sum);
 
-/* Logits of the last forward (backend memory, (B*T, V), valid after an eval
- * forward; a training forward overwrites them with their gradient). */
+/* Logits of the last forward (backend memory, B*T rows of V values at a
+ * row pitch of ddp_gpt_vocab_padded(), valid after an eval forward; a
+ * training forward overwrites them with their gradient). */
 const void *ddp_gpt_logits(const ddp_gpt_t *m);
+/* The vocabulary rounded up to a multiple of vocab_pad: the logits' row pitch.
+ * The LM head computes the padding columns from zero rows that follow wte
+ * in the flat buffers (outside n_params); they are 0 and the loss ignores
+ * them. */
+int ddp_gpt_vocab_padded(const ddp_gpt_t *m);
 /* Copies the first n_rows rows (of V values) of those logits to the host as
  * fp32 (half logits widened exactly). */
 ddp_status_t ddp_gpt_copy_logits_to_host(ddp_gpt_t *m, float *host, int64_t n_rows);
