@@ -70,7 +70,9 @@ struct ddp_gpt {
    * NULL in fp32, where p views the master weights. */
   void *wcompute;
   ddp_dtype_t act_dtype; /* storage type of activations and their gradients */
-  int nn_reserved;       /* holds the nn ops' half-precision workspace */
+  int nn_reserved;       /* reserve() holds on the nn ops' workspace/scratch: one for
+                            fp32 from creation (GPU ops need scratch in any precision),
+                            one more after ddp_gpt_set_precision */
   model_views_t p, g;
   ddp_arena_t arena;
   acts_t a;
@@ -308,6 +310,11 @@ ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_co
 
   DDP_CHECK_GOTO(size_arena(m), st, fail);
   DDP_CHECK_GOTO(ddp_token_stager_init(&m->in, be, tokens_per_batch), st, fail);
+  /* the ops' scratch for fp32 (the CPU needs none; CUDA's attention, norms
+   * and reductions do), before any step */
+  DDP_CHECK_GOTO(m->nn->reserve(be, DDP_DTYPE_F32, tokens_per_batch, cfg->n_embd, m->vpad), st,
+                 fail);
+  m->nn_reserved++;
   free(slots);
   *out = m;
   return DDP_OK;
@@ -321,7 +328,7 @@ void ddp_gpt_destroy(ddp_gpt_t *m) {
   if (!m) return;
   ddp_token_stager_destroy(&m->in);
   ddp_arena_destroy(&m->arena);
-  if (m->nn_reserved) m->nn->release(m->be);
+  for (; m->nn_reserved > 0; --m->nn_reserved) m->nn->release(m->be);
   if (m->be) {
     ddp_backend_free(m->be, m->wcompute);
     ddp_backend_free(m->be, m->loss_sum);
@@ -461,7 +468,7 @@ ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype) {
              ddp_dtype_name(m->act_dtype));
   const size_t f32_bytes = m->arena.capacity;
   DDP_CHECK(m->nn->reserve(m->be, dtype, m->max_tokens, m->cfg.n_embd, m->vpad));
-  m->nn_reserved = 1;
+  m->nn_reserved++;
   const size_t np = m->n_params + pad_elems(m);
   DDP_CHECK(ddp_backend_alloc(m->be, np * ddp_dtype_size(dtype), &m->wcompute));
   DDP_CHECK(m->be->ops->fill(m->be, m->wcompute, dtype, 0.0f, np, NULL)); /* the padding rows */
