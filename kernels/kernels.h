@@ -5,10 +5,11 @@
  * one is convert.cu's. These are C headers: the kernels are compiled by
  * nvcc, the callers (the CUDA backend and the GPU test suites) are C.
  * Launchers follow the conventions of DESIGN.md section 4: extern "C",
- * outputs first, then inputs, then sizes, the stream last; they return a ddp_status_t, validate their arguments (logging an
- * invalid one once), and only enqueue work: nothing here synchronises, so a
- * fault inside a kernel surfaces at the caller's next synchronising call.
- * Each kernel's CPU twin (its test oracle) is named beside its launcher. */
+ * outputs first, then inputs, then sizes, the stream last; they return a
+ * ddp_status_t, validate their arguments (logging an invalid one once),
+ * and only enqueue work: nothing here synchronises, so a fault inside a
+ * kernel surfaces at the caller's next synchronising call. Each kernel's
+ * CPU twin (its test oracle) is named beside its launcher. */
 #ifndef DDPTRAIN_KERNELS_H
 #define DDPTRAIN_KERNELS_H
 
