@@ -177,6 +177,16 @@ static const opt_row_t k_rows[] = {
      "accumulation); off = exact fp32. bf16/fp16 products always use tensor cores with fp32 "
      "accumulation; the CPU ignores this",
      validate_on_off, 1},
+    {"recompute", 0, OPT_STRING, OFF(recompute), "off", 0, 0, "on|off", "Run control",
+     "recompute LayerNorm and GELU outputs in backward instead of keeping them: 6 of each "
+     "block's 16 token x channel activation buffers are not stored, for a larger batch in the "
+     "same memory at the cost of one LayerNorm and GELU pass more per block; results unchanged",
+     validate_on_off, 0},
+    {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
+     "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "
+     "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "
+     "overlapping backward; needs a CUDA build",
+     validate_on_off, 1},
     {"threads", 0, OPT_INT, OFF(threads), "0", 0, 4096, "N", "Run control",
      "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL, 1},
     {"seed", 0, OPT_INT, OFF(seed), "1337", 0, 9007199254740991.0, "N", "Run control",

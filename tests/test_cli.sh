@@ -37,6 +37,17 @@ check "missing value" 2 "option --seed needs a value" "$DDPTRAIN" --seed
 check "bad device" 2 "option --device: 'tpu' is not valid" "$DDPTRAIN" --device tpu
 check "bad --tf32" 2 "option --tf32: 'maybe' is not valid" "$DDPTRAIN" --tf32 maybe
 check "--help explains --tf32" 0 "TF32 tensor cores" "$DDPTRAIN" --help
+check "bad --recompute" 2 "option --recompute: 'yes' is not valid" "$DDPTRAIN" --recompute yes
+check "--help explains --recompute" 0 "recompute LayerNorm and GELU outputs" "$DDPTRAIN" --help
+check "bad --nvtx" 2 "option --nvtx: '1' is not valid" "$DDPTRAIN" --nvtx 1
+check "--help explains --nvtx" 0 "NVTX ranges" "$DDPTRAIN" --help
+if "$DDPTRAIN" --build-info | grep -q "^  CUDA  *yes"; then
+  # shellcheck disable=SC2086
+  check "--nvtx on runs" 0 "NVTX ranges on" "$DDPTRAIN" $TINY --nvtx on
+else
+  # shellcheck disable=SC2086
+  check "--nvtx on without CUDA" 1 "this build has no CUDA" "$DDPTRAIN" $TINY --nvtx on
+fi
 check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
 check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
 check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \

@@ -103,6 +103,20 @@ if "$DDPTRAIN" $TINY --data "$dir/text_train_*.bin" --val-data "$dir/text_val_*.
 else
   echo "FAIL: training on shards"; sed 's/^/  | /' "$dir/out"; fail=1
 fi
+# --recompute changes memory, not results: the same final losses to the last
+# printed digit, and a smaller activation arena in the model line.
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TINY --n-layer 4 --n-embd 64 > "$dir/keep" 2>&1 &&
+  "$DDPTRAIN" $TINY --n-layer 4 --n-embd 64 --recompute on > "$dir/rc" 2>&1 || {
+  echo "FAIL: --recompute run"; sed 's/^/  | /' "$dir/rc"; fail=1; }
+mib() { sed -n 's/.*parameters, \([0-9.]*\) MiB activations.*/\1/p' "$1"; }
+if [ "$(grep 'final train loss' "$dir/keep")" = "$(grep 'final train loss' "$dir/rc")" ] &&
+   grep -q "recomputing LayerNorm and GELU" "$dir/rc" &&
+   awk -v a="$(mib "$dir/keep")" -v b="$(mib "$dir/rc")" 'BEGIN { exit !(b > 0 && b < a) }'; then
+  echo "ok: --recompute: same losses, $(mib "$dir/rc") MiB of activations instead of $(mib "$dir/keep")"
+else
+  echo "FAIL: --recompute"; grep -E 'model:|final' "$dir/keep" "$dir/rc" | sed 's/^/  | /'; fail=1
+fi
 cp "$dir/other_000000.bin" "$dir/text_train_000002.bin"
 bad "shards that disagree on the vocabulary" 1 "has EOT 999 and vocabulary 1000" \
   --data "$dir/text_train_*.bin"

@@ -135,6 +135,37 @@ ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t 
  * gradients (first micro-step); notify != 0 calls the grad hook per tensor. */
 ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify);
 
+/* How the model runs (not what it computes): set outside the step loop,
+ * after ddp_gpt_set_precision; each call re-sizes the activation arena. */
+typedef struct ddp_gpt_exec {
+  /* 1: backward recomputes the LayerNorm outputs (ln_1, ln_2) and GELU's
+   * output from the saved residual stream, statistics and c_fc output
+   * instead of keeping them: 6 of each block's 16 N x C activation
+   * buffers are not stored (two cheap memory-bound ops and one LayerNorm
+   * more per block in backward). Results are unchanged (the recomputation
+   * runs the forward's ops on the same inputs). */
+  int recompute;
+  /* 1: the training layout keeps only a chunk of logits rows, for
+   * ddp_gpt_forward_backward, which runs the LM head and the cross-entropy
+   * with their backward chunk by chunk; ddp_gpt_forward(train = 1) of more
+   * tokens than a chunk is then refused. */
+  int fused_classifier;
+} ddp_gpt_exec_t;
+/* The zeroed struct is the default (everything kept, full logits). On
+ * failure (the arena does not fit) the previous options stay in force. */
+ddp_status_t ddp_gpt_set_exec(ddp_gpt_t *m, const ddp_gpt_exec_t *exec);
+const ddp_gpt_exec_t *ddp_gpt_exec(const ddp_gpt_t *m);
+
+/* One training micro-step: forward and backward of a micro-batch in one
+ * call (arguments as ddp_gpt_forward with train = 1 and ddp_gpt_backward),
+ * which lets the LM head and the cross-entropy run fused with their
+ * backward, chunk by chunk, so the N x V logits never exist at once under
+ * fused_classifier. Same loss and gradients as the two calls, up to the
+ * summation order of the LM head's weight gradient over chunks (with one
+ * chunk: the same operations in the same order). */
+ddp_status_t ddp_gpt_forward_backward(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
+                                      int B, int T, float dloss, int accumulate, int notify);
+
 /* Reads and zeroes the device-side loss accumulator (one host sync). */
 ddp_status_t ddp_gpt_take_loss(ddp_gpt_t *m, double *loss_sum);
 

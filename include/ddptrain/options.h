@@ -44,7 +44,9 @@ typedef struct ddp_options {
   int64_t loss_scale_window;
   /* run control */
   char device[32];
-  char tf32[8]; /* "on" | "off" */
+  char tf32[8];      /* "on" | "off" */
+  char recompute[8]; /* "on" | "off" */
+  char nvtx[8];      /* "on" | "off" */
   int64_t threads;
   int64_t seed;
   double peak_gflops;

@@ -16,6 +16,7 @@
 #include "ddptrain/rng.h"
 #include "hash.h"
 #include "model/gpt_input.h"
+#include "trace/nvtx.h"
 
 /* One block's tensors; the same struct views parameters (elements of the
  * compute type: the fp32 masters, or the bf16/fp16 compute copy) and
@@ -41,6 +42,10 @@ typedef struct block_acts {
 typedef struct acts {
   int32_t *tokens, *targets;
   void *encoded;
+  /* --recompute: every block's ln1, ln2 and fch_gelu views point at these
+   * two shared buffers; backward recomputes them from what is saved (the
+   * residual stream, fch) just before it needs them. */
+  void *rc_ln, *rc_gelu;
   block_acts_t *blocks;
   void *lnf, *logits;
   float *lnf_mean, *lnf_rstd, *losses;
@@ -77,6 +82,10 @@ struct ddp_gpt {
   ddp_arena_t arena;
   acts_t a;
   int B, T, have_train_acts;
+  ddp_gpt_exec_t exec;
+  /* A fused forward-backward ran the LM head's backward chunk by chunk:
+   * dtmp holds d(lnf) and dwte has the head's part. */
+  int classifier_done;
   ddp_grad_ready_fn hook;
   void *hook_ctx;
   int cursor; /* next tensor to announce during backward */
@@ -187,32 +196,61 @@ static size_t pad_elems(const ddp_gpt_t *m) {
 #define ARENA_ACT(arena, ptr, n) \
   DDP_CHECK(ddp_arena_alloc((arena), (size_t)(n)*ddp_dtype_size(m->act_dtype), &(ptr)))
 
+/* Rows of logits the training layout holds: all N for the separate
+ * forward and backward calls; with the fused classifier a chunk whose
+ * logits are about as large as four N x C activations (at least 1024 rows,
+ * so each chunk's GEMM stays large), so the N x Vp logits never exist at
+ * once (GPT-2, N = 8192: 8 chunks of 1024 rows, 0.8 GB of bf16 logits
+ * become 0.1 GB). */
+static int64_t logits_rows(const ddp_gpt_t *m, int64_t N) {
+  if (!m->exec.fused_classifier) return N;
+  const int64_t per = 4 * (int64_t)m->cfg.n_embd;
+  const int64_t chunks = (m->vpad + per - 1) / per;
+  int64_t rows = (N + chunks - 1) / chunks;
+  if (rows < 1024) rows = 1024;
+  return rows < N ? rows : N;
+}
+
 /* The training layout for N = B*T tokens and att_elems = B*NH*T*T. Run on a
  * measuring arena with the worst case to size the real one. */
 static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, int64_t att_elems) {
   const int64_t C = m->cfg.n_embd;
+  const int rc = m->exec.recompute;
   acts_t *a = &m->a;
   ARENA_ACT(ar, a->encoded, N * C);
+  if (rc) {
+    ARENA_ACT(ar, a->rc_ln, N * C);
+    ARENA_ACT(ar, a->rc_gelu, N * 4 * C);
+  }
   for (int l = 0; l < m->cfg.n_layer; ++l) {
     block_acts_t *b = &a->blocks[l];
-    ARENA_ACT(ar, b->ln1, N * C);
+    if (rc)
+      b->ln1 = a->rc_ln;
+    else
+      ARENA_ACT(ar, b->ln1, N * C);
     ARENA_TAKE(ar, b->ln1_mean, N);
     ARENA_TAKE(ar, b->ln1_rstd, N);
     ARENA_ACT(ar, b->qkv, N * 3 * C);
     ARENA_TAKE(ar, b->att, att_elems);
     ARENA_ACT(ar, b->atty, N * C);
     ARENA_ACT(ar, b->res2, N * C);
-    ARENA_ACT(ar, b->ln2, N * C);
+    if (rc)
+      b->ln2 = a->rc_ln;
+    else
+      ARENA_ACT(ar, b->ln2, N * C);
     ARENA_TAKE(ar, b->ln2_mean, N);
     ARENA_TAKE(ar, b->ln2_rstd, N);
     ARENA_ACT(ar, b->fch, N * 4 * C);
-    ARENA_ACT(ar, b->fch_gelu, N * 4 * C);
+    if (rc)
+      b->fch_gelu = a->rc_gelu;
+    else
+      ARENA_ACT(ar, b->fch_gelu, N * 4 * C);
     ARENA_ACT(ar, b->res3, N * C);
   }
   ARENA_ACT(ar, a->lnf, N * C);
   ARENA_TAKE(ar, a->lnf_mean, N);
   ARENA_TAKE(ar, a->lnf_rstd, N);
-  ARENA_ACT(ar, a->logits, N * m->vpad);
+  ARENA_ACT(ar, a->logits, logits_rows(m, N) * m->vpad);
   ARENA_TAKE(ar, a->losses, N);
   ARENA_ACT(ar, a->dres, N * C);
   ARENA_ACT(ar, a->dtmp, N * C);
@@ -244,18 +282,24 @@ static ddp_status_t take_eval_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, eva
   return DDP_OK;
 }
 
-/* Sizes the arena for the worst micro-batch under the current act_dtype:
- * N = B*T <= budget tokens, and B*T*T <= budget * min(T_max, budget) for
- * the attention probabilities. */
+/* Sizes the arena for the worst micro-batch under the current act_dtype
+ * and execution options: N = B*T <= budget tokens, and B*T*T <= budget *
+ * min(T_max, budget) for the attention probabilities; the eval layout
+ * (full logits) must fit as well, which matters once the fused classifier
+ * has shrunk the training one. */
 static ddp_status_t size_arena(ddp_gpt_t *m) {
   const int64_t N = m->max_tokens;
   const int64_t t_max = m->cfg.max_seq_len < N ? m->cfg.max_seq_len : N;
   const int64_t att_elems = (int64_t)m->cfg.n_head * N * t_max;
-  ddp_arena_t measure;
+  ddp_arena_t measure, measure_eval;
+  eval_acts_t e;
   ddp_arena_init_measure(&measure, "measure");
+  ddp_arena_init_measure(&measure_eval, "measure");
   DDP_CHECK(take_train_acts(m, &measure, N, att_elems));
+  DDP_CHECK(take_eval_acts(m, &measure_eval, N, &e));
+  const size_t bytes = measure.peak > measure_eval.peak ? measure.peak : measure_eval.peak;
   ddp_arena_destroy(&m->arena);
-  return ddp_arena_init(&m->arena, m->be, "activations", measure.peak);
+  return ddp_arena_init(&m->arena, m->be, "activations", bytes);
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
@@ -292,7 +336,7 @@ ddp_status_t ddp_gpt_create(ddp_gpt_t **out, ddp_backend_t *be, const ddp_gpt_co
     DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "gpt_create: out of host memory");
   DDP_CHECK_GOTO(build_table(m, slots), st, fail);
 
-  const int pad = cfg->vocab_pad > 0                         ? cfg->vocab_pad
+  const int pad = cfg->vocab_pad > 0                      ? cfg->vocab_pad
                   : be->ops->kind == DDP_DEVICE_KIND_CUDA ? GPU_VOCAB_PAD
                                                           : 1;
   m->vpad = (cfg->vocab + pad - 1) / pad * pad;
@@ -489,6 +533,29 @@ ddp_dtype_t ddp_gpt_precision(const ddp_gpt_t *m) {
   return m->act_dtype;
 }
 
+ddp_status_t ddp_gpt_set_exec(ddp_gpt_t *m, const ddp_gpt_exec_t *x) {
+  if (!m || !x) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_exec: NULL argument");
+  if (x->recompute != 0 && x->recompute != 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_exec: recompute must be 0 or 1, not %d", x->recompute);
+  if (x->fused_classifier != 0 && x->fused_classifier != 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_exec: fused_classifier must be 0 or 1, not %d",
+             x->fused_classifier);
+  const ddp_gpt_exec_t old = m->exec;
+  m->exec = *x;
+  m->have_train_acts = 0; /* the layout changes: nothing saved survives */
+  const ddp_status_t st = size_arena(m);
+  if (st != DDP_OK) {
+    m->exec = old;
+    /* the old layout fitted before; without it the model has no arena */
+    if (size_arena(m) != DDP_OK) DDP_LOG_ERROR("gpt_set_exec: cannot restore the activation arena");
+  }
+  return st;
+}
+
+const ddp_gpt_exec_t *ddp_gpt_exec(const ddp_gpt_t *m) {
+  return &m->exec;
+}
+
 void *ddp_gpt_compute_params(ddp_gpt_t *m) {
   return m->wcompute;
 }
@@ -561,7 +628,6 @@ static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, const
   return DDP_OK;
 }
 
-
 /* resid = a + b, then out = LayerNorm(resid) (statistics saved unless
  * NULL): the residual add and the LayerNorm that reads its sum run as one op
  * (one pass over the row instead of a store and a reload), falling back to
@@ -571,14 +637,45 @@ static ddp_status_t residual_layernorm(ddp_gpt_t *m, void *resid, void *out, flo
                                        const void *bias, int N, int C) {
   const ddp_nn_ops_t *nn = m->nn;
   if (nn->residual_layernorm_fwd)
-    return nn->residual_layernorm_fwd(m->be, m->act_dtype, resid, out, mean, rstd, a, b, w, bias,
-                                      N, C, NULL);
+    return nn->residual_layernorm_fwd(m->be, m->act_dtype, resid, out, mean, rstd, a, b, w, bias, N,
+                                      C, NULL);
   DDP_CHECK(nn->add(m->be, m->act_dtype, resid, a, b, (size_t)N * C, NULL));
   return nn->layernorm_fwd(m->be, m->act_dtype, out, mean, rstd, resid, w, bias, N, C, NULL);
 }
 
+/* The LM head and the cross-entropy fused with their backward, chunk by
+ * chunk of logits_rows() rows: logits of the chunk, loss and d(logits) in
+ * place, then d(lnf) of those rows into dtmp and their share of dwte (the
+ * first chunk of the first micro-step overwrites it). Only a chunk of
+ * logits exists at a time. With one chunk these are exactly the ops, in
+ * the same order, that the separate forward and backward run. */
+static ddp_status_t classifier_fused(ddp_gpt_t *m, int N, float dloss, int accumulate) {
+  ddp_backend_t *be = m->be;
+  const ddp_nn_ops_t *nn = m->nn;
+  const ddp_dtype_t dt = m->act_dtype;
+  const int C = m->cfg.n_embd, V = m->cfg.vocab, Vp = m->vpad;
+  const int64_t rows = logits_rows(m, N);
+  const size_t row_bytes = (size_t)C * ddp_dtype_size(dt);
+  acts_t *a = &m->a;
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int n = (int)(N - r0 < rows ? N - r0 : rows);
+    const void *lnf = (const char *)a->lnf + (size_t)r0 * row_bytes;
+    DDP_CHECK(nn->linear_fwd(be, dt, a->logits, lnf, m->p.wte, NULL, n, C, Vp, NULL));
+    DDP_CHECK(watch(m, a->logits, dt, (size_t)n * Vp, "forward: logits of rows %lld..%lld",
+                    (long long)r0, (long long)(r0 + n - 1)));
+    DDP_CHECK(nn->xent_fused(be, dt, a->losses + r0, m->loss_sum, a->logits, a->logits,
+                             a->targets + r0, dloss, n, V, Vp, NULL));
+    DDP_CHECK(nn->linear_bwd(be, dt, (char *)a->dtmp + (size_t)r0 * row_bytes, m->g.wte, NULL,
+                             a->logits, lnf, m->p.wte, n, C, Vp, accumulate || r0 > 0, 0, NULL));
+  }
+  m->classifier_done = 1;
+  return DDP_OK;
+}
+
+/* fused != 0: the classifier runs with its backward (classifier_fused),
+ * for a backward with `accumulate` that must follow at once. */
 static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
-                                  int B, int T, float dloss) {
+                                  int B, int T, float dloss, int fused, int accumulate) {
   ddp_backend_t *be = m->be;
   const ddp_nn_ops_t *nn = m->nn;
   const ddp_dtype_t dt = m->act_dtype;
@@ -608,6 +705,7 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   for (int l = 0; l < L; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
+    DDP_NVTX_PUSH("forward h.%d", l);
     DDP_CHECK(nn->linear_fwd(be, dt, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(watch(m, b->qkv, m->act_dtype, 3 * nc, "forward: h.%d.attn.c_attn output", l));
     DDP_CHECK(nn->attention_fwd(be, dt, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
@@ -632,16 +730,29 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
     }
     DDP_CHECK(watch(m, b->res3, m->act_dtype, nc, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
+    DDP_NVTX_POP();
   }
   /* the LM head over the padded vocabulary (zero rows of wte beyond V) */
   const int Vp = m->vpad;
-  DDP_CHECK(nn->linear_fwd(be, dt, a->logits, a->lnf, m->p.wte, NULL, N, C, Vp, NULL));
-  DDP_CHECK(watch(m, a->logits, m->act_dtype, (size_t)N * Vp, "forward: logits"));
-  /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
-   * become their gradient, stored in the half type like every activation
-   * gradient (fp16: this is where an unscaled gradient would underflow). */
-  DDP_CHECK(nn->xent_fused(be, dt, a->losses, m->loss_sum, a->logits, a->logits, a->targets, dloss,
-                           N, V, Vp, NULL));
+  m->classifier_done = 0;
+  if (fused) {
+    DDP_NVTX_PUSH("classifier + cross-entropy, fused with backward");
+    DDP_CHECK(classifier_fused(m, N, dloss, accumulate));
+    DDP_NVTX_POP();
+  } else {
+    if (logits_rows(m, N) < N)
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "gpt: a training forward of %d tokens needs their full logits, but this model "
+               "runs the fused classifier (ddp_gpt_forward_backward)",
+               N);
+    DDP_CHECK(nn->linear_fwd(be, dt, a->logits, a->lnf, m->p.wte, NULL, N, C, Vp, NULL));
+    DDP_CHECK(watch(m, a->logits, m->act_dtype, (size_t)N * Vp, "forward: logits"));
+    /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
+     * become their gradient, stored in the half type like every activation
+     * gradient (fp16: this is where an unscaled gradient would underflow). */
+    DDP_CHECK(nn->xent_fused(be, dt, a->losses, m->loss_sum, a->logits, a->logits, a->targets,
+                             dloss, N, V, Vp, NULL));
+  }
   DDP_CHECK(watch(m, a->losses, DDP_DTYPE_F32, (size_t)N, "forward: token losses"));
   /* the backward reads the tokens again and moves the release point on;
    * the caller may reuse its host arrays once the copy has read them */
@@ -702,9 +813,18 @@ ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t 
   DDP_CHECK(check_batch(m, inputs, targets, B, T));
   if (train) {
     if (!targets) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward: training needs targets");
-    return forward_train(m, inputs, targets, B, T, dloss);
+    return forward_train(m, inputs, targets, B, T, dloss, 0, 0);
   }
   return forward_eval(m, inputs, targets, B, T);
+}
+
+ddp_status_t ddp_gpt_forward_backward(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets,
+                                      int B, int T, float dloss, int accumulate, int notify) {
+  if (!m) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward_backward: NULL model");
+  if (!targets) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_forward_backward: training needs targets");
+  DDP_CHECK(check_batch(m, inputs, targets, B, T));
+  DDP_CHECK(forward_train(m, inputs, targets, B, T, dloss, 1, accumulate != 0));
+  return ddp_gpt_backward(m, accumulate, notify);
 }
 
 /* ---- backward ------------------------------------------------------------------ */
@@ -732,11 +852,13 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
   acts_t *a = &m->a;
   m->cursor = 0;
   /* LM head: logits = lnf @ wte^T. This writes dwte first (the embedding
-   * backward adds its part last). */
+   * backward adds its part last); a fused forward-backward has done it. */
   const size_t nc = (size_t)N * C;
-  DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C,
-                           m->vpad,
-                           acc, 0, NULL));
+  const int rc = m->exec.recompute;
+  if (!m->classifier_done)
+    DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, m->g.wte, NULL, a->logits, a->lnf, m->p.wte, N, C,
+                             m->vpad, acc, 0, NULL));
+  m->classifier_done = 0;
   /* The residual stream's gradient starts here; every later op adds to it. */
   DDP_CHECK(be->ops->fill(be, a->dres, dt, 0.0f, (size_t)N * C, NULL));
   const void *last = m->cfg.n_layer > 0 ? a->blocks[m->cfg.n_layer - 1].res3 : a->encoded;
@@ -748,10 +870,17 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     block_views_t *g = &m->g.blocks[l];
     const block_acts_t *b = &a->blocks[l];
     const void *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
+    DDP_NVTX_PUSH("backward h.%d", l);
+    /* --recompute: GELU's output, then each LayerNorm's, rebuilt from what
+     * forward saved (fch, the residual stream), just before its one use */
+    if (rc) DDP_CHECK(nn->gelu_fwd(be, dt, b->fch_gelu, b->fch, 4 * nc, NULL));
     DDP_CHECK(nn->linear_bwd(be, dt, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
                              p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->gelu_bwd(be, dt, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
+    if (rc)
+      DDP_CHECK(
+          nn->layernorm_fwd(be, dt, b->ln2, NULL, NULL, b->res2, p->ln2_w, p->ln2_b, N, C, NULL));
     DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C,
                              4 * C, acc, 0, NULL));
     DDP_CHECK(announce(m, notify, 2));
@@ -763,12 +892,16 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(
         nn->attention_bwd(be, dt, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
+    if (rc)
+      DDP_CHECK(
+          nn->layernorm_fwd(be, dt, b->ln1, NULL, NULL, res_in, p->ln1_w, p->ln1_b, N, C, NULL));
     DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->qkv_w, g->qkv_b, a->dqkv, b->ln1, p->qkv_w, N, C,
                              3 * C, acc, 0, NULL));
     DDP_CHECK(announce(m, notify, 2));
     DDP_CHECK(nn->layernorm_bwd(be, dt, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
                                 b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
     DDP_CHECK(announce(m, notify, 2));
+    DDP_NVTX_POP();
   }
   DDP_CHECK(nn->embed_bwd(be, dt, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
   DDP_CHECK(ddp_token_stager_release(&m->in)); /* the last read of this micro-batch's tokens */

@@ -27,6 +27,7 @@
 #include "ddptrain/reducer.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
+#include "ascii.h"
 #include "fault.h"
 #include "train/amp_train.h"
 #include "train/anomaly.h"
@@ -36,6 +37,7 @@
 #include "train/task_eval.h"
 #include "train/train_ckpt.h"
 #include "train/train_data.h"
+#include "trace/nvtx.h"
 
 enum { TASK_EVAL_DOCS = 128, LOADER_DEPTH = 3 };
 
@@ -56,8 +58,8 @@ typedef struct trainer {
   ddp_optim_config_t ocfg;
   ddp_optim_segment_t *segs;
   ddp_optim_plan_t *optim_plan; /* made once, before the step loop */
-  float *state, *grad_sumsq; /* backend memory */
-  float *host_params;        /* --check-replicas */
+  float *state, *grad_sumsq;    /* backend memory */
+  float *host_params;           /* --check-replicas */
   ddp_metrics_t metrics;
   double peak_gflops;
   int64_t steps;
@@ -241,6 +243,9 @@ static ddp_status_t setup(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   if (o->min_lr > o->lr)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "--min-lr %g exceeds --lr %g", o->min_lr, o->lr);
+  DDP_CHECK(ddp_nvtx_enable(ddp_ascii_ieq(o->nvtx, "on")));
+  if (ddp_nvtx_enabled())
+    DDP_LOG_INFO("NVTX ranges on (--nvtx): steps, blocks, buckets, optimizer");
   ddp_gpt_config_t mc;
   DDP_CHECK(ddp_train_model_config(o, 2, &mc)); /* before loading: cheap errors first */
   DDP_CHECK(ddp_train_data_load(o, &tr->data));
@@ -255,6 +260,11 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_gpt_create(&tr->model, tr->be, &mc, o->tokens_per_batch));
   DDP_CHECK(ddp_amp_setup(&tr->amp, o, tr->dist->rank));
   DDP_CHECK(ddp_gpt_set_precision(tr->model, ddp_precision_dtype(tr->amp.precision)));
+  /* The trainer always runs the fused classifier (one call per micro-step),
+   * so only a chunk of logits is ever held. */
+  const ddp_gpt_exec_t exec = {.recompute = ddp_ascii_ieq(o->recompute, "on"),
+                               .fused_classifier = 1};
+  DDP_CHECK(ddp_gpt_set_exec(tr->model, &exec));
   DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
@@ -293,11 +303,12 @@ static ddp_status_t setup(trainer_t *tr) {
       (long long)o->tokens_per_batch, 100.0 * es.pad_frac, es.imbalance_mean, es.imbalance_max,
       es.build_seconds);
   DDP_LOG_INFO(
-      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations; %s, %lld steps; "
+      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations%s; %s, %lld steps; "
       "peak %.1f GFLOP/s per rank",
       mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, ddp_gpt_num_params(tr->model) / 1e6,
-      ddp_gpt_activation_bytes(tr->model) / 1048576.0, ddp_optim_kind_name(tr->ocfg.kind),
-      (long long)tr->steps, tr->peak_gflops);
+      ddp_gpt_activation_bytes(tr->model) / 1048576.0,
+      ddp_gpt_exec(tr->model)->recompute ? " (recomputing LayerNorm and GELU)" : "",
+      ddp_optim_kind_name(tr->ocfg.kind), (long long)tr->steps, tr->peak_gflops);
   return DDP_OK;
 }
 
@@ -372,15 +383,19 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     if (info.n_targets <= 0)
       DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
     const float dloss = ddp_amp_loss_scale(&tr->amp) / (float)info.n_targets;
-    DDP_CHECK(ddp_gpt_forward(tr->model, b->inputs, b->targets, b->B, b->T, 1, dloss));
-    DDP_CHECK(ddp_gpt_backward(tr->model, k > 0, k == accum - 1));
+    DDP_NVTX_PUSH("micro-step %lld (%d x %d tokens)", (long long)k, b->B, b->T);
+    DDP_CHECK(ddp_gpt_forward_backward(tr->model, b->inputs, b->targets, b->B, b->T, dloss, k > 0,
+                                       k == accum - 1));
+    DDP_NVTX_POP();
     DDP_CHECK(tr->hook_status);
     /* after backward: the embedding backward reads the batch's tokens */
     DDP_CHECK(ddp_loader_release(tr->loader, item));
   }
   const double compute_end = now_seconds();
   double exposed_ms = 0.0;
+  DDP_NVTX_PUSH("wait for gradient buckets");
   DDP_CHECK(ddp_reducer_finish(tr->reducer, &exposed_ms));
+  DDP_NVTX_POP();
   w->compute_s += compute_end - t0 - wait_s;
   w->exposed_ms += exposed_ms;
   w->flops += info.cost_mean * tr->dist->world;
@@ -417,7 +432,9 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .compute_params = ddp_gpt_compute_params(tr->model),
                              .compute_dtype = ddp_gpt_precision(tr->model),
                              .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
+  DDP_NVTX_PUSH("optimizer");
   DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
+  DDP_NVTX_POP();
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
@@ -617,9 +634,10 @@ static void print_summary(const trainer_t *tr, const totals_t *t, double val_los
                t->padded ? 100.0 * (1.0 - (double)t->useful / (double)t->padded) : 0.0,
                t->imbalance / ns, t->imbalance_max);
   if (t->loop_allocs >= 0)
-    DDP_LOG_INFO("summary: the step loop made %lld backend allocations (%lld raw device "
-                 "allocations) after the first step",
-                 (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
+    DDP_LOG_INFO(
+        "summary: the step loop made %lld backend allocations (%lld raw device "
+        "allocations) after the first step",
+        (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
   if (n_acc)
     DDP_LOG_INFO(
         "summary: final train loss %.4f | val loss %.4f | task accuracy %.1f%% on %d "
@@ -664,7 +682,9 @@ static ddp_status_t run(trainer_t *tr) {
   for (int64_t step = tr->start_step; step < end; ++step) {
     DDP_CHECK(ddp_fault_maybe_inject(tr->dist->rank, step));
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
+    DDP_NVTX_PUSH("step %lld", (long long)step);
     DDP_CHECK(train_step(tr, step, &w, lr));
+    DDP_NVTX_POP();
     if (step == tr->start_step) count_loop_allocs(tr, &tot, 1);
     /* the stop vote right after the step's own collectives, so the log
      * window that counts them also counts it */
@@ -704,11 +724,10 @@ static ddp_status_t run(trainer_t *tr) {
                                 &n_acc));
   print_summary(tr, &tot, val_loss, acc, n_acc);
   if (n_acc)
-    DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
-                                "task_acc", acc, "tok_per_s",
-                                (double)tot.useful / (tot.t_end - tot.t0), "peak_mem_mb",
-                                ddp_backend_peak_mem_mb(tr->be), "loop_allocs",
-                                (double)tot.loop_allocs, NULL));
+    DDP_CHECK(ddp_metrics_write(
+        &tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss, "task_acc", acc,
+        "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0), "peak_mem_mb",
+        ddp_backend_peak_mem_mb(tr->be), "loop_allocs", (double)tot.loop_allocs, NULL));
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
                                 "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0),
