@@ -7,6 +7,8 @@
  *   repeated tokens (the embedding backward sums runs), sizes are odd
  *   (C = 48 with 3 heads of 16, vocabulary 131, T = 29, B = 3).
  * - An eval forward gives the same loss as the training forward.
+ * - The trainer's fused forward-backward (LM head in chunks of logits) with
+ *   --recompute, over two micro-steps, matches the CPU the same way.
  * - Determinism: two GPU runs of the same steps (forward, backward, global
  *   norm and AdamW through the backend-neutral optimizer calls) end with
  *   bit-identical parameters.
@@ -83,15 +85,8 @@ static double tol_loss(ddp_dtype_t dt) {
   return dt == DDP_DTYPE_BF16 ? 2 * 0x1p-9 : dt == DDP_DTYPE_F16 ? 2 * 0x1p-12 : 1e-5;
 }
 
-START_TEST(test_gpu_gpt_step_matches_cpu) {
-  const ddp_dtype_t dt = twin_dtypes[_i];
-  ddp_gpt_t *mg = make(twin_gpu, dt), *mc = make(twin_cpu, dt);
-  int32_t in[N], tg[N];
-  const int nt = make_batch(in, tg, 0);
-  twin_off += 4 * N;
-  const double lg = step_loss(mg, in, tg, nt), lc = step_loss(mc, in, tg, nt);
-  ck_assert_msg(fabs(lg - lc) <= tol_loss(dt) * fabs(lc), "%s: loss gpu %.9g cpu %.9g",
-                ddp_dtype_name(dt), lg, lc);
+/* Every gradient tensor of the GPU model within tol_grad of the CPU's. */
+static void assert_grads_close(ddp_gpt_t *mg, ddp_gpt_t *mc, ddp_dtype_t dt) {
   float *gg = fetch_grads(mg, twin_gpu), *gc = fetch_grads(mc, twin_cpu);
   for (int t = 0; t < ddp_gpt_num_tensors(mg); ++t) {
     const ddp_gpt_tensor_t *x = ddp_gpt_tensor(mg, t);
@@ -106,6 +101,20 @@ START_TEST(test_gpu_gpt_step_matches_cpu) {
     ck_assert_msg(err <= tol_grad(dt), "%s: gradient of %s: normwise error %.3g > %.3g",
                   ddp_dtype_name(dt), x->name, err, tol_grad(dt));
   }
+  free(gg);
+  free(gc);
+}
+
+START_TEST(test_gpu_gpt_step_matches_cpu) {
+  const ddp_dtype_t dt = twin_dtypes[_i];
+  ddp_gpt_t *mg = make(twin_gpu, dt), *mc = make(twin_cpu, dt);
+  int32_t in[N], tg[N];
+  const int nt = make_batch(in, tg, 0);
+  twin_off += 4 * N;
+  const double lg = step_loss(mg, in, tg, nt), lc = step_loss(mc, in, tg, nt);
+  ck_assert_msg(fabs(lg - lc) <= tol_loss(dt) * fabs(lc), "%s: loss gpu %.9g cpu %.9g",
+                ddp_dtype_name(dt), lg, lc);
+  assert_grads_close(mg, mc, dt);
   /* the eval forward of the same batch gives the training forward's loss */
   ck_assert_int_eq(ddp_gpt_forward(mg, in, tg, B, T, 0, 0.0f), DDP_OK);
   double le = 0.0;
@@ -113,10 +122,51 @@ START_TEST(test_gpu_gpt_step_matches_cpu) {
   le /= nt;
   ck_assert_msg(fabs(le - lg) <= tol_loss(dt) * fabs(lg), "%s: eval loss %.9g, train loss %.9g",
                 ddp_dtype_name(dt), le, lg);
-  free(gg);
-  free(gc);
   ddp_gpt_destroy(mg);
   ddp_gpt_destroy(mc);
+}
+END_TEST
+
+/* The trainer's path: ddp_gpt_forward_backward with the fused classifier in
+ * several chunks of logits (1280 rows: 1024 + 256) and --recompute, two
+ * micro-steps (overwrite, accumulate), GPU against CPU. */
+START_TEST(test_gpu_gpt_fused_recompute_step_matches_cpu) {
+  const ddp_dtype_t dt = twin_dtypes[_i];
+  enum { FB = 40, FT = 32, FN = FB * FT };
+  const ddp_gpt_exec_t x = {.recompute = 1, .fused_classifier = 1};
+  ddp_gpt_t *m[2] = {NULL, NULL};
+  ddp_backend_t *be[2] = {twin_gpu, twin_cpu};
+  for (int k = 0; k < 2; ++k) {
+    ck_assert_int_eq(ddp_gpt_create(&m[k], be[k], &k_cfg, FN), DDP_OK);
+    ck_assert_int_eq(ddp_gpt_set_precision(m[k], dt), DDP_OK);
+    ck_assert_int_eq(ddp_gpt_set_exec(m[k], &x), DDP_OK);
+    ck_assert_int_eq(ddp_gpt_init_weights(m[k], 12), DDP_OK);
+  }
+  int32_t *in = malloc(sizeof(int32_t) * 2 * FN), *tg = malloc(sizeof(int32_t) * 2 * FN);
+  int nt = 0;
+  for (int i = 0; i < 2 * FN; ++i) {
+    in[i] = (int32_t)ddp_rng_below(&twin_rng, twin_off + 2 * (uint64_t)i, 131);
+    const uint64_t r = ddp_rng_below(&twin_rng, twin_off + 2 * (uint64_t)i + 1, 7 * 131);
+    tg[i] = r < 131 ? -1 : (int32_t)(r % 131);
+    nt += tg[i] >= 0;
+  }
+  twin_off += 4 * FN;
+  double loss[2];
+  for (int k = 0; k < 2; ++k) {
+    for (int micro = 0; micro < 2; ++micro)
+      ck_assert_int_eq(ddp_gpt_forward_backward(m[k], in + micro * FN, tg + micro * FN, FB, FT,
+                                                1.0f / (float)nt, micro, micro),
+                       DDP_OK);
+    ck_assert_int_eq(ddp_gpt_take_loss(m[k], &loss[k]), DDP_OK);
+    loss[k] /= nt;
+  }
+  ck_assert_msg(fabs(loss[0] - loss[1]) <= tol_loss(dt) * fabs(loss[1]),
+                "%s: loss gpu %.9g cpu %.9g", ddp_dtype_name(dt), loss[0], loss[1]);
+  assert_grads_close(m[0], m[1], dt);
+  free(in);
+  free(tg);
+  ddp_gpt_destroy(m[0]);
+  ddp_gpt_destroy(m[1]);
 }
 END_TEST
 
@@ -209,7 +259,8 @@ START_TEST(test_gpu_gpt_training_is_deterministic_and_allocation_free) {
       if (first == n) first = i;
       differ++;
     }
-  ck_assert_msg(differ == 0, "%s: %zu of %zu parameters differ between two runs (first %zu: %a vs %a)",
+  ck_assert_msg(differ == 0,
+                "%s: %zu of %zu parameters differ between two runs (first %zu: %a vs %a)",
                 ddp_dtype_name(dt), differ, n, first, (double)p1[first], (double)p2[first]);
   ck_assert_msg(a1 == 0 && r1 == 0 && a2 == 0 && r2 == 0,
                 "%s: the step loop allocated (%llu/%llu calls, %llu/%llu raw)", ddp_dtype_name(dt),
@@ -226,6 +277,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, test_gpu_gpt_step_matches_cpu, 0, 3);
+  tcase_add_loop_test(tc, test_gpu_gpt_fused_recompute_step_matches_cpu, 0, 3);
   tcase_add_loop_test(tc, test_gpu_gpt_training_is_deterministic_and_allocation_free, 0, 3);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
