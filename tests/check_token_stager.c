@@ -146,6 +146,46 @@ START_TEST(test_stager_rejects_bad_sizes_and_keeps_its_slot) {
 }
 END_TEST
 
+START_TEST(test_stager_row_lengths_follow_their_slot) {
+  enum { CAP = 32 };
+  ddp_token_stager_t s;
+  ck_assert_int_eq(ddp_token_stager_init(&s, be, CAP), DDP_OK);
+  int32_t in[CAP], tg[CAP], lens[4];
+  int32_t *d_in, *d_tg, *d_lens[2];
+  for (int p = 0; p < 2; ++p) {
+    fill_step(in, tg, p, CAP);
+    if (p == 0) {
+      for (int r = 0; r < 4; ++r) lens[r] = 8 - r;
+      ck_assert_int_eq(
+          ddp_token_stager_put_rows(&s, in, tg, CAP, lens, 4, &d_in, &d_tg, &d_lens[p]), DDP_OK);
+    } else { /* filled in place in the pinned array: no copy */
+      int32_t *h = ddp_token_stager_lens_host(&s);
+      for (int r = 0; r < 4; ++r) h[r] = 100 + r;
+      ck_assert_int_eq(ddp_token_stager_put_rows(&s, in, tg, CAP, h, 4, &d_in, &d_tg, &d_lens[p]),
+                       DDP_OK);
+    }
+    ck_assert_int_eq(ddp_token_stager_wait_copied(&s), DDP_OK);
+    ck_assert_int_eq(ddp_token_stager_release(&s), DDP_OK);
+  }
+  ck_assert_ptr_ne(d_lens[0], d_lens[1]);
+  for (int r = 0; r < 4; ++r) {
+    expect_eq(d_lens[0][r], 8 - r); /* slot 0 kept its lengths */
+    expect_eq(d_lens[1][r], 100 + r);
+  }
+  /* no lengths: NULL; more rows than tokens: refused */
+  ck_assert_int_eq(ddp_token_stager_put_rows(&s, in, tg, 4, NULL, 0, &d_in, &d_tg, &d_lens[0]),
+                   DDP_OK);
+  ck_assert_ptr_null(d_lens[0]);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_token_stager_put_rows(&s, in, tg, 4, lens, 5, &d_in, &d_tg, &d_lens[0]),
+                   DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "5 row lengths for 4 tokens");
+  free(log);
+  ddp_token_stager_destroy(&s);
+}
+END_TEST
+
 START_TEST(test_stager_and_host_batch_free_everything) {
   const uint64_t a0 = be->alloc_calls, f0 = be->free_calls;
   ddp_token_stager_t s;
@@ -314,6 +354,7 @@ static Suite *stager_suite(void) {
   tcase_add_test(tc, test_stager_many_micro_steps_with_reused_host_buffer);
   tcase_add_test(tc, test_stager_inputs_only);
   tcase_add_test(tc, test_stager_rejects_bad_sizes_and_keeps_its_slot);
+  tcase_add_test(tc, test_stager_row_lengths_follow_their_slot);
   tcase_add_test(tc, test_stager_and_host_batch_free_everything);
   tcase_add_test(tc, test_stager_orders_copies_by_events_without_host_waits);
   suite_add_tcase(s, tc);

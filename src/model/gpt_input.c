@@ -15,6 +15,8 @@ ddp_status_t ddp_token_stager_init(ddp_token_stager_t *s, ddp_backend_t *be, int
   for (int k = 0; k < 2; ++k) {
     DDP_CHECK(ddp_backend_alloc(be, bytes, (void **)&s->inputs[k]));
     DDP_CHECK(ddp_backend_alloc(be, bytes, (void **)&s->targets[k]));
+    DDP_CHECK(ddp_backend_alloc(be, bytes, (void **)&s->lens[k]));
+    DDP_CHECK(be->ops->alloc_host(be, bytes, (void **)&s->lens_host[k]));
     DDP_CHECK(be->ops->event_create(be, &s->ready[k]));
     DDP_CHECK(be->ops->event_create(be, &s->freed[k]));
     /* "free" from the start: the first copy into a slot waits for nothing */
@@ -32,6 +34,8 @@ void ddp_token_stager_destroy(ddp_token_stager_t *s) {
     if (s->freed[k]) be->ops->event_destroy(be, s->freed[k]);
     ddp_backend_free(be, s->inputs[k]);
     ddp_backend_free(be, s->targets[k]);
+    ddp_backend_free(be, s->lens[k]);
+    if (s->lens_host[k]) be->ops->free_host(be, s->lens_host[k]);
   }
   if (s->copy) be->ops->stream_destroy(be, s->copy);
   memset(s, 0, sizeof *s);
@@ -40,10 +44,20 @@ void ddp_token_stager_destroy(ddp_token_stager_t *s) {
 ddp_status_t ddp_token_stager_put(ddp_token_stager_t *s, const int32_t *inputs,
                                   const int32_t *targets, int64_t n, int32_t **dev_inputs,
                                   int32_t **dev_targets) {
+  return ddp_token_stager_put_rows(s, inputs, targets, n, NULL, 0, dev_inputs, dev_targets, NULL);
+}
+
+ddp_status_t ddp_token_stager_put_rows(ddp_token_stager_t *s, const int32_t *inputs,
+                                       const int32_t *targets, int64_t n, const int32_t *lens,
+                                       int64_t n_rows, int32_t **dev_inputs, int32_t **dev_targets,
+                                       int32_t **dev_lens) {
   ddp_backend_t *be = s->be;
   if (n < 1 || n > s->capacity)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "token stager: %lld tokens, capacity %lld", (long long)n,
              (long long)s->capacity);
+  if (lens && (n_rows < 1 || n_rows > n))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "token stager: %lld row lengths for %lld tokens",
+             (long long)n_rows, (long long)n);
   const int k = s->slot ^ 1;
   const size_t bytes = (size_t)n * sizeof(int32_t);
   /* the copy stream may overwrite slot k once the compute stream is done
@@ -52,14 +66,26 @@ ddp_status_t ddp_token_stager_put(ddp_token_stager_t *s, const int32_t *inputs,
   DDP_CHECK(
       ddp_backend_copy(be, s->inputs[k], inputs, bytes, DDP_COPY_KIND_HOST_TO_DEVICE, s->copy));
   if (targets)
-    DDP_CHECK(ddp_backend_copy(be, s->targets[k], targets, bytes, DDP_COPY_KIND_HOST_TO_DEVICE,
-                               s->copy));
+    DDP_CHECK(
+        ddp_backend_copy(be, s->targets[k], targets, bytes, DDP_COPY_KIND_HOST_TO_DEVICE, s->copy));
+  if (lens) {
+    /* the pinned copy is free: the last copy out of it (two puts back) was
+     * waited for by that put's wait_copied */
+    if (lens != s->lens_host[k]) memcpy(s->lens_host[k], lens, (size_t)n_rows * sizeof *lens);
+    DDP_CHECK(ddp_backend_copy(be, s->lens[k], s->lens_host[k], (size_t)n_rows * sizeof *lens,
+                               DDP_COPY_KIND_HOST_TO_DEVICE, s->copy));
+  }
   DDP_CHECK(be->ops->event_record(be, s->ready[k], s->copy));
   DDP_CHECK(be->ops->stream_wait_event(be, NULL, s->ready[k]));
   s->slot = k;
   *dev_inputs = s->inputs[k];
   if (dev_targets) *dev_targets = targets ? s->targets[k] : NULL;
+  if (dev_lens) *dev_lens = lens ? s->lens[k] : NULL;
   return DDP_OK;
+}
+
+int32_t *ddp_token_stager_lens_host(ddp_token_stager_t *s) {
+  return s->lens_host[s->slot ^ 1];
 }
 
 ddp_status_t ddp_token_stager_release(ddp_token_stager_t *s) {

@@ -24,6 +24,9 @@ typedef struct ddp_token_stager {
   ddp_stream_t copy;
   ddp_event_t ready[2], freed[2];
   int32_t *inputs[2], *targets[2];
+  /* per-row sequence lengths: pinned host copies (filled by put) and
+   * device slots, `capacity` rows each (a row holds at least one token) */
+  int32_t *lens_host[2], *lens[2];
   int64_t capacity;
   int slot; /* the slot of the last put */
 } ddp_token_stager_t;
@@ -38,6 +41,17 @@ void ddp_token_stager_destroy(ddp_token_stager_t *s);
 ddp_status_t ddp_token_stager_put(ddp_token_stager_t *s, const int32_t *inputs,
                                   const int32_t *targets, int64_t n, int32_t **dev_inputs,
                                   int32_t **dev_targets);
+/* With the same put, n_rows per-row lengths (host array, read before
+ * return) staged beside the tokens into the slot's device lens; *dev_lens
+ * is NULL when lens is NULL. lens may be ddp_token_stager_lens_host(),
+ * which saves a copy. */
+ddp_status_t ddp_token_stager_put_rows(ddp_token_stager_t *s, const int32_t *inputs,
+                                       const int32_t *targets, int64_t n, const int32_t *lens,
+                                       int64_t n_rows, int32_t **dev_inputs, int32_t **dev_targets,
+                                       int32_t **dev_lens);
+/* The pinned host array (capacity rows) the next put_rows copies row
+ * lengths from: callers may fill it in place. */
+int32_t *ddp_token_stager_lens_host(ddp_token_stager_t *s);
 /* The compute stream's work enqueued so far is the last to read the
  * current slot (call after the last op that reads the tokens; calling again
  * later moves the point). */
