@@ -41,6 +41,7 @@
 #include "backend/cuda/cuda_nn.h"
 #include "ddptrain/nn.h"
 #include "gpu_twin.h"
+#include "linear.h"
 
 #define TOL_F32 1e-5
 #define TOL_LT_F32 1e-3
@@ -267,6 +268,37 @@ START_TEST(test_gpu_linear_dgelu_bwd_matches_cpu) {
 }
 END_TEST
 
+/* ---- the bias-gradient store / add kernel -------------------------------------- */
+
+/* ddp_cuda_bias_grad_update on its own (the fused path runs it only where
+ * Lt takes DGELU_BGRAD): dst = src, then dst += src, against the host's
+ * fp32 arithmetic bit for bit (one fp32 store or addition per element);
+ * n = 1000 spans several blocks with a partial last one. */
+START_TEST(test_gpu_linear_bias_grad_update) {
+  enum { NB = 1000 };
+  twin_t dst = twin_output(DDP_DTYPE_F32, NB), src = twin_input(DDP_DTYPE_F32, NB, 0.0f, 1.0f);
+  const cudaStream_t s = ddp_cuda_stream(twin_gpu, NULL);
+  ck_assert_int_eq(ddp_cuda_bias_grad_update(dst.gpu, src.gpu, NB, 0, s), DDP_OK);
+  float *once = gpu_bytes(&dst);
+  ck_assert_int_eq(ddp_cuda_bias_grad_update(dst.gpu, src.gpu, NB, 1, s), DDP_OK);
+  float *twice = gpu_bytes(&dst);
+  for (int i = 0; i < NB; ++i) {
+    ck_assert_msg(memcmp(&once[i], &src.host[i], sizeof(float)) == 0, "store: element %d", i);
+    const float want = src.host[i] + src.host[i];
+    ck_assert_msg(memcmp(&twice[i], &want, sizeof(float)) == 0, "add: element %d", i);
+  }
+  free(once), free(twice);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_cuda_bias_grad_update((float *)dst.gpu + 1, dst.gpu, 8, 1, s),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_cuda_bias_grad_update(dst.gpu, src.gpu, 0, 1, s), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ck_assert_ptr_nonnull(strstr(log, "overlap"));
+  free(log);
+  twin_free(&dst), twin_free(&src);
+}
+END_TEST
+
 /* ---- plans -------------------------------------------------------------------- */
 
 /* An epilogue is part of a plan's key: the same shape with and without it
@@ -374,6 +406,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_linear_fwd_bias_epilogue_matches_cpu);
   tcase_add_test(tc, test_gpu_linear_gelu_fwd_matches_cpu);
   tcase_add_test(tc, test_gpu_linear_dgelu_bwd_matches_cpu);
+  tcase_add_test(tc, test_gpu_linear_bias_grad_update);
   tcase_add_test(tc, test_gpu_linear_epilogue_plans_are_keyed);
   tcase_add_test(tc, test_gpu_linear_epilogue_rejects_bad_input);
   suite_add_tcase(s, tc);

@@ -22,7 +22,15 @@
  * stored or added into dbias (DGELU_BGRAD overwrites, and accumulating
  * micro-steps need +=). Going through the scratch also gives every call of
  * a shape the same 256-byte-aligned bias-gradient pointer, hence one plan
- * and one algorithm for accumulate 0 and 1. */
+ * and one algorithm for accumulate 0 and 1.
+ *
+ * What it saves (computed, not measured): in GPT-2's MLP (C -> 4C -> C,
+ * bf16, X = N*C*2 bytes), the activation traffic per layer and micro-step
+ * goes from 65X (forward: bias seeds 5X, c_fc GEMM 9X, GELU 8X, c_proj GEMM
+ * 6X; backward: c_proj GEMMs 10X and dbias 1X, GELU' 12X, c_fc GEMMs 10X
+ * and dbias 4X) to 39X (forward 9X + 5X; backward 10X + 1X, fused DGELU
+ * GEMM 9X, c_fc GEMMs 10X), and the full-tensor element-wise passes from 6
+ * to 1 (c_proj's dbias). */
 #include <config.h>
 
 #include <stdint.h>
