@@ -292,6 +292,7 @@ START_TEST(test_gpu_linear_bias_grad_update) {
   ck_assert_int_eq(ddp_cuda_bias_grad_update((float *)dst.gpu + 1, dst.gpu, 8, 1, s),
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_cuda_bias_grad_update(dst.gpu, src.gpu, 0, 1, s), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_cuda_bias_grad_update(NULL, src.gpu, 8, 1, s), DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
   ck_assert_ptr_nonnull(strstr(log, "overlap"));
   free(log);
@@ -360,6 +361,8 @@ START_TEST(test_gpu_linear_epilogue_rejects_bad_input) {
   ck_assert_int_eq(ddp_cuda_gemm_epilogue(twin_gpu, &g, &e, NULL, &fused), DDP_ERR_INVALID_ARG);
   e.kind = DDP_CUDA_EPILOGUE_NONE;
   ck_assert_int_eq(ddp_cuda_gemm_epilogue(twin_gpu, &g, &e, NULL, &fused), DDP_ERR_INVALID_ARG);
+  e = (ddp_cuda_epilogue_args_t){.kind = DDP_CUDA_EPILOGUE_BIAS, .bias = d + 1024};
+  ck_assert_int_eq(ddp_cuda_gemm_epilogue(twin_gpu, &g, &e, NULL, NULL), DDP_ERR_INVALID_ARG);
   /* the ops: sizes, type, NULL bias / dbias, aliasing */
   ck_assert_int_eq(ddp_cuda_nn_linear_gelu_fwd(twin_gpu, DDP_DTYPE_F32, d, d + 512, d + 1024,
                                                d + 2048, d + 3072, 0, 4, 8, NULL),
@@ -389,6 +392,9 @@ START_TEST(test_gpu_linear_epilogue_rejects_bad_input) {
       DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
   ck_assert_ptr_nonnull(strstr(log, "NULL bias"));
+  ck_assert_ptr_nonnull(strstr(log, "NULL bias gradient"));
+  ck_assert_ptr_nonnull(strstr(log, "unknown kind"));
+  ck_assert_ptr_nonnull(strstr(log, "NULL result flag"));
   ck_assert_ptr_nonnull(strstr(log, "pitch must be >= columns"));
   ck_assert_ptr_nonnull(strstr(log, "must not alias"));
   ck_assert_ptr_nonnull(strstr(log, "must be distinct"));
