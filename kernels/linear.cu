@@ -1,6 +1,7 @@
-/* The linear layer's element-wise kernels: bias seeding for the forward and
- * the bias gradient's column sums (launchers in kernels/linear.h; CPU twins
- * in src/backend/cpu/cpu_nn.c).
+/* The linear layer's element-wise kernels: bias seeding for the forward,
+ * the bias gradient's column sums, and the store / add of a bias gradient
+ * that cuBLASLt's epilogue computed (launchers in kernels/linear.h; CPU
+ * twins in src/backend/cpu/cpu_nn.c).
  *
  * Column sums run in two passes so the order of additions is fixed by the
  * sizes alone (no atomics): pass one gives each thread one column of one
@@ -47,6 +48,13 @@ static __global__ void colsum_total_kernel(float *dst, const float *partial, int
   dst[c] = (float)t;
 }
 
+static __global__ void bias_grad_update_kernel(float *dst, const float *src, int n,
+                                               int accumulate) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  dst[i] = accumulate ? dst[i] + src[i] : src[i];
+}
+
 ddp_status_t check_dt(ddp_dtype_t dt, const char *op) {
   if (dt != DDP_DTYPE_F32 && dt != DDP_DTYPE_BF16 && dt != DDP_DTYPE_F16)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: activation dtype %s (%d) is not fp32, bf16 or fp16", op,
@@ -79,6 +87,19 @@ extern "C" ddp_status_t ddp_cuda_bias_seed(ddp_dtype_t dt, void *out, const void
       bias_seed_kernel<DDP_DTYPE_F16><<<grid, kThreads, 0, stream>>>(out, bias, rows, cols);
       break;
   }
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bias_grad_update(float *dst, const float *src, int n,
+                                                  int accumulate, cudaStream_t stream) {
+  if (n < 1) DDP_FAIL(DDP_ERR_INVALID_ARG, "linear dbias update: size %d must be positive", n);
+  if (!dst || !src) DDP_FAIL(DDP_ERR_INVALID_ARG, "linear dbias update: NULL pointer");
+  const uintptr_t d = (uintptr_t)dst, r = (uintptr_t)src, bytes = (uintptr_t)n * sizeof(float);
+  if (d < r + bytes && r < d + bytes)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "linear dbias update: dst and src overlap");
+  bias_grad_update_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      dst, src, n, accumulate);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }

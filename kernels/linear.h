@@ -42,6 +42,13 @@ ddp_status_t ddp_cuda_bias_seed(ddp_dtype_t dt, void *out, const void *bias, int
 ddp_status_t ddp_cuda_column_sums(ddp_dtype_t dt, float *dst, float *scratch, const void *src,
                                   int rows, int cols, int accumulate, cudaStream_t stream);
 
+/* dst (n, fp32) = src (accumulate 0) or dst + src (accumulate 1, one fp32
+ * addition per element): a bias gradient that cuBLASLt's DGELU_BGRAD
+ * epilogue wrote to scratch, into the parameter gradient. dst and src must
+ * not overlap. (CPU twin: the store / `+=` of the CPU column sums.) */
+ddp_status_t ddp_cuda_bias_grad_update(float *dst, const float *src, int n, int accumulate,
+                                       cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -139,6 +139,27 @@ typedef struct ddp_nn_ops {
   /* Drops one reserve()'s hold (the last frees the workspace). */
   void (*release)(ddp_backend_t *be);
 
+  /* The MLP's first linear with GELU fused in its epilogue:
+   * pre (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC), out (N,OC) = GELU(pre)
+   * (tanh approximation, as gelu_fwd). pre is saved for backward (NULL in eval:
+   * only out is written). Equals linear_fwd then gelu_fwd up to rounding (on the
+   * CPU exactly: it is that composition). bias is required; out, pre and inp
+   * are distinct buffers. */
+  ddp_status_t (*linear_gelu_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *pre,
+                                  const void *inp, const void *w, const void *bias, int N, int IC,
+                                  int OC, ddp_stream_t s);
+  /* The gradient flowing back through the next linear into GELU, fused:
+   * dpre (N,K) = (dout (N,OC) @ w (OC,K)) * GELU'(pre (N,K)), and the bias
+   * gradient of the linear that made pre: dbias (K, fp32) = / += column sums
+   * of dpre per `accumulate`. (The next linear's own dw/dbias are computed by
+   * linear_bwd with dinp NULL.) dbias is required; dpre aliases none of the
+   * inputs. The CPU backend sums the stored dpre exactly as linear_bwd sums
+   * dout into dbias; the CUDA backend's fused path sums in cuBLASLt's order
+   * (see cuda_nn_linear.c). */
+  ddp_status_t (*linear_dgelu_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dpre, float *dbias,
+                                   const void *dout, const void *w, const void *pre, int N, int K,
+                                   int OC, int accumulate, ddp_stream_t s);
+
 } ddp_nn_ops_t;
 
 /* The CPU implementation (also the oracle for every CUDA kernel). */

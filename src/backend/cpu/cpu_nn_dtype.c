@@ -413,4 +413,6 @@ const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .residual_layernorm_fwd = residual_layernorm_fwd,
     .reserve = reserve,
     .release = ddp_cpu_nn_release,
+    .linear_gelu_fwd = ddp_cpu_linear_gelu_fwd,
+    .linear_dgelu_bwd = ddp_cpu_linear_dgelu_bwd,
 };

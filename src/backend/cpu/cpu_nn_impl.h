@@ -165,6 +165,18 @@ ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *losses, float *los
                                     float *dlogits, const float *logits, const int32_t *targets,
                                     float dloss, int N, int V, int Vp, ddp_stream_t s);
 
+/* ---- the fused MLP ops (cpu_nn_fused.c) ------------------------------------ */
+
+/* nn.h's linear_gelu_fwd and linear_dgelu_bwd under any dt, as the
+ * composition of the table's own ops (bit-identical to the unfused
+ * sequence). */
+ddp_status_t ddp_cpu_linear_gelu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *pre,
+                                     const void *inp, const void *w, const void *bias, int N,
+                                     int IC, int OC, ddp_stream_t s);
+ddp_status_t ddp_cpu_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dpre, float *dbias,
+                                      const void *dout, const void *w, const void *pre, int N,
+                                      int K, int OC, int accumulate, ddp_stream_t s);
+
 /* ---- fp32 workspace of the half-precision ops (cpu_nn_workspace.c) ------- */
 
 /* Grows be's workspace to at least `floats` and adds a holder (the only

@@ -18,6 +18,17 @@
  * a lookup and one cublasLtMatmul. Past the table's capacity descriptors are
  * made and destroyed per call (correct, slower; logged once).
  *
+ * Epilogues (ddp_cuda_gemm_epilogue: bias, GELU with its saved input, the
+ * GELU gradient with the bias gradient) fuse the linear layers' element-wise
+ * work into the GEMM's store. They are plans like any other, keyed also by
+ * the epilogue, the aux pitch and the alignment of the bias, aux and bias
+ * gradient pointers (which the heuristic reads from the descriptor, as it
+ * reads the operands' addresses); the pointers themselves are set on the
+ * cached descriptor per call. Where Lt has no algorithm for an epilogue the
+ * plan says so for good, and the caller composes the unfused ops instead:
+ * a GEMM never switches between the fused and the unfused path, so its
+ * results stay reproducible.
+ *
  * Determinism: the algorithm of a GEMM is chosen once and reused, and the
  * heuristic may pick split-K only with a separate reduction pass in the
  * workspace (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE / OUTPUT_TYPE), whose
@@ -41,8 +52,11 @@
 
 typedef struct gemm_key {
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+  int64_t aux_ld; /* epilogues with an aux matrix; else 0 */
   int32_t trans_a, trans_b, ab_dtype, c_dtype, tf32;
-  int32_t align_a, align_b, align_c; /* bytes, powers of two up to 256 */
+  int32_t align_a, align_b, align_c;          /* bytes, powers of two up to 256 */
+  int32_t epilogue;                           /* ddp_cuda_epilogue_t; NONE for plain GEMMs */
+  int32_t align_bias, align_aux, align_bgrad; /* as align_a; 0 where unused */
 } gemm_key_t;
 
 typedef struct gemm_plan {
@@ -59,6 +73,7 @@ struct ddp_cuda_gemm {
   void *workspace;
   gemm_plan_t slots[GEMM_CACHE_SLOTS];
   uint64_t misses;
+  uint64_t epi_fused, epi_declined;
   int warned_full;
 };
 
@@ -97,6 +112,78 @@ static gemm_key_t key_of(const ddp_gemm_t *g, int tf32) {
   return k;
 }
 
+static int epi_has_bias(int32_t e) {
+  return e == DDP_CUDA_EPILOGUE_BIAS || e == DDP_CUDA_EPILOGUE_GELU_BIAS ||
+         e == DDP_CUDA_EPILOGUE_GELU_AUX_BIAS;
+}
+
+static int epi_has_aux(int32_t e) {
+  return e == DDP_CUDA_EPILOGUE_GELU_AUX_BIAS || e == DDP_CUDA_EPILOGUE_DGELU_BGRAD;
+}
+
+static const char *epi_name(int32_t e) {
+  static const char *const names[] = {"none", "bias", "gelu_bias", "gelu_aux_bias", "dgelu_bgrad"};
+  return e >= 0 && e <= DDP_CUDA_EPILOGUE_DGELU_BGRAD ? names[e] : "?";
+}
+
+static gemm_key_t epi_key_of(const ddp_gemm_t *g, int tf32, const ddp_cuda_epilogue_args_t *e) {
+  gemm_key_t k = key_of(g, tf32);
+  k.epilogue = (int32_t)e->kind;
+  const size_t c = ddp_dtype_size(g->c_dtype);
+  if (epi_has_bias(k.epilogue)) k.align_bias = align_of(e->bias, 0, 1, c);
+  if (epi_has_aux(k.epilogue)) {
+    k.aux_ld = e->aux_ld;
+    k.align_aux = align_of(e->aux, 0, 1, c);
+  }
+  if (k.epilogue == DDP_CUDA_EPILOGUE_DGELU_BGRAD)
+    k.align_bgrad = align_of(e->bgrad, 0, 1, sizeof(float));
+  return k;
+}
+
+/* The epilogue's pointers on a descriptor: at plan time (the heuristic
+ * reads their alignment) and before every call (this call's buffers). */
+static cublasStatus_t epi_set_pointers(cublasLtMatmulDesc_t d, int32_t kind,
+                                       const ddp_cuda_epilogue_args_t *e) {
+  cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+  if (epi_has_bias(kind)) {
+    const void *b = e->bias;
+    cs = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+  } else if (kind == DDP_CUDA_EPILOGUE_DGELU_BGRAD) {
+    void *b = e->bgrad;
+    cs = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+  }
+  if (cs == CUBLAS_STATUS_SUCCESS && epi_has_aux(kind)) {
+    void *a = e->aux;
+    cs = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a, sizeof a);
+  }
+  return cs;
+}
+
+/* The epilogue attributes of a plan. The bias and aux types are left at
+ * their default, C's type (the model's bias and pre-activation are dt
+ * buffers); the bias gradient is asked for in fp32, the parameter
+ * gradients' type under any dt, which for a 16-bit C is not the default:
+ * an Lt that cannot do that declines, and the caller composes. */
+static cublasStatus_t epi_setup(cublasLtMatmulDesc_t d, const gemm_key_t *k,
+                                const ddp_cuda_epilogue_args_t *e) {
+  static const cublasLtEpilogue_t lt[] = {
+      CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS,
+      CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU_BGRAD};
+  const uint32_t epi = (uint32_t)lt[k->epilogue];
+  cublasStatus_t cs =
+      cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  if (cs == CUBLAS_STATUS_SUCCESS) cs = epi_set_pointers(d, k->epilogue, e);
+  if (cs == CUBLAS_STATUS_SUCCESS && k->epilogue == DDP_CUDA_EPILOGUE_DGELU_BGRAD) {
+    const int32_t t = CUDA_R_32F;
+    cs = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t);
+  }
+  if (cs == CUBLAS_STATUS_SUCCESS && epi_has_aux(k->epilogue)) {
+    const int64_t ld = k->aux_ld;
+    cs = cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+  }
+  return cs;
+}
+
 static void plan_release(gemm_plan_t *p) {
   if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
   if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
@@ -118,8 +205,10 @@ static ddp_status_t make_layout(cublasLtMatrixLayout_t *out, cudaDataType_t t, i
   return DDP_OK;
 }
 
-/* Descriptors and the algorithm for one GEMM. */
-static ddp_status_t plan_build(struct ddp_cuda_gemm *G, gemm_plan_t *p, const gemm_key_t *k) {
+/* Descriptors and the algorithm for one GEMM (e: its epilogue, NULL for a
+ * plain GEMM). */
+static ddp_status_t plan_build(struct ddp_cuda_gemm *G, gemm_plan_t *p, const gemm_key_t *k,
+                               const ddp_cuda_epilogue_args_t *e) {
   memset(p, 0, sizeof *p);
   p->key = *k;
   const cublasComputeType_t compute = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -145,6 +234,16 @@ static ddp_status_t plan_build(struct ddp_cuda_gemm *G, gemm_plan_t *p, const ge
                              tb == CUBLAS_OP_N ? k->m : k->k, k->lda, k->batch, k->stride_a),
                  st, fail);
   DDP_CHECK_GOTO(make_layout(&p->lc, tc, k->n, k->m, k->ldc, k->batch, k->stride_c), st, fail);
+  if (k->epilogue != DDP_CUDA_EPILOGUE_NONE) {
+    /* an attribute this Lt does not know: no algorithm, so declined */
+    const cublasStatus_t es = epi_setup(p->desc, k, e);
+    if (es != CUBLAS_STATUS_SUCCESS) {
+      DDP_LOG_DEBUG("cuBLASLt epilogue %s: attribute refused (%s)", epi_name(k->epilogue),
+                    cublasGetStatusString(es));
+      p->used = 1;
+      return DDP_OK;
+    }
+  }
   cublasLtMatmulPreference_t pref = NULL;
   DDP_CUBLAS_CHECK_GOTO(cublasLtMatmulPreferenceCreate(&pref), st, fail);
   const size_t ws = LT_WORKSPACE_BYTES;
@@ -170,7 +269,8 @@ static ddp_status_t plan_build(struct ddp_cuda_gemm *G, gemm_plan_t *p, const ge
                                         &found);
   cublasLtMatmulPreferenceDestroy(pref);
   /* no algorithm (an unusual pitch or alignment): the caller falls back to
-   * cublasGemmStridedBatchedEx, which handles any valid descriptor */
+   * cublasGemmStridedBatchedEx, which handles any valid descriptor (or,
+   * with an epilogue, composes the unfused ops) */
   if (cs == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
     p->algo = res.algo;
     p->have_algo = 1;
@@ -288,22 +388,53 @@ static ddp_status_t run_plan(ddp_backend_t *be, struct ddp_cuda_gemm *G, gemm_pl
   return gemm_fallback(be, g, p->key.tf32, s);
 }
 
-ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
-  DDP_CHECK(ddp_gemm_validate(g));
-  if (g->m == 0 || g->n == 0) return DDP_OK;
-  const cudaStream_t s = ddp_cuda_stream(be, stream);
-  if (g->k == 0) return gemm_k_zero(be, g, s);
-  ddp_cuda_state_t *st = ddp_cuda_state(be);
-  struct ddp_cuda_gemm *G = st->gemm;
-  const gemm_key_t key = key_of(g, st->allow_tf32);
-  int slot;
-  gemm_plan_t *p = lookup(G, &key, &slot);
-  if (p) return run_plan(be, G, p, g, s);
-  G->misses++;
-  if (slot >= 0) {
-    DDP_CHECK(plan_build(G, &G->slots[slot], &key));
-    return run_plan(be, G, &G->slots[slot], g, s);
+/* An epilogue plan's cublasLtMatmul with this call's epilogue pointers.
+ * *fused = 0 when the plan has no algorithm, or when Lt turns the
+ * heuristic's choice down at run time (NOT_SUPPORTED, or INVALID_VALUE for
+ * an epilogue type combination it does not take; either way nothing was
+ * launched): the plan then stays unfused for good. */
+static ddp_status_t run_epi_plan(ddp_backend_t *be, struct ddp_cuda_gemm *G, gemm_plan_t *p,
+                                 const ddp_gemm_t *g, const ddp_cuda_epilogue_args_t *e,
+                                 cudaStream_t s, int *fused) {
+  *fused = 0;
+  if (p->have_algo) {
+    cublasStatus_t cs = epi_set_pointers(p->desc, p->key.epilogue, e);
+    if (cs == CUBLAS_STATUS_SUCCESS)
+      cs = cublasLtMatmul(G->lt, p->desc, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta, g->c,
+                          p->lc, g->c, p->lc, &p->algo, G->workspace, LT_WORKSPACE_BYTES, s);
+    if (cs == CUBLAS_STATUS_SUCCESS) {
+      G->epi_fused++;
+      *fused = 1;
+      return DDP_OK;
+    }
+    if (cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE)
+      DDP_CUBLAS_CHECK(cs);
+    DDP_LOG_WARN(
+        "cuda:%d: cuBLASLt turned down epilogue %s on a %lldx%lldx%lld %s GEMM (%s); "
+        "using the unfused ops for it",
+        be->device, epi_name(p->key.epilogue), (long long)g->m, (long long)g->n, (long long)g->k,
+        ddp_dtype_name(g->ab_dtype), cublasGetStatusString(cs));
+    p->have_algo = 0;
   }
+  G->epi_declined++;
+  return DDP_OK;
+}
+
+/* The plan of `key` (built on a miss; a throw-away one when the table is
+ * full) run as a plain GEMM (e NULL) or with its epilogue. */
+static ddp_status_t gemm_keyed(ddp_backend_t *be, const gemm_key_t *key, const ddp_gemm_t *g,
+                               const ddp_cuda_epilogue_args_t *e, cudaStream_t s, int *fused) {
+  struct ddp_cuda_gemm *G = ddp_cuda_state(be)->gemm;
+  int slot;
+  gemm_plan_t *p = lookup(G, key, &slot);
+  if (!p) {
+    G->misses++;
+    if (slot >= 0) {
+      DDP_CHECK(plan_build(G, &G->slots[slot], key, e));
+      p = &G->slots[slot];
+    }
+  }
+  if (p) return e ? run_epi_plan(be, G, p, g, e, s, fused) : run_plan(be, G, p, g, s);
   /* table full: a throw-away plan (destroying descriptors right after the
    * enqueue is allowed: cublasLtMatmul does not keep them) */
   if (!G->warned_full) {
@@ -312,8 +443,65 @@ ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t 
     G->warned_full = 1;
   }
   gemm_plan_t tmp;
-  DDP_CHECK(plan_build(G, &tmp, &key));
-  const ddp_status_t rc = run_plan(be, G, &tmp, g, s);
+  DDP_CHECK(plan_build(G, &tmp, key, e));
+  const ddp_status_t rc =
+      e ? run_epi_plan(be, G, &tmp, g, e, s, fused) : run_plan(be, G, &tmp, g, s);
   plan_release(&tmp);
   return rc;
+}
+
+ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
+  DDP_CHECK(ddp_gemm_validate(g));
+  if (g->m == 0 || g->n == 0) return DDP_OK;
+  const cudaStream_t s = ddp_cuda_stream(be, stream);
+  if (g->k == 0) return gemm_k_zero(be, g, s);
+  const gemm_key_t key = key_of(g, ddp_cuda_state(be)->allow_tf32);
+  return gemm_keyed(be, &key, g, NULL, s, NULL);
+}
+
+static ddp_status_t epi_validate(const ddp_gemm_t *g, const ddp_cuda_epilogue_args_t *e) {
+  if (!e || e->kind <= DDP_CUDA_EPILOGUE_NONE || e->kind > DDP_CUDA_EPILOGUE_DGELU_BGRAD)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gemm epilogue: no epilogue, or unknown kind %d",
+             e ? (int)e->kind : -1);
+  const char *what = epi_name(e->kind);
+  if (epi_has_bias(e->kind) && !e->bias)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gemm epilogue %s: NULL bias", what);
+  if (epi_has_aux(e->kind) && (!e->aux || e->aux_ld < g->n))
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "gemm epilogue %s: aux %p with row pitch %lld for %lld columns (pitch must be >= "
+             "columns)",
+             what, e->aux, (long long)e->aux_ld, (long long)g->n);
+  if (e->kind == DDP_CUDA_EPILOGUE_DGELU_BGRAD && !e->bgrad)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gemm epilogue %s: NULL bias gradient", what);
+  return DDP_OK;
+}
+
+/* The layouts the fused path serves (the linear layers'); anything else is
+ * declined before Lt is asked. Lt wants the aux pitch in multiples of 8
+ * elements (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD). */
+static int epi_layout_ok(const ddp_gemm_t *g, const ddp_cuda_epilogue_args_t *e) {
+  return g->batch == 1 && g->alpha == 1.0f && g->beta == 0.0f && g->m > 0 && g->n > 0 && g->k > 0 &&
+         g->ab_dtype == g->c_dtype && (!epi_has_aux(e->kind) || e->aux_ld % 8 == 0);
+}
+
+ddp_status_t ddp_cuda_gemm_epilogue(ddp_backend_t *be, const ddp_gemm_t *g,
+                                    const ddp_cuda_epilogue_args_t *e, ddp_stream_t stream,
+                                    int *fused) {
+  if (!fused) DDP_FAIL(DDP_ERR_INVALID_ARG, "gemm epilogue: NULL result flag");
+  *fused = 0;
+  DDP_CHECK(ddp_gemm_validate(g));
+  DDP_CHECK(epi_validate(g, e));
+  ddp_cuda_state_t *st = ddp_cuda_state(be);
+  if (!epi_layout_ok(g, e)) {
+    st->gemm->epi_declined++;
+    return DDP_OK;
+  }
+  const gemm_key_t key = epi_key_of(g, st->allow_tf32, e);
+  return gemm_keyed(be, &key, g, e, ddp_cuda_stream(be, stream), fused);
+}
+
+void ddp_cuda_gemm_epilogue_counts(ddp_backend_t *be, uint64_t *fused, uint64_t *declined) {
+  const struct ddp_cuda_gemm *G = ddp_cuda_state(be)->gemm;
+  if (fused) *fused = G ? G->epi_fused : 0;
+  if (declined) *declined = G ? G->epi_declined : 0;
 }

@@ -46,4 +46,6 @@ const ddp_nn_ops_t ddp_nn_cuda_ops = {
     .residual_layernorm_fwd = ddp_cuda_nn_residual_layernorm_fwd,
     .reserve = cuda_nn_reserve,
     .release = ddp_cuda_scratch_release,
+    .linear_gelu_fwd = ddp_cuda_nn_linear_gelu_fwd,
+    .linear_dgelu_bwd = ddp_cuda_nn_linear_dgelu_bwd,
 };

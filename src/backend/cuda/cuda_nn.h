@@ -57,6 +57,13 @@ ddp_status_t ddp_cuda_nn_linear_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *din
                                     float *dbias, const void *dout, const void *inp, const void *w,
                                     int N, int IC, int OC, int accumulate, int accumulate_dinp,
                                     ddp_stream_t s);
+ddp_status_t ddp_cuda_nn_linear_gelu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *pre,
+                                         const void *inp, const void *w, const void *bias, int N,
+                                         int IC, int OC, ddp_stream_t s);
+ddp_status_t ddp_cuda_nn_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dpre,
+                                          float *dbias, const void *dout, const void *w,
+                                          const void *pre, int N, int K, int OC, int accumulate,
+                                          ddp_stream_t s);
 
 /* ---- cuda_nn_attention.c -------------------------------------------------------- */
 size_t ddp_cuda_attention_scratch_bytes(ddp_dtype_t dt, int64_t N, int C, int V);
