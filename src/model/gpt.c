@@ -264,7 +264,7 @@ static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, in
  * footprint, independent of depth) and saves nothing for backward. */
 typedef struct eval_acts {
   int32_t *tokens, *targets;
-  void *res[2], *ln, *qkv, *atty, *fch, *fch_gelu, *logits;
+  void *res[2], *ln, *qkv, *atty, *fch_gelu, *logits;
   float *losses;
 } eval_acts_t;
 
@@ -275,7 +275,6 @@ static ddp_status_t take_eval_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, eva
   ARENA_ACT(ar, e->ln, N * C);
   ARENA_ACT(ar, e->qkv, N * 3 * C);
   ARENA_ACT(ar, e->atty, N * C);
-  ARENA_ACT(ar, e->fch, N * 4 * C);
   ARENA_ACT(ar, e->fch_gelu, N * 4 * C);
   ARENA_ACT(ar, e->logits, N * m->vpad);
   ARENA_TAKE(ar, e->losses, N);
@@ -643,6 +642,51 @@ static ddp_status_t residual_layernorm(ddp_gpt_t *m, void *resid, void *out, flo
   return nn->layernorm_fwd(m->be, m->act_dtype, out, mean, rstd, resid, w, bias, N, C, NULL);
 }
 
+/* The MLP's c_fc and GELU: pre = inp @ w^T + bias, out = GELU(pre), as
+ * one op where the backend fuses GELU into the GEMM's epilogue (pre NULL
+ * in eval: only out is written), else as the two ops. */
+static ddp_status_t mlp_up(ddp_gpt_t *m, void *out, void *pre, const void *inp, const void *w,
+                           const void *bias, int N, int C) {
+  const ddp_nn_ops_t *nn = m->nn;
+  const ddp_dtype_t dt = m->act_dtype;
+  if (nn->linear_gelu_fwd)
+    return nn->linear_gelu_fwd(m->be, dt, out, pre, inp, w, bias, N, C, 4 * C, NULL);
+  void *h = pre ? pre : out; /* eval: GELU in place */
+  DDP_CHECK(nn->linear_fwd(m->be, dt, h, inp, w, bias, N, C, 4 * C, NULL));
+  return nn->gelu_fwd(m->be, dt, out, h, (size_t)N * 4 * C, NULL);
+}
+
+static ddp_status_t announce(ddp_gpt_t *m, int notify, int n);
+
+/* Backward of c_proj, GELU and c_fc: c_proj's weight and bias gradients,
+ * then d(pre) = (dres @ c_proj.w) * GELU'(pre) with c_fc's bias gradient
+ * in the same GEMM's epilogue where the backend fuses it, then c_fc's
+ * weight gradient and d(ln_2) into dln. Announces c_proj's tensors after
+ * the first step and c_fc's after the last (the table's order). */
+static ddp_status_t mlp_bwd(ddp_gpt_t *m, const block_views_t *p, block_views_t *g,
+                            const block_acts_t *b, void *dln, int N, int C, int acc, int notify) {
+  const ddp_nn_ops_t *nn = m->nn;
+  const ddp_dtype_t dt = m->act_dtype;
+  ddp_backend_t *be = m->be;
+  acts_t *a = &m->a;
+  const int fused = nn->linear_dgelu_bwd != NULL;
+  DDP_CHECK(nn->linear_bwd(be, dt, fused ? NULL : a->dfch, g->fcproj_w, g->fcproj_b, a->dres,
+                           b->fch_gelu, p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
+  DDP_CHECK(announce(m, notify, 2));
+  if (fused) {
+    DDP_CHECK(nn->linear_dgelu_bwd(be, dt, a->dfch, g->fc_b, a->dres, p->fcproj_w, b->fch, N, 4 * C,
+                                   C, acc, NULL));
+  } else {
+    DDP_CHECK(nn->gelu_bwd(be, dt, a->dfch, b->fch, a->dfch, (size_t)N * 4 * C, NULL));
+  }
+  if (m->exec.recompute)
+    DDP_CHECK(
+        nn->layernorm_fwd(be, dt, b->ln2, NULL, NULL, b->res2, p->ln2_w, p->ln2_b, N, C, NULL));
+  DDP_CHECK(nn->linear_bwd(be, dt, dln, g->fc_w, fused ? NULL : g->fc_b, a->dfch, b->ln2, p->fc_w,
+                           N, C, 4 * C, acc, 0, NULL));
+  return announce(m, notify, 2);
+}
+
 /* The LM head and the cross-entropy fused with their backward, chunk by
  * chunk of logits_rows() rows: logits of the chunk, loss and d(logits) in
  * place, then d(lnf) of those rows into dtmp and their share of dwte (the
@@ -714,9 +758,8 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
     DDP_CHECK(residual_layernorm(m, b->res2, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, res,
                                  p->ln2_w, p->ln2_b, N, C));
     DDP_CHECK(watch(m, b->res2, m->act_dtype, nc, "forward: h.%d.attn.c_proj + residual", l));
-    DDP_CHECK(nn->linear_fwd(be, dt, b->fch, b->ln2, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
+    DDP_CHECK(mlp_up(m, b->fch_gelu, b->fch, b->ln2, p->fc_w, p->fc_b, N, C));
     DDP_CHECK(watch(m, b->fch, m->act_dtype, 4 * nc, "forward: h.%d.mlp.c_fc output", l));
-    DDP_CHECK(nn->gelu_fwd(be, dt, b->fch_gelu, b->fch, 4 * nc, NULL));
     DDP_CHECK(
         nn->linear_fwd(be, dt, b->res3, b->fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
     if (l + 1 < L) {
@@ -775,7 +818,6 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   m->have_train_acts = 0;
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
   DDP_CHECK(ddp_token_stager_put(&m->in, inputs, targets, N, &e.tokens, &e.targets));
-  const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, dt, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   const int L = m->cfg.n_layer;
   /* residual sums fused with the LayerNorm that follows, as in training */
@@ -789,8 +831,7 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
     DDP_CHECK(nn->attention_fwd(be, dt, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
     DDP_CHECK(residual_layernorm(m, mid, e.ln, NULL, NULL, mid, res, p->ln2_w, p->ln2_b, N, C));
-    DDP_CHECK(nn->linear_fwd(be, dt, e.fch, e.ln, p->fc_w, p->fc_b, N, C, 4 * C, NULL));
-    DDP_CHECK(nn->gelu_fwd(be, dt, e.fch_gelu, e.fch, 4 * nc, NULL));
+    DDP_CHECK(mlp_up(m, e.fch_gelu, NULL, e.ln, p->fc_w, p->fc_b, N, C));
     DDP_CHECK(nn->linear_fwd(be, dt, res, e.fch_gelu, p->fcproj_w, p->fcproj_b, N, 4 * C, C, NULL));
     const int last = l + 1 == L;
     DDP_CHECK(residual_layernorm(m, res, e.ln, NULL, NULL, res, mid,
@@ -874,16 +915,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     /* --recompute: GELU's output, then each LayerNorm's, rebuilt from what
      * forward saved (fch, the residual stream), just before its one use */
     if (rc) DDP_CHECK(nn->gelu_fwd(be, dt, b->fch_gelu, b->fch, 4 * nc, NULL));
-    DDP_CHECK(nn->linear_bwd(be, dt, a->dfch, g->fcproj_w, g->fcproj_b, a->dres, b->fch_gelu,
-                             p->fcproj_w, N, 4 * C, C, acc, 0, NULL));
-    DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(nn->gelu_bwd(be, dt, a->dfch, b->fch, a->dfch, 4 * nc, NULL));
-    if (rc)
-      DDP_CHECK(
-          nn->layernorm_fwd(be, dt, b->ln2, NULL, NULL, b->res2, p->ln2_w, p->ln2_b, N, C, NULL));
-    DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->fc_w, g->fc_b, a->dfch, b->ln2, p->fc_w, N, C,
-                             4 * C, acc, 0, NULL));
-    DDP_CHECK(announce(m, notify, 2));
+    DDP_CHECK(mlp_bwd(m, p, g, b, a->dtmp, N, C, acc, notify));
     DDP_CHECK(nn->layernorm_bwd(be, dt, a->dres, g->ln2_w, g->ln2_b, a->dtmp, b->res2, p->ln2_w,
                                 b->ln2_mean, b->ln2_rstd, N, C, acc, NULL));
     DDP_CHECK(announce(m, notify, 2));
