@@ -160,6 +160,30 @@ typedef struct ddp_nn_ops {
                                    const void *dout, const void *w, const void *pre, int N, int K,
                                    int OC, int accumulate, ddp_stream_t s);
 
+  /* Causal multi-head self-attention without the T x T matrix (flash-style:
+   * tiles of keys, online softmax). qkv (B,T,3C) and out (B,T,C) as
+   * attention_fwd; scale 1/sqrt(hs). lens (B, int32, backend memory) or NULL
+   * (every row is T tokens): row b's positions >= lens[b] (0 <= lens[b] <=
+   * T) are padding: no work is done for them and out rows there are written
+   * as zeros; valid positions attend to valid positions only (keys < lens[b]
+   * follow from causality). The CPU backend rejects lens outside [0, T]; a
+   * GPU cannot see them without a host sync, so the CUDA kernels clamp them
+   * into [0, T]. lse (B,NH,T, fp32): natural-log log-sum-exp of each query
+   * row's scaled scores, saved for backward (0 at padding rows); NULL in
+   * eval. Head sizes: any on the CPU; hs <= 128 on CUDA (tensor cores for
+   * bf16/fp16 at hs 16, 32, 64, 128), larger ones DDP_ERR_UNSUPPORTED. */
+  ddp_status_t (*flash_attention_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *lse,
+                                      const void *qkv, const int32_t *lens, int B, int T, int C,
+                                      int NH, ddp_stream_t s);
+  /* dqkv (B,T,3C) = gradient (overwrites; zeros at padding rows). out and
+   * lse are the forward's (out as stored, in dt). scratch: fp32, B*NH*T
+   * floats (the row sums D = rowsum(dout * out)). Deterministic: no atomics
+   * or order-dependent sums, so the same inputs give the same bits. */
+  ddp_status_t (*flash_attention_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dqkv, float *scratch,
+                                      const void *dout, const void *qkv, const void *out,
+                                      const float *lse, const int32_t *lens, int B, int T, int C,
+                                      int NH, ddp_stream_t s);
+
 } ddp_nn_ops_t;
 
 /* The CPU implementation (also the oracle for every CUDA kernel). */

@@ -377,6 +377,8 @@ static ddp_status_t xent_fused(ddp_backend_t *be, ddp_dtype_t dt, float *losses,
 static size_t gpt_workspace_floats(size_t n, size_t c, size_t v) {
   const size_t pairs[][2] = {{c, c}, {c, 3 * c}, {c, 4 * c}, {4 * c, c}, {c, v}};
   size_t need = 7 * n * c; /* attention backward */
+  if (ddp_cpu_flash_attention_workspace_floats(n, c) > need)
+    need = ddp_cpu_flash_attention_workspace_floats(n, c);
   if (n * v > need) need = n * v;
   if (4 * c > need) need = 4 * c;
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; ++i) {
@@ -415,4 +417,6 @@ const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .release = ddp_cpu_nn_release,
     .linear_gelu_fwd = ddp_cpu_linear_gelu_fwd,
     .linear_dgelu_bwd = ddp_cpu_linear_dgelu_bwd,
+    .flash_attention_fwd = ddp_cpu_flash_attention_fwd,
+    .flash_attention_bwd = ddp_cpu_flash_attention_bwd,
 };

@@ -177,6 +177,21 @@ ddp_status_t ddp_cpu_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
                                       const void *dout, const void *w, const void *pre, int N,
                                       int K, int OC, int accumulate, ddp_stream_t s);
 
+/* ---- flash attention (cpu_flash_attention.c) ------------------------------ */
+
+/* nn.h's flash_attention_fwd / flash_attention_bwd under every dt (the
+ * table entries themselves). */
+ddp_status_t ddp_cpu_flash_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *lse,
+                                         const void *qkv, const int32_t *lens, int B, int T, int C,
+                                         int NH, ddp_stream_t s);
+ddp_status_t ddp_cpu_flash_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dqkv,
+                                         float *scratch, const void *dout, const void *qkv,
+                                         const void *out, const float *lse, const int32_t *lens,
+                                         int B, int T, int C, int NH, ddp_stream_t s);
+/* The fp32 workspace the two need under bf16/fp16 for up to n rows of C
+ * channels (any T <= n). */
+size_t ddp_cpu_flash_attention_workspace_floats(size_t n, size_t c);
+
 /* ---- fp32 workspace of the half-precision ops (cpu_nn_workspace.c) ------- */
 
 /* Grows be's workspace to at least `floats` and adds a holder (the only
