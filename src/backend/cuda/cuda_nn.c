@@ -48,4 +48,6 @@ const ddp_nn_ops_t ddp_nn_cuda_ops = {
     .release = ddp_cuda_scratch_release,
     .linear_gelu_fwd = ddp_cuda_nn_linear_gelu_fwd,
     .linear_dgelu_bwd = ddp_cuda_nn_linear_dgelu_bwd,
+    .flash_attention_fwd = ddp_cuda_nn_flash_attention_fwd,
+    .flash_attention_bwd = ddp_cuda_nn_flash_attention_bwd,
 };

@@ -82,6 +82,17 @@ ddp_status_t ddp_cuda_nn_xent_fused(ddp_backend_t *be, ddp_dtype_t dt, float *lo
                                     const int32_t *targets, float dloss, int N, int V, int Vp,
                                     ddp_stream_t s);
 
+/* ---- cuda_nn_flash.c ------------------------------------------------------------ */
+/* No shared scratch (see the file): reserve() takes nothing for these. */
+ddp_status_t ddp_cuda_nn_flash_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out,
+                                             float *lse, const void *qkv, const int32_t *lens,
+                                             int B, int T, int C, int NH, ddp_stream_t s);
+ddp_status_t ddp_cuda_nn_flash_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dqkv,
+                                             float *scratch, const void *dout, const void *qkv,
+                                             const void *out, const float *lse,
+                                             const int32_t *lens, int B, int T, int C, int NH,
+                                             ddp_stream_t s);
+
 /* ---- cuda_nn.c: the table ------------------------------------------------------- */
 extern const ddp_nn_ops_t ddp_nn_cuda_ops;
 
