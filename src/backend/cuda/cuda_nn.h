@@ -89,9 +89,8 @@ ddp_status_t ddp_cuda_nn_flash_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, 
                                              int B, int T, int C, int NH, ddp_stream_t s);
 ddp_status_t ddp_cuda_nn_flash_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dqkv,
                                              float *scratch, const void *dout, const void *qkv,
-                                             const void *out, const float *lse,
-                                             const int32_t *lens, int B, int T, int C, int NH,
-                                             ddp_stream_t s);
+                                             const void *out, const float *lse, const int32_t *lens,
+                                             int B, int T, int C, int NH, ddp_stream_t s);
 
 /* ---- cuda_nn.c: the table ------------------------------------------------------- */
 extern const ddp_nn_ops_t ddp_nn_cuda_ops;
