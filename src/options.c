@@ -69,6 +69,10 @@ static ddp_status_t validate_on_off(const char *value) {
   return one_of3(value, "on", "off", "off");
 }
 
+static ddp_status_t validate_attention(const char *value) {
+  return one_of3(value, "auto", "flash", "matrix");
+}
+
 static ddp_status_t validate_precision(const char *value) {
   ddp_precision_t p;
   return ddp_precision_parse(value, &p);
@@ -182,6 +186,11 @@ static const opt_row_t k_rows[] = {
      "block's 16 token x channel activation buffers are not stored, for a larger batch in the "
      "same memory at the cost of one LayerNorm and GELU pass more per block; results unchanged",
      validate_on_off, 0},
+    {"attention", 0, OPT_STRING, OFF(attention), "auto", 0, 0, "KIND", "Run control",
+     "attention kernel: flash (tiles with an online softmax: no T x T probabilities kept, and "
+     "no work on the padding after each row's last target), matrix (probabilities kept for "
+     "backward), or auto: flash on GPUs, matrix on the CPU, where it is faster",
+     validate_attention, 0},
     {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
      "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "
      "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "

@@ -2,7 +2,8 @@
  * never what it computes: --recompute gives bit-identical losses and
  * gradients with a smaller arena; the fused forward-backward equals the
  * separate calls (bit for bit with one chunk of logits, within fp32 summation
- * order with several) and keeps only a chunk of logits; bad options and a
+ * order with several) and keeps only a chunk of logits; flash attention
+ * matches matrix attention on ragged rows; bad options and a
  * full-logits forward on a fused model are refused. */
 #include <math.h>
 
@@ -161,6 +162,51 @@ START_TEST(test_gpt_exec_fused_chunks_match_separate_calls) {
 }
 END_TEST
 
+/* Flash attention against the matrix attention it replaces, on ragged rows
+ * (flash skips each row's tail after its last target): the same losses and
+ * gradients up to fp32 summation order, a smaller arena, and an eval loss
+ * equal to the training loss. */
+START_TEST(test_gpt_exec_flash_matches_matrix_attention) {
+  const ddp_gpt_config_t c = {
+      .n_layer = 2, .n_head = 2, .n_embd = 32, .max_seq_len = 40, .vocab = 61};
+  enum { B = 6, T = 37 };
+  ddp_gpt_exec_t mx = {.attention = DDP_GPT_ATTENTION_MATRIX};
+  ddp_gpt_exec_t fx = {.attention = DDP_GPT_ATTENTION_FLASH, .fused_classifier = 1};
+  ddp_gpt_t *a = make(&c, B * T, DDP_DTYPE_F32, &mx);
+  ddp_gpt_t *b = make(&c, B * T, DDP_DTYPE_F32, &fx);
+  ck_assert_str_eq(ddp_gpt_attention_name(a), "matrix");
+  ck_assert_str_eq(ddp_gpt_attention_name(b), "flash");
+  ck_assert(ddp_gpt_activation_bytes(b) < ddp_gpt_activation_bytes(a));
+  const size_t n = ddp_gpt_num_params(a);
+  float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
+  int32_t in[2 * B * T], tg[2 * B * T];
+  batch(in, tg, B, T, 61, 7);
+  batch(in + B * T, tg + B * T, B, T, 61, 8);
+  for (int i = 0; i < T; ++i) tg[2 * T + i] = -1; /* a row with no target at all */
+  const double la = two_steps(a, 0, in, tg, B, T, ga);
+  const double lb = two_steps(b, 1, in, tg, B, T, gb);
+  ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(la), "loss %.9g vs %.9g", la, lb);
+  for (int t = 0; t < ddp_gpt_num_tensors(a); ++t) {
+    const ddp_gpt_tensor_t *d = ddp_gpt_tensor(a, t);
+    float scale = 0;
+    for (size_t i = d->offset; i < d->offset + d->count; ++i) scale = fmaxf(scale, fabsf(ga[i]));
+    for (size_t i = d->offset; i < d->offset + d->count; ++i)
+      ck_assert_msg(fabsf(ga[i] - gb[i]) <= 1e-5f * scale, "%s[%zu]: %g vs %g", d->name,
+                    i - d->offset, ga[i], gb[i]);
+  }
+  double train = 0, eval = 0;
+  ck_assert_int_eq(ddp_gpt_forward_backward(b, in, tg, B, T, 1.0f, 0, 0), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_take_loss(b, &train), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_forward(b, in, tg, B, T, 0, 0.0f), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_take_loss(b, &eval), DDP_OK);
+  ck_assert_msg(fabs(train - eval) <= 1e-6 * fabs(train), "%.9g vs %.9g", train, eval);
+  free(ga);
+  free(gb);
+  ddp_gpt_destroy(a);
+  ddp_gpt_destroy(b);
+}
+END_TEST
+
 START_TEST(test_gpt_exec_rejects_bad_use) {
   const ddp_gpt_config_t c = {
       .n_layer = 1, .n_head = 2, .n_embd = 16, .max_seq_len = 64, .vocab = 300};
@@ -175,6 +221,8 @@ START_TEST(test_gpt_exec_rejects_bad_use) {
   bad = (ddp_gpt_exec_t){.fused_classifier = -1};
   ck_assert_int_eq(ddp_gpt_set_exec(m, &bad), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_gpt_set_exec(NULL, &fx), DDP_ERR_INVALID_ARG);
+  bad = (ddp_gpt_exec_t){.attention = (ddp_gpt_attention_t)7};
+  ck_assert_int_eq(ddp_gpt_set_exec(m, &bad), DDP_ERR_INVALID_ARG);
   /* 2048 rows need their full logits; the fused layout holds 1024 */
   ck_assert_int_eq(ddp_gpt_forward(m, in, tg, 32, 64, 1, 1.0f), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_gpt_forward_backward(m, in, NULL, 32, 64, 1.0f, 0, 0), DDP_ERR_INVALID_ARG);
@@ -182,6 +230,7 @@ START_TEST(test_gpt_exec_rejects_bad_use) {
   ddp_assert_contains(log, "recompute must be 0 or 1, not 2");
   ddp_assert_contains(log, "fused_classifier must be 0 or 1, not -1");
   ddp_assert_contains(log, "needs their full logits");
+  ddp_assert_contains(log, "unknown attention kind 7");
   ddp_assert_contains(log, "training needs targets");
   free(log);
   /* a small batch fits one chunk: the separate calls still work */
@@ -202,6 +251,7 @@ static Suite *gpt_exec_suite(void) {
   tcase_add_test(tc, test_gpt_exec_recompute_is_bit_identical_bf16);
   tcase_add_test(tc, test_gpt_exec_fused_one_chunk_is_bit_identical);
   tcase_add_test(tc, test_gpt_exec_fused_chunks_match_separate_calls);
+  tcase_add_test(tc, test_gpt_exec_flash_matches_matrix_attention);
   tcase_add_test(tc, test_gpt_exec_rejects_bad_use);
   suite_add_tcase(s, tc);
   return s;

@@ -39,6 +39,12 @@ check "bad --tf32" 2 "option --tf32: 'maybe' is not valid" "$DDPTRAIN" --tf32 ma
 check "--help explains --tf32" 0 "TF32 tensor cores" "$DDPTRAIN" --help
 check "bad --recompute" 2 "option --recompute: 'yes' is not valid" "$DDPTRAIN" --recompute yes
 check "--help explains --recompute" 0 "recompute LayerNorm and GELU outputs" "$DDPTRAIN" --help
+check "bad --attention" 2 "option --attention: 'fast' is not valid" "$DDPTRAIN" --attention fast
+check "--help explains --attention" 0 "no T x T probabilities kept" "$DDPTRAIN" --help
+# shellcheck disable=SC2086
+check "--attention flash on the CPU" 0 "flash attention;" "$DDPTRAIN" $TINY --attention flash
+# shellcheck disable=SC2086
+check "--attention auto is matrix on the CPU" 0 "matrix attention;" "$DDPTRAIN" $TINY --device cpu
 check "bad --nvtx" 2 "option --nvtx: '1' is not valid" "$DDPTRAIN" --nvtx 1
 check "--help explains --nvtx" 0 "NVTX ranges" "$DDPTRAIN" --help
 if "$DDPTRAIN" --build-info | grep -q "^  CUDA  *yes"; then

@@ -135,6 +135,16 @@ ddp_status_t ddp_gpt_forward(ddp_gpt_t *m, const int32_t *inputs, const int32_t 
  * gradients (first micro-step); notify != 0 calls the grad hook per tensor. */
 ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify);
 
+/* Which attention the blocks run. */
+typedef enum ddp_gpt_attention {
+  DDP_GPT_ATTENTION_AUTO = 0,   /* flash on GPUs; matrix on the CPU, where flash
+                                   measured 10-30% slower per call (bench/RESULTS.md) */
+  DDP_GPT_ATTENTION_MATRIX = 1, /* softmax probabilities (B,NH,T,T) kept for backward */
+  DDP_GPT_ATTENTION_FLASH = 2   /* tiles with an online softmax: only (B,NH,T) kept,
+                                   and no work on the padding after each row's last
+                                   target */
+} ddp_gpt_attention_t;
+
 /* How the model runs (not what it computes): set outside the step loop,
  * after ddp_gpt_set_precision; each call re-sizes the activation arena. */
 typedef struct ddp_gpt_exec {
@@ -150,11 +160,14 @@ typedef struct ddp_gpt_exec {
    * with their backward chunk by chunk; ddp_gpt_forward(train = 1) of more
    * tokens than a chunk is then refused. */
   int fused_classifier;
+  ddp_gpt_attention_t attention;
 } ddp_gpt_exec_t;
 /* The zeroed struct is the default (everything kept, full logits). On
  * failure (the arena does not fit) the previous options stay in force. */
 ddp_status_t ddp_gpt_set_exec(ddp_gpt_t *m, const ddp_gpt_exec_t *exec);
 const ddp_gpt_exec_t *ddp_gpt_exec(const ddp_gpt_t *m);
+/* The attention in use once "auto" is resolved: "flash" or "matrix". */
+const char *ddp_gpt_attention_name(const ddp_gpt_t *m);
 
 /* One training micro-step: forward and backward of a micro-batch in one
  * call (arguments as ddp_gpt_forward with train = 1 and ddp_gpt_backward),

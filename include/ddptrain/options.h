@@ -47,6 +47,7 @@ typedef struct ddp_options {
   char tf32[8];      /* "on" | "off" */
   char recompute[8]; /* "on" | "off" */
   char nvtx[8];      /* "on" | "off" */
+  char attention[8]; /* "auto" | "flash" | "matrix" */
   int64_t threads;
   int64_t seed;
   double peak_gflops;

@@ -36,11 +36,14 @@ typedef struct model_views {
  * and losses are fp32 under every precision. */
 typedef struct block_acts {
   void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+  /* att: the softmax probabilities (B,NH,T,T) of matrix attention, or the
+   * per-row log-sum-exp (B,NH,T) of flash attention */
   float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
 } block_acts_t;
 
 typedef struct acts {
   int32_t *tokens, *targets;
+  int32_t *lens; /* flash attention: per-row lengths (device), NULL = all T */
   void *encoded;
   /* --recompute: every block's ln1, ln2 and fch_gelu views point at these
    * two shared buffers; backward recomputes them from what is saved (the
@@ -211,7 +214,22 @@ static int64_t logits_rows(const ddp_gpt_t *m, int64_t N) {
   return rows < N ? rows : N;
 }
 
-/* The training layout for N = B*T tokens and att_elems = B*NH*T*T. Run on a
+/* Flash attention (ddp_gpt_exec_t.attention, auto = on GPUs): no T x T
+ * probabilities, and no work on the padding at the end of each row. */
+static int use_flash(const ddp_gpt_t *m) {
+  if (!m->nn->flash_attention_fwd) return 0;
+  return m->exec.attention == DDP_GPT_ATTENTION_FLASH ||
+         (m->exec.attention == DDP_GPT_ATTENTION_AUTO && m->be->ops->kind == DDP_DEVICE_KIND_CUDA);
+}
+
+/* Floats of each block's saved attention state and of the shared backward
+ * scratch for B rows of T tokens. */
+static int64_t att_elems(const ddp_gpt_t *m, int64_t B, int64_t T) {
+  const int64_t rows = (int64_t)m->cfg.n_head * B * T;
+  return use_flash(m) ? rows : rows * T;
+}
+
+/* The training layout for N = B*T tokens and att_elems(). Run on a
  * measuring arena with the worst case to size the real one. */
 static ddp_status_t take_train_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, int64_t att_elems) {
   const int64_t C = m->cfg.n_embd;
@@ -289,12 +307,13 @@ static ddp_status_t take_eval_acts(ddp_gpt_t *m, ddp_arena_t *ar, int64_t N, eva
 static ddp_status_t size_arena(ddp_gpt_t *m) {
   const int64_t N = m->max_tokens;
   const int64_t t_max = m->cfg.max_seq_len < N ? m->cfg.max_seq_len : N;
-  const int64_t att_elems = (int64_t)m->cfg.n_head * N * t_max;
+  /* B*T*T <= N * t_max for the worst split of the budget into rows */
+  const int64_t att = att_elems(m, N, 1) * (use_flash(m) ? 1 : t_max);
   ddp_arena_t measure, measure_eval;
   eval_acts_t e;
   ddp_arena_init_measure(&measure, "measure");
   ddp_arena_init_measure(&measure_eval, "measure");
-  DDP_CHECK(take_train_acts(m, &measure, N, att_elems));
+  DDP_CHECK(take_train_acts(m, &measure, N, att));
   DDP_CHECK(take_eval_acts(m, &measure_eval, N, &e));
   const size_t bytes = measure.peak > measure_eval.peak ? measure.peak : measure_eval.peak;
   ddp_arena_destroy(&m->arena);
@@ -539,6 +558,12 @@ ddp_status_t ddp_gpt_set_exec(ddp_gpt_t *m, const ddp_gpt_exec_t *x) {
   if (x->fused_classifier != 0 && x->fused_classifier != 1)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_exec: fused_classifier must be 0 or 1, not %d",
              x->fused_classifier);
+  if (x->attention != DDP_GPT_ATTENTION_AUTO && x->attention != DDP_GPT_ATTENTION_MATRIX &&
+      x->attention != DDP_GPT_ATTENTION_FLASH)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_exec: unknown attention kind %d", (int)x->attention);
+  if (x->attention == DDP_GPT_ATTENTION_FLASH && !m->nn->flash_attention_fwd)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED, "--attention flash: the %s backend has no flash attention",
+             m->be->ops->name);
   const ddp_gpt_exec_t old = m->exec;
   m->exec = *x;
   m->have_train_acts = 0; /* the layout changes: nothing saved survives */
@@ -549,6 +574,10 @@ ddp_status_t ddp_gpt_set_exec(ddp_gpt_t *m, const ddp_gpt_exec_t *x) {
     if (size_arena(m) != DDP_OK) DDP_LOG_ERROR("gpt_set_exec: cannot restore the activation arena");
   }
   return st;
+}
+
+const char *ddp_gpt_attention_name(const ddp_gpt_t *m) {
+  return use_flash(m) ? "flash" : "matrix";
 }
 
 const ddp_gpt_exec_t *ddp_gpt_exec(const ddp_gpt_t *m) {
@@ -625,6 +654,24 @@ static ddp_status_t check_batch(const ddp_gpt_t *m, const int32_t *inputs, const
                "(and is not the ignore index -1)",
                targets[i], (long long)(i / T), (long long)(i % T), m->cfg.vocab);
   return DDP_OK;
+}
+
+/* Stages the micro-batch; for flash attention with targets also each row's
+ * length: one past its last target, since no position after it feeds a
+ * loss (attention is causal), so those positions need no attention work. */
+static ddp_status_t stage(ddp_gpt_t *m, const int32_t *inputs, const int32_t *targets, int B, int T,
+                          int32_t **tokens, int32_t **dev_targets, int32_t **lens) {
+  int32_t *host_lens = NULL;
+  if (targets && use_flash(m)) {
+    host_lens = ddp_token_stager_lens_host(&m->in);
+    for (int b = 0; b < B; ++b) {
+      int len = T;
+      while (len > 0 && targets[(size_t)b * T + len - 1] == -1) --len;
+      host_lens[b] = len;
+    }
+  }
+  return ddp_token_stager_put_rows(&m->in, inputs, targets, (int64_t)B * T, host_lens, B, tokens,
+                                   dev_targets, lens);
 }
 
 /* resid = a + b, then out = LayerNorm(resid) (statistics saved unless
@@ -726,8 +773,8 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
   acts_t *a = &m->a;
   ddp_arena_reset(&m->arena);
-  DDP_CHECK(take_train_acts(m, &m->arena, N, (int64_t)B * NH * T * T));
-  DDP_CHECK(ddp_token_stager_put(&m->in, inputs, targets, N, &a->tokens, &a->targets));
+  DDP_CHECK(take_train_acts(m, &m->arena, N, att_elems(m, B, T)));
+  DDP_CHECK(stage(m, inputs, targets, B, T, &a->tokens, &a->targets, &a->lens));
   const size_t nc = (size_t)N * C;
   DDP_CHECK(nn->embed_fwd(be, dt, a->encoded, a->tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   DDP_CHECK(watch(m, a->encoded, m->act_dtype, nc, "forward: embedding output"));
@@ -752,7 +799,11 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
     DDP_NVTX_PUSH("forward h.%d", l);
     DDP_CHECK(nn->linear_fwd(be, dt, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(watch(m, b->qkv, m->act_dtype, 3 * nc, "forward: h.%d.attn.c_attn output", l));
-    DDP_CHECK(nn->attention_fwd(be, dt, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
+    if (use_flash(m))
+      DDP_CHECK(
+          nn->flash_attention_fwd(be, dt, b->atty, b->att, b->qkv, a->lens, B, T, C, NH, NULL));
+    else
+      DDP_CHECK(nn->attention_fwd(be, dt, b->atty, b->att, b->qkv, B, T, C, NH, NULL));
     DDP_CHECK(watch(m, b->atty, m->act_dtype, nc, "forward: h.%d.attn output", l));
     DDP_CHECK(nn->linear_fwd(be, dt, b->res2, b->atty, p->proj_w, p->proj_b, N, C, C, NULL));
     DDP_CHECK(residual_layernorm(m, b->res2, b->ln2, b->ln2_mean, b->ln2_rstd, b->res2, res,
@@ -817,7 +868,8 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   ddp_arena_reset(&m->arena);
   m->have_train_acts = 0;
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));
-  DDP_CHECK(ddp_token_stager_put(&m->in, inputs, targets, N, &e.tokens, &e.targets));
+  int32_t *lens = NULL;
+  DDP_CHECK(stage(m, inputs, targets, B, T, &e.tokens, &e.targets, &lens));
   DDP_CHECK(nn->embed_fwd(be, dt, e.res[0], e.tokens, m->p.wte, m->p.wpe, B, T, C, NULL));
   const int L = m->cfg.n_layer;
   /* residual sums fused with the LayerNorm that follows, as in training */
@@ -828,7 +880,10 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
     const block_views_t *p = &m->p.blocks[l];
     void *res = e.res[0], *mid = e.res[1];
     DDP_CHECK(nn->linear_fwd(be, dt, e.qkv, e.ln, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
-    DDP_CHECK(nn->attention_fwd(be, dt, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
+    if (use_flash(m))
+      DDP_CHECK(nn->flash_attention_fwd(be, dt, e.atty, NULL, e.qkv, lens, B, T, C, NH, NULL));
+    else
+      DDP_CHECK(nn->attention_fwd(be, dt, e.atty, NULL, e.qkv, B, T, C, NH, NULL));
     DDP_CHECK(nn->linear_fwd(be, dt, mid, e.atty, p->proj_w, p->proj_b, N, C, C, NULL));
     DDP_CHECK(residual_layernorm(m, mid, e.ln, NULL, NULL, mid, res, p->ln2_w, p->ln2_b, N, C));
     DDP_CHECK(mlp_up(m, e.fch_gelu, NULL, e.ln, p->fc_w, p->fc_b, N, C));
@@ -922,8 +977,10 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     DDP_CHECK(nn->linear_bwd(be, dt, a->dtmp, g->proj_w, g->proj_b, a->dres, b->atty, p->proj_w, N,
                              C, C, acc, 0, NULL));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_CHECK(
-        nn->attention_bwd(be, dt, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B, T, C, NH, NULL));
+    DDP_CHECK(use_flash(m) ? nn->flash_attention_bwd(be, dt, a->dqkv, a->datt, a->dtmp, b->qkv,
+                                                     b->atty, b->att, a->lens, B, T, C, NH, NULL)
+                           : nn->attention_bwd(be, dt, a->dqkv, a->datt, a->dtmp, b->qkv, b->att, B,
+                                               T, C, NH, NULL));
     if (rc)
       DDP_CHECK(
           nn->layernorm_fwd(be, dt, b->ln1, NULL, NULL, res_in, p->ln1_w, p->ln1_b, N, C, NULL));

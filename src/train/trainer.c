@@ -262,8 +262,12 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_gpt_set_precision(tr->model, ddp_precision_dtype(tr->amp.precision)));
   /* The trainer always runs the fused classifier (one call per micro-step),
    * so only a chunk of logits is ever held. */
-  const ddp_gpt_exec_t exec = {.recompute = ddp_ascii_ieq(o->recompute, "on"),
-                               .fused_classifier = 1};
+  const ddp_gpt_exec_t exec = {
+      .recompute = ddp_ascii_ieq(o->recompute, "on"),
+      .fused_classifier = 1,
+      .attention = ddp_ascii_ieq(o->attention, "flash")    ? DDP_GPT_ATTENTION_FLASH
+                   : ddp_ascii_ieq(o->attention, "matrix") ? DDP_GPT_ATTENTION_MATRIX
+                                                           : DDP_GPT_ATTENTION_AUTO};
   DDP_CHECK(ddp_gpt_set_exec(tr->model, &exec));
   DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
   DDP_CHECK(setup_optimizer(tr));
@@ -303,12 +307,14 @@ static ddp_status_t setup(trainer_t *tr) {
       (long long)o->tokens_per_batch, 100.0 * es.pad_frac, es.imbalance_mean, es.imbalance_max,
       es.build_seconds);
   DDP_LOG_INFO(
-      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations%s; %s, %lld steps; "
+      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations%s, %s attention; %s, "
+      "%lld steps; "
       "peak %.1f GFLOP/s per rank",
       mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, ddp_gpt_num_params(tr->model) / 1e6,
       ddp_gpt_activation_bytes(tr->model) / 1048576.0,
       ddp_gpt_exec(tr->model)->recompute ? " (recomputing LayerNorm and GELU)" : "",
-      ddp_optim_kind_name(tr->ocfg.kind), (long long)tr->steps, tr->peak_gflops);
+      ddp_gpt_attention_name(tr->model), ddp_optim_kind_name(tr->ocfg.kind), (long long)tr->steps,
+      tr->peak_gflops);
   return DDP_OK;
 }
 
