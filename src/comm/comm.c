@@ -425,16 +425,20 @@ void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *
     return;
   }
   if (missing > 0) {
-    char list[400] = "";
+    /* Sized so the whole message fits: the list is cut, the conclusion never. */
+    char list[300] = "";
     int named = 0;
     for (int r = 0; r < world; ++r) {
       if (probes[r].usable) continue;
-      if (named++ == LIST_MAX) {
-        append(list, sizeof list, "; and %d more", missing - LIST_MAX);
+      char entry[200];
+      snprintf(entry, sizeof entry, "%srank %d on %.63s: %.95s", named ? "; " : "", r,
+               probes[r].host, probes[r].why[0] ? probes[r].why : "no usable GPU");
+      if (named == LIST_MAX || strlen(list) + strlen(entry) + 24 > sizeof list) {
+        append(list, sizeof list, "; and %d more", missing - named);
         break;
       }
-      append(list, sizeof list, "%srank %d on %s: %s", named > 1 ? "; " : "", r, probes[r].host,
-             probes[r].why[0] ? probes[r].why : "no usable GPU");
+      append(list, sizeof list, "%s", entry);
+      ++named;
     }
     if (is_auto) {
       out->device = "cpu";
