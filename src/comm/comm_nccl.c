@@ -202,7 +202,7 @@ static ddp_status_t poll_slot(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
       const double age = (double)(ddp_comm_now_ns() - m->issued_ns[s->index]) / 1e9;
       if (st == DDP_OK && age > c->timeout_s) {
         char cause[160];
-        snprintf(cause, sizeof cause, "no completion after %.0f s (timeout %g s)", age,
+        snprintf(cause, sizeof cause, "no completion after %.1f s (timeout %g s)", age,
                  c->timeout_s);
         st = abort_comm(c, s, DDP_ERR_TIMEOUT, cause);
       }
