@@ -157,10 +157,20 @@ static ddp_status_t poll_async(ddp_comm_t *c, const ddp_comm_slot_t *s) {
   return abort_comm(c, s, DDP_ERR_NCCL, cause);
 }
 
+/* cudaEventQuery of an event not yet reached. "Not ready" is no error, but
+ * the runtime may keep it as the thread's last error, and the kernel
+ * launchers read cudaGetLastError() right after each launch: clear it here
+ * (as PyTorch does), or the next launch would report "not ready". */
+static cudaError_t query_event(cudaEvent_t ev) {
+  const cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaErrorNotReady) (void)cudaGetLastError();
+  return e;
+}
+
 /* Adds slot i's device time to comm_ns when its collective is done. */
 static void harvest_slot(ddp_comm_t *c, int i) {
   nccl_impl_t *m = c->impl;
-  if (!m->timed[i] || cudaEventQuery(m->done[i]) != cudaSuccess) return;
+  if (!m->timed[i] || query_event(m->done[i]) != cudaSuccess) return;
   float ms = 0.0f;
   if (cudaEventElapsedTime(&ms, m->begin[i], m->done[i]) == cudaSuccess)
     ddp_comm_add_time(c, (int64_t)((double)ms * 1e6));
@@ -186,7 +196,7 @@ static ddp_status_t poll_slot(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
   if (m->aborted) {
     st = refuse(c, op_name(s->op));
   } else {
-    const cudaError_t e = cudaEventQuery(m->done[s->index]);
+    const cudaError_t e = query_event(m->done[s->index]);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
       char cause[160];
       snprintf(cause, sizeof cause, "CUDA error while waiting: %s", cudaGetErrorString(e));
