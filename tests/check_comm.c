@@ -541,7 +541,7 @@ START_TEST(test_comm_create_rejects_bad_config) {
   ck_assert_int_eq(e_neg, DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(e_huge, DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(e_null, DDP_ERR_INVALID_ARG);
-  ddp_assert_contains(log, "comm kind 'tcp' is not one of auto, self, mpi");
+  ddp_assert_contains(log, "comm kind 'tcp' is not one of auto, self, mpi, nccl");
   ddp_assert_contains(log, "comm progress mode 'poll' is not one of thread, test");
   ddp_assert_contains(log, "comm max_inflight -1 outside [1, 4096]");
   ddp_assert_contains(log, "comm max_inflight 5000 outside [1, 4096]");
@@ -617,6 +617,189 @@ START_TEST(test_comm_destroy_completes_outstanding_work) {
 }
 END_TEST
 
+/* ---- the NCCL kind, as far as a machine without a GPU can see it ---------- */
+
+START_TEST(test_comm_kind_built_names_this_build) {
+  ck_assert_int_eq(ddp_comm_kind_built("self"), 1);
+  ck_assert_int_eq(ddp_comm_kind_built("mpi"), have_mpi());
+  ck_assert_int_eq(ddp_comm_kind_built("tcp"), 0);
+  ck_assert_int_eq(ddp_comm_kind_built("auto"), 0); /* a choice, not a kind */
+  ck_assert_int_eq(ddp_comm_kind_built(NULL), 0);
+}
+END_TEST
+
+/* "nccl" without the CUDA backend is refused on every rank alike (the ranks
+ * agree before NCCL starts, so none waits in ncclCommInitRank for a rank
+ * that gave up); in a build without NCCL the kind itself is refused. A
+ * negative timeout is refused before anything starts. */
+START_TEST(test_comm_nccl_needs_the_cuda_backend) {
+  ddp_backend_t *cpu = ddp_test_cpu_backend();
+  const ddp_comm_config_t none = {.kind = "nccl"}, on_cpu = {.kind = "nccl", .be = cpu};
+  const ddp_comm_config_t neg = {.kind = "nccl", .timeout_s = -1.0};
+  ddp_comm_t *c = NULL;
+  ddp_test_log_start();
+  const ddp_status_t e_none = ddp_comm_create(&g_dist, &none, &c);
+  const ddp_status_t e_cpu = ddp_comm_create(&g_dist, &on_cpu, &c);
+  const ddp_status_t e_neg = ddp_comm_create(&g_dist, &neg, &c);
+  char *log = ddp_test_log_stop();
+  ddp_backend_destroy(cpu);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(e_neg, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "comm timeout -1 s must be finite and >= 0");
+  if (ddp_comm_kind_built("nccl")) {
+    ck_assert_int_eq(e_none, DDP_ERR_INVALID_ARG);
+    ck_assert_int_eq(e_cpu, DDP_ERR_INVALID_ARG);
+    ddp_assert_contains(log, "comm kind 'nccl' needs the CUDA backend in its config");
+    ddp_assert_contains(log, "got none");
+    ddp_assert_contains(log, "got cpu");
+  } else {
+    ck_assert_int_eq(e_none, DDP_ERR_UNSUPPORTED);
+    ck_assert_int_eq(e_cpu, DDP_ERR_UNSUPPORTED);
+    ddp_assert_contains(log, "comm kind 'nccl': this build has no NCCL communicator");
+  }
+  free(log);
+}
+END_TEST
+
+/* ---- ddp_comm_choose: pure, so every rank runs it alone ------------------ */
+
+static ddp_comm_gpu_probe_t gpu(int device, const char *host) {
+  ddp_comm_gpu_probe_t p = {.usable = 1, .device = device};
+  snprintf(p.host, sizeof p.host, "%s", host);
+  return p;
+}
+
+static ddp_comm_gpu_probe_t no_gpu(const char *host, const char *why) {
+  ddp_comm_gpu_probe_t p = {.usable = 0, .device = -1};
+  snprintf(p.host, sizeof p.host, "%s", host);
+  snprintf(p.why, sizeof p.why, "%s", why);
+  return p;
+}
+
+START_TEST(test_comm_choose_world_one_and_cpu_keep_the_request) {
+  ddp_comm_choice_t ch;
+  const ddp_comm_gpu_probe_t one[1] = {gpu(0, "n0")};
+  ddp_comm_choose("cuda", 1, one, 1, 0, &ch);
+  ck_assert_str_eq(ch.device, "cuda");
+  ck_assert_ptr_null(ch.grad_comm);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_str_eq(ch.message, "");
+  const ddp_comm_gpu_probe_t two[2] = {gpu(0, "n0"), no_gpu("n1", "x")};
+  ddp_comm_choose("cpu", 2, two, 1, 1, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ck_assert_ptr_null(ch.grad_comm);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_str_eq(ch.message, "");
+  ddp_comm_choose(NULL, 1, NULL, 1, 0, &ch); /* NULL device is auto */
+  ck_assert_str_eq(ch.device, "auto");
+  ck_assert_int_eq(ch.status, DDP_OK);
+}
+END_TEST
+
+START_TEST(test_comm_choose_every_rank_on_its_gpu_gets_nccl) {
+  ddp_comm_choice_t ch;
+  /* two hosts reuse ordinals 0 and 1: nothing is shared */
+  const ddp_comm_gpu_probe_t p[4] = {gpu(0, "n0"), gpu(1, "n0"), gpu(0, "n1"), gpu(1, "n1")};
+  for (int k = 0; k < 3; ++k) {
+    const char *dev = k == 0 ? "auto" : k == 1 ? "cuda" : NULL;
+    ddp_comm_choose(dev, 4, p, 1, 0, &ch);
+    ck_assert_str_eq(ch.device, dev ? dev : "auto");
+    ck_assert_ptr_nonnull(ch.grad_comm);
+    ck_assert_str_eq(ch.grad_comm, "nccl");
+    ck_assert_int_eq(ch.status, DDP_OK);
+    ck_assert_str_eq(ch.message, "");
+  }
+  /* without NCCL a CUDA-aware MPI reduces GPU memory itself */
+  ddp_comm_choose("cuda", 4, p, 0, 1, &ch);
+  ck_assert_str_eq(ch.device, "cuda");
+  ck_assert_ptr_null(ch.grad_comm);
+  ck_assert_int_eq(ch.status, DDP_OK);
+}
+END_TEST
+
+START_TEST(test_comm_choose_a_rank_without_gpu_moves_everyone_to_the_cpu) {
+  ddp_comm_choice_t ch;
+  const ddp_comm_gpu_probe_t p[3] = {
+      gpu(0, "n0"), no_gpu("n1", "no CUDA-capable device is detected"), gpu(1, "n0")};
+  ddp_comm_choose("auto", 3, p, 1, 1, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ck_assert_ptr_null(ch.grad_comm);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ddp_assert_contains(ch.message, "device auto: 1 of 3 ranks have no usable GPU");
+  ddp_assert_contains(ch.message, "rank 1 on n1: no CUDA-capable device is detected");
+  ddp_assert_contains(ch.message, "every rank trains on the CPU with the MPI communicator");
+  ck_assert_ptr_null(strstr(ch.message, "rank 0 on"));
+  /* an explicit cuda is an error, the same on every rank */
+  ddp_comm_choose("cuda:0", 3, p, 1, 1, &ch);
+  ck_assert_int_eq(ch.status, DDP_ERR_NO_DEVICE);
+  ddp_assert_contains(ch.message, "--device cuda:0: 1 of 3 ranks have no usable GPU");
+  ddp_assert_contains(ch.message, "rank 1 on n1: no CUDA-capable device is detected");
+  ddp_assert_contains(ch.message, "every rank needs one");
+  /* no GPU anywhere under auto: the plain CPU job, nothing to say */
+  const ddp_comm_gpu_probe_t none[2] = {no_gpu("n0", "a"), no_gpu("n1", "b")};
+  ddp_comm_choose("auto", 2, none, 1, 0, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_str_eq(ch.message, "");
+  ddp_comm_choose("cuda", 2, none, 1, 0, &ch);
+  ck_assert_int_eq(ch.status, DDP_ERR_NO_DEVICE);
+  ddp_assert_contains(ch.message,
+                      "2 of 2 ranks have no usable GPU (rank 0 on n0: a; rank 1 on n1: b)");
+}
+END_TEST
+
+START_TEST(test_comm_choose_long_lists_are_cut_with_the_count) {
+  enum { W = 40 };
+  ddp_comm_gpu_probe_t p[W];
+  p[0] = gpu(0, "n0");
+  for (int r = 1; r < W; ++r) p[r] = no_gpu("host-with-a-long-name", "0 GPUs visible");
+  ddp_comm_choice_t ch;
+  ddp_comm_choose("auto", W, p, 1, 0, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ddp_assert_contains(ch.message, "39 of 40 ranks have no usable GPU");
+  ddp_assert_contains(ch.message, "rank 1 on host-with-a-long-name: 0 GPUs visible");
+  ddp_assert_contains(ch.message, "trains on the CPU"); /* the list never eats the conclusion */
+  /* the ranks named plus "and N more" account for every rank without a GPU */
+  int named = 0, more = 0;
+  for (const char *q = ch.message; (q = strstr(q, "rank ")) != NULL; ++q)
+    named += q[5] >= '0' && q[5] <= '9';
+  const char *tail = strstr(ch.message, "; and ");
+  ck_assert_ptr_nonnull(tail);
+  ck_assert_int_eq(sscanf(tail, "; and %d more", &more), 1);
+  ck_assert_int_le(named, 8);
+  ck_assert_int_eq(named + more, W - 1);
+}
+END_TEST
+
+START_TEST(test_comm_choose_shared_gpu_or_no_reducer) {
+  ddp_comm_choice_t ch;
+  const ddp_comm_gpu_probe_t shared[3] = {gpu(0, "n0"), gpu(0, "n1"), gpu(0, "n0")};
+  ddp_comm_choose("auto", 3, shared, 1, 0, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ddp_assert_contains(ch.message, "ranks 0 and 2 on n0 would share cuda:0");
+  ddp_assert_contains(ch.message, "NCCL needs a GPU per rank");
+  ddp_comm_choose("cuda", 3, shared, 1, 1, &ch); /* NCCL is built, so it is the one to use */
+  ck_assert_int_eq(ch.status, DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(ch.message, "--device cuda on 3 ranks: ranks 0 and 2 on n0 would share");
+  ddp_assert_contains(ch.message, "Start one rank per GPU");
+  /* no NCCL, an MPI that reads host memory only */
+  const ddp_comm_gpu_probe_t own[2] = {gpu(0, "n0"), gpu(1, "n0")};
+  ddp_comm_choose("auto", 2, own, 0, 0, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ck_assert_ptr_null(ch.grad_comm);
+  ddp_assert_contains(ch.message, "no NCCL communicator and the MPI library is not CUDA-aware");
+  ddp_comm_choose("cuda:1", 2, own, 0, 0, &ch);
+  ck_assert_int_eq(ch.status, DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(ch.message, "--device cuda:1 on 2 ranks: this build has no NCCL");
+  /* no NCCL, a shared GPU, a CUDA-aware MPI: MPI does not mind sharing */
+  ddp_comm_choose("cuda", 3, shared, 0, 1, &ch);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_str_eq(ch.device, "cuda");
+  ck_assert_ptr_null(ch.grad_comm);
+}
+END_TEST
+
 static Suite *comm_suite(void) {
   Suite *s = suite_create("comm");
   TCase *tc = tcase_create("collectives");
@@ -641,6 +824,16 @@ static Suite *comm_suite(void) {
   tcase_add_loop_test(tc, test_comm_bad_arguments_are_clear_errors, 0, N_CONFIGS);
   tcase_add_test(tc, test_comm_create_rejects_bad_config);
   tcase_add_test(tc, test_comm_thread_progress_needs_thread_multiple);
+  tcase_add_test(tc, test_comm_kind_built_names_this_build);
+  tcase_add_test(tc, test_comm_nccl_needs_the_cuda_backend);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("choose");
+  tcase_add_test(tc, test_comm_choose_world_one_and_cpu_keep_the_request);
+  tcase_add_test(tc, test_comm_choose_every_rank_on_its_gpu_gets_nccl);
+  tcase_add_test(tc, test_comm_choose_a_rank_without_gpu_moves_everyone_to_the_cpu);
+  tcase_add_test(tc, test_comm_choose_long_lists_are_cut_with_the_count);
+  tcase_add_test(tc, test_comm_choose_shared_gpu_or_no_reducer);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -8,8 +8,10 @@
 #  - with --tf32 off the fp32 GPU run follows the CPU run: final train loss
 #    within 1% (two summation orders over 12 optimizer steps);
 #  - the binding map is printed at start-up;
-#  - two ranks on the GPU over an MPI that cannot read GPU memory stop at
-#    start-up with the reason.
+#  - two ranks on --device cuda either train (NCCL, one GPU each, or a
+#    CUDA-aware MPI) or stop at start-up with the reason (one GPU for both
+#    ranks, or nothing that reduces GPU memory); tests/test_gpu_nccl.sh
+#    checks the NCCL runs themselves.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
@@ -65,14 +67,14 @@ else
   echo "FAIL: GPU/CPU comparison runs"; tail -n 5 "$dir/g.out" "$dir/c.out"; fail=1
 fi
 
-# Two ranks on the GPU without a communicator that reads GPU memory: a clear
-# refusal at start-up naming the rank (or a run, where MPI is CUDA-aware).
+# Two ranks on --device cuda: a run (NCCL with a GPU each, or a CUDA-aware
+# MPI), or a clear refusal at start-up on every rank.
 if [ -n "$MPIRUN" ]; then
   # shellcheck disable=SC2086
   if "$MPIRUN" -np 2 "$DDPTRAIN" --device cuda $JOB --steps 2 > "$dir/mr.out" 2>&1; then
-    echo "ok: two GPU ranks ran (this MPI is CUDA-aware)"
-  elif grep -q "rank [01]: 2 ranks on the CUDA backend need a communicator that reads GPU memory" "$dir/mr.out"; then
-    echo "ok: two GPU ranks over a host-only MPI are refused with the reason"
+    echo "ok: two GPU ranks ran ($(sed -n 's/.*data parallel: 2 ranks, \([a-z]*\) communicator.*/\1/p' "$dir/mr.out"))"
+  elif grep -q "rank [01]: --device cuda on 2 ranks: .*\(would share cuda:0\|this build has no NCCL\)" "$dir/mr.out"; then
+    echo "ok: two GPU ranks that cannot reduce GPU gradients are refused with the reason"
   else
     echo "FAIL: two GPU ranks"; sed 's/^/  | /' "$dir/mr.out"; fail=1
   fi

@@ -9,18 +9,28 @@
  *   - "mpi":  host buffers over MPI, progressed by a helper thread running
  *             blocking collectives ("thread") or by nonblocking MPI requests
  *             tested whenever the caller calls in ("test");
- *   - "nccl" (planned): device buffers, a comm stream and CUDA events.
+ *   - "nccl": GPU buffers only (builds with NCCL, CUDA and MPI; the config
+ *             names the CUDA backend). Progress mode "stream": a collective
+ *             runs on the communicator's own high-priority stream after an
+ *             event recorded on the caller's stream; stream_wait() makes a
+ *             stream wait for it on the device, wait()/test() poll its
+ *             completion event from the host. Host waits give up after the
+ *             config's timeout, and an NCCL error or a timeout aborts the
+ *             communicator: that call and every later one fail with the
+ *             same cause (DDP_ERR_NCCL, DDP_ERR_TIMEOUT or DDP_ERR_CUDA)
+ *             instead of hanging.
  * The `stream` arguments exist for the device communicator: it orders the
- * collective after the work already queued on `stream`, and stream_wait()
- * makes a stream wait for completion without a host sync. Host communicators
- * ignore them.
+ * collective after the work already queued on `stream` (NULL: the backend's
+ * compute stream), and stream_wait() makes a stream wait for completion
+ * without a host sync. Host communicators ignore them.
  *
  * Rules, the same for every implementation so a reducer bug shows up on one
  * rank too:
  *   - collectives must be issued in the same order, with the same sizes, on
  *     every rank;
  *   - a buffer belongs to the communicator from issue until its handle
- *     completes: do not read or write it in between;
+ *     completes: do not read or write it in between (for "nccl": until the
+ *     stream that reads it has waited through stream_wait(), or wait());
  *   - handles come from a fixed pool of max_inflight slots allocated at create
  *     (nothing is allocated per collective); issuing with every slot in use is
  *     DDP_ERR_INVALID_ARG, never a wait; each handle must be released by
@@ -28,13 +38,15 @@
  *   - one host thread uses a communicator (the internal progress thread aside);
  *   - create and destroy are collective (the MPI one duplicates
  *     MPI_COMM_WORLD, so its traffic never mixes with other MPI calls), and
- *     destroy must come before ddp_dist_finalize(). */
+ *     destroy must come before ddp_dist_finalize() (and, for "nccl", before
+ *     the backend is destroyed). */
 #ifndef DDPTRAIN_COMM_H
 #define DDPTRAIN_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddptrain/backend.h"
 #include "ddptrain/dist.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/status.h"
@@ -68,11 +80,26 @@ typedef struct ddp_comm_stats {
 } ddp_comm_stats_t;
 
 typedef struct ddp_comm_config {
-  const char *kind;     /* "self", "mpi"; NULL or "auto": self for world 1, else mpi */
+  const char *kind;     /* "self", "mpi", "nccl"; NULL or "auto": self for world 1, else mpi
+                           (nccl is only ever named explicitly) */
   const char *progress; /* MPI progress: "thread" | "test"; NULL: the measured default
                            (ddp_comm_default_progress()); other kinds accept and ignore it */
   int max_inflight;     /* handle pool size; 0 = 64; at most DDP_COMM_MAX_INFLIGHT */
+  /* "nccl": the CUDA backend whose GPU the communicator uses and whose
+   * compute stream a NULL stream argument means. Others ignore it. */
+  ddp_backend_t *be;
+  /* "nccl": seconds a host wait (wait, test, barrier, destroy) allows a
+   * collective from its issue before the communicator is aborted; 0 =
+   * DDP_COMM_DEFAULT_TIMEOUT_S. Others ignore it. */
+  double timeout_s;
 } ddp_comm_config_t;
+
+/* The NCCL timeout when the config names none. Not the heartbeat's 20 s: a
+ * dead rank is already found by the heartbeat (which ends the job), while a
+ * collective's time from issue includes its peers' compute backlog and, the
+ * first time, NCCL's connection set-up; this is the last line against a hang
+ * of live processes. */
+#define DDP_COMM_DEFAULT_TIMEOUT_S 300.0
 
 /* Collective over the world of `dist`. cfg may be NULL (all defaults). An
  * unknown kind or progress mode, a kind this build lacks, "self" with more
@@ -89,12 +116,16 @@ void ddp_comm_destroy(ddp_comm_t *c);
 
 int ddp_comm_rank(const ddp_comm_t *c);
 int ddp_comm_world(const ddp_comm_t *c);
-const char *ddp_comm_name(const ddp_comm_t *c);          /* "self", "mpi" */
-const char *ddp_comm_progress_mode(const ddp_comm_t *c); /* "thread", "test"; "none" for self */
+const char *ddp_comm_name(const ddp_comm_t *c); /* "self", "mpi", "nccl" */
+/* "thread", "test" (mpi); "stream" (nccl); "none" for self */
+const char *ddp_comm_progress_mode(const ddp_comm_t *c);
 /* Nonzero when the communicator's collectives may read and write GPU
- * memory: "self" (nothing moves between ranks), "mpi" only when the MPI
- * library is CUDA-aware (Open MPI's MPIX_Query_cuda_support). */
+ * memory: "self" (nothing moves between ranks), "nccl" (GPU memory only:
+ * host buffers are rejected), "mpi" only when the MPI library is CUDA-aware
+ * (Open MPI's MPIX_Query_cuda_support). */
 int ddp_comm_reads_device_memory(const ddp_comm_t *c);
+/* Nonzero when this build has the kind ("self", "mpi", "nccl"). */
+int ddp_comm_kind_built(const char *kind);
 /* The MPI library's answer, for the above and for --build-info. */
 int ddp_comm_mpi_cuda_aware(void);
 /* The progress mode "mpi" uses when the config names none. */
@@ -117,7 +148,8 @@ ddp_status_t ddp_comm_broadcast(ddp_comm_t *c, void *buf, size_t bytes, int root
  * overlap is an error. */
 ddp_status_t ddp_comm_allgather(ddp_comm_t *c, const void *send, void *recv, size_t bytes_per_rank,
                                 void *stream, ddp_comm_handle_t *h);
-/* Blocking. Ordered with the queued collectives like any other. */
+/* Blocking. Ordered with the queued collectives like any other ("nccl": a
+ * one-element all-reduce on the comm stream, then a host wait). */
 ddp_status_t ddp_comm_barrier(ddp_comm_t *c);
 
 /* Blocks the host until the collective is done and releases the handle;
@@ -135,8 +167,50 @@ ddp_status_t ddp_comm_stream_wait(ddp_comm_t *c, ddp_comm_handle_t h, void *stre
  * outstanding. The reducer calls it between layers. */
 void ddp_comm_progress(ddp_comm_t *c);
 
+/* "nccl": comm_ms is the device time of the collectives (CUDA events around
+ * each on the comm stream) that have completed by the time of the call. */
 void ddp_comm_get_stats(const ddp_comm_t *c, ddp_comm_stats_t *s);
 void ddp_comm_reset_stats(ddp_comm_t *c);
+
+/* ---- which device and which gradient communicator a job uses ----------
+ *
+ * Several ranks train on GPUs only when every rank has one of its own and
+ * something can reduce GPU memory; otherwise every rank must take the same
+ * fallback (an NCCL rank and an MPI rank would wait for each other
+ * forever). The launcher gathers one probe per rank and every rank calls
+ * ddp_comm_choose() on the same array, so every rank decides the same. */
+typedef struct ddp_comm_gpu_probe {
+  int usable;    /* this rank can train on a GPU */
+  int device;    /* the CUDA ordinal it would use (-1 when !usable) */
+  char host[64]; /* ranks on one host with the same ordinal share a GPU */
+  char why[96];  /* when !usable: the reason ("no CUDA-capable device is detected") */
+} ddp_comm_gpu_probe_t;
+
+typedef struct ddp_comm_choice {
+  const char *device;    /* the backend to create: the requested device, or "cpu" */
+  const char *grad_comm; /* "nccl", or NULL: the host communicator reduces the gradients */
+  ddp_status_t status;   /* DDP_OK, or the error every rank stops with */
+  /* One line for the log, "" when there is nothing to say: the reason for a
+   * fallback to the CPU (info, rank 0), or the error (every rank). */
+  char message[512];
+} ddp_comm_choice_t;
+
+/* Pure: no I/O, no MPI. `device` is the --device text ("auto", "cpu",
+ * "cuda", "cuda:N"; NULL = "auto"), `probes` one entry per rank (NULL when
+ * world is 1). The rules, for world > 1 and a device other than cpu:
+ *   - every rank has a usable GPU, no two ranks of a host share one, and
+ *     NCCL is built: the device as requested, gradients over "nccl";
+ *   - NCCL is not built but the MPI is CUDA-aware: the device as requested,
+ *     gradients over the host communicator (MPI);
+ *   - otherwise "auto" falls back to "cpu" on every rank (and says which
+ *     ranks lack a GPU, or what is missing), and an explicit cuda is an error
+ *     (DDP_ERR_NO_DEVICE naming the ranks without a GPU, DDP_ERR_UNSUPPORTED
+ *     for a shared GPU or a build that cannot reduce GPU gradients).
+ * A job where no rank has a GPU under "auto" is the plain CPU case: "cpu",
+ * and no message. World 1 or "cpu": the device as given, no gradient
+ * communicator of its own. */
+void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *probes,
+                     int nccl_built, int mpi_cuda_aware, ddp_comm_choice_t *out);
 
 #ifdef __cplusplus
 }

@@ -5,10 +5,16 @@
  * implementation sees the call, so "self" rejects exactly what "mpi" rejects
  * and a single-process run finds the reducer's mistakes too. A rejected call
  * issues nothing on any rank, so ranks that all make the same mistake stay in
- * step. The #if on DDP_HAVE_MPI lives in the registry below and nowhere else
- * outside comm_mpi.c. */
+ * step. The #ifs on DDP_HAVE_MPI and DDP_COMM_HAVE_NCCL live in the registry
+ * below and nowhere else outside comm_mpi.c and comm_nccl.c.
+ *
+ * ddp_comm_choose() (the device and gradient communicator of a multi-rank
+ * job) is here too: it is pure, so the CPU suite tests every rule of it. */
 #include <config.h>
 
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,6 +28,9 @@ static const ddp_comm_ops_t *const k_registry[] = {
 #if DDP_HAVE_MPI
     &ddp_comm_mpi_thread_ops,
     &ddp_comm_mpi_test_ops,
+#endif
+#if DDP_COMM_HAVE_NCCL
+    &ddp_comm_nccl_ops,
 #endif
     NULL,
 };
@@ -122,16 +131,34 @@ static const ddp_comm_ops_t *find_ops(const char *kind, const char *want) {
   return NULL;
 }
 
+/* Registry entries of `kind`: the progress mode matters only where it is more than one. */
+static int count_ops(const char *kind) {
+  int n = 0;
+  for (const ddp_comm_ops_t *const *r = k_registry; *r; ++r) n += strcmp((*r)->name, kind) == 0;
+  return n;
+}
+
+int ddp_comm_kind_built(const char *kind) {
+  return kind && find_ops(kind, NULL) != NULL;
+}
+
 static ddp_status_t select_ops(const ddp_dist_t *dist, const char *kind, const char *progress,
                                const ddp_comm_ops_t **out) {
   if (!find_ops(kind, NULL)) {
     if (strcmp(kind, "mpi") == 0)
       DDP_FAIL(DDP_ERR_UNSUPPORTED,
                "comm kind 'mpi': this build has no MPI (configure found none)");
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "comm kind '%s' is not one of auto, self, mpi", kind);
+    if (strcmp(kind, "nccl") == 0)
+      DDP_FAIL(DDP_ERR_UNSUPPORTED,
+               "comm kind 'nccl': this build has no NCCL communicator (it needs NCCL, CUDA and "
+               "MPI at configure time)");
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "comm kind '%s' is not one of auto, self, mpi, nccl", kind);
   }
   const char *want = progress ? progress : ddp_comm_default_progress();
   const ddp_comm_ops_t *ops = find_ops(kind, want);
+  /* A kind with a single way to progress ("nccl": its stream) ignores the
+   * MPI progress setting. */
+  if (!ops) ops = find_ops(kind, NULL);
   char why[200] = "";
   if (ops->available(dist, why, sizeof why)) {
     *out = ops;
@@ -148,7 +175,7 @@ static ddp_status_t select_ops(const ddp_dist_t *dist, const char *kind, const c
       }
     }
   }
-  if (ops->mode)
+  if (ops->mode && count_ops(kind) > 1)
     DDP_FAIL(DDP_ERR_UNSUPPORTED, "comm kind '%s' with progress '%s': %s", kind, ops->mode, why);
   DDP_FAIL(DDP_ERR_INVALID_ARG, "comm kind '%s': %s", kind, why);
 }
@@ -167,6 +194,9 @@ ddp_status_t ddp_comm_create(const ddp_dist_t *dist, const ddp_comm_config_t *cf
   if (max_inflight < 1 || max_inflight > DDP_COMM_MAX_INFLIGHT)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "comm max_inflight %d outside [1, %d]", cfg->max_inflight,
              DDP_COMM_MAX_INFLIGHT);
+  if (!(cfg->timeout_s >= 0) || isinf(cfg->timeout_s))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "comm timeout %g s must be finite and >= 0 (0 = default)",
+             cfg->timeout_s);
   if (strcmp(kind, "auto") == 0) kind = dist->world == 1 ? "self" : "mpi";
 
   const ddp_comm_ops_t *ops = NULL;
@@ -179,6 +209,8 @@ ddp_status_t ddp_comm_create(const ddp_dist_t *dist, const ddp_comm_config_t *cf
   c->rank = dist->rank;
   c->world = dist->world;
   c->max_inflight = max_inflight;
+  c->be = cfg->be;
+  c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : DDP_COMM_DEFAULT_TIMEOUT_S;
   atomic_init(&c->comm_ns, 0);
   c->slots = calloc((size_t)max_inflight + 1, sizeof *c->slots);
   c->free_slots = calloc((size_t)max_inflight, sizeof *c->free_slots);
@@ -227,7 +259,8 @@ const char *ddp_comm_name(const ddp_comm_t *c) {
 
 int ddp_comm_reads_device_memory(const ddp_comm_t *c) {
   if (!c) return 0;
-  return strcmp(c->ops->name, "self") == 0 || ddp_comm_mpi_cuda_aware();
+  return strcmp(c->ops->name, "self") == 0 || strcmp(c->ops->name, "nccl") == 0 ||
+         ddp_comm_mpi_cuda_aware();
 }
 
 const char *ddp_comm_progress_mode(const ddp_comm_t *c) {
@@ -342,6 +375,9 @@ void ddp_comm_get_stats(const ddp_comm_t *c, ddp_comm_stats_t *s) {
   if (!s) return;
   memset(s, 0, sizeof *s);
   if (!c) return;
+  /* Reading device timings updates a counter, not what the caller sees as
+   * the communicator's state: hence the cast. */
+  if (c->ops->harvest) c->ops->harvest((ddp_comm_t *)c);
   *s = c->stats;
   /* atomic_load takes a non-const pointer in older C libraries' macros. */
   s->comm_ms =
@@ -352,4 +388,109 @@ void ddp_comm_reset_stats(ddp_comm_t *c) {
   if (!c) return;
   memset(&c->stats, 0, sizeof c->stats);
   atomic_store_explicit(&c->comm_ns, 0, memory_order_relaxed);
+}
+
+/* ---- ddp_comm_choose -------------------------------------------------------- */
+
+/* Appends to a fixed buffer, truncating silently (the message is for a log
+ * line; a list of hundreds of ranks is cut with the count still right). */
+static void append(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...) {
+  const size_t n = strlen(buf);
+  if (n + 1 >= cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + n, cap - n, fmt, ap);
+  va_end(ap);
+}
+
+enum { LIST_MAX = 8 }; /* ranks named in a message; the rest are counted */
+
+void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *probes,
+                     int nccl_built, int mpi_cuda_aware, ddp_comm_choice_t *out) {
+  if (!device || !*device) device = "auto";
+  out->device = device;
+  out->grad_comm = NULL;
+  out->status = DDP_OK;
+  out->message[0] = '\0';
+  if (world <= 1 || !probes || strcmp(device, "cpu") == 0) return;
+  const int is_auto = strcmp(device, "auto") == 0;
+  const size_t cap = sizeof out->message;
+
+  int missing = 0;
+  for (int r = 0; r < world; ++r) missing += !probes[r].usable;
+  if (missing == world && is_auto) { /* no GPU anywhere: the CPU job it always was */
+    out->device = "cpu";
+    return;
+  }
+  if (missing > 0) {
+    /* Sized so the whole message fits: the list is cut, the conclusion never. */
+    char list[300] = "";
+    int named = 0;
+    for (int r = 0; r < world; ++r) {
+      if (probes[r].usable) continue;
+      char entry[200];
+      snprintf(entry, sizeof entry, "%srank %d on %.63s: %.95s", named ? "; " : "", r,
+               probes[r].host, probes[r].why[0] ? probes[r].why : "no usable GPU");
+      if (named == LIST_MAX || strlen(list) + strlen(entry) + 24 > sizeof list) {
+        append(list, sizeof list, "; and %d more", missing - named);
+        break;
+      }
+      append(list, sizeof list, "%s", entry);
+      ++named;
+    }
+    if (is_auto) {
+      out->device = "cpu";
+      snprintf(out->message, cap,
+               "device auto: %d of %d ranks have no usable GPU (%s), so every rank trains on the "
+               "CPU with the MPI communicator",
+               missing, world, list);
+    } else {
+      out->status = DDP_ERR_NO_DEVICE;
+      snprintf(out->message, cap,
+               "--device %s: %d of %d ranks have no usable GPU (%s); every rank needs one. Use "
+               "--device auto (every rank then trains on the CPU) or --device cpu",
+               device, missing, world, list);
+    }
+    return;
+  }
+
+  /* Two ranks of one host on the same ordinal share a GPU: NCCL refuses that. */
+  int shared_a = -1, shared_b = -1;
+  for (int a = 0; a < world && shared_a < 0; ++a)
+    for (int b = a + 1; b < world; ++b)
+      if (probes[a].device == probes[b].device &&
+          strncmp(probes[a].host, probes[b].host, sizeof probes[a].host) == 0) {
+        shared_a = a;
+        shared_b = b;
+        break;
+      }
+  if (nccl_built && shared_a < 0) {
+    out->grad_comm = "nccl";
+    return;
+  }
+  if (!nccl_built && mpi_cuda_aware) return; /* the host communicator reads GPU memory */
+
+  char reason[300];
+  if (nccl_built)
+    snprintf(reason, sizeof reason,
+             "ranks %d and %d on %s would share cuda:%d, and NCCL needs a GPU per rank", shared_a,
+             shared_b, probes[shared_a].host, probes[shared_a].device);
+  else
+    snprintf(reason, sizeof reason,
+             "this build has no NCCL communicator and the MPI library is not CUDA-aware, so "
+             "nothing can reduce GPU gradients");
+  if (is_auto) {
+    out->device = "cpu";
+    snprintf(out->message, cap,
+             "device auto: %d ranks on GPUs: %s; every rank trains on the CPU with the MPI "
+             "communicator",
+             world, reason);
+  } else {
+    out->status = DDP_ERR_UNSUPPORTED;
+    snprintf(out->message, cap,
+             "--device %s on %d ranks: %s. Start one rank per GPU, or use --device cpu", device,
+             world, reason);
+  }
 }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddptrain/backend.h"
 #include "ddptrain/comm.h"
 
 typedef enum ddp_comm_op {
@@ -42,8 +43,9 @@ typedef struct ddp_comm_slot {
 } ddp_comm_slot_t;
 
 typedef struct ddp_comm_ops {
-  const char *name; /* the kind: "self", "mpi" */
-  const char *mode; /* progress mode: "thread" / "test" for MPI; NULL where a kind has none */
+  const char *name; /* the kind: "self", "mpi", "nccl" */
+  const char *mode; /* progress mode: "thread" / "test" for MPI, "stream" for NCCL; NULL where a
+                       kind has none */
   /* Nonzero when this implementation can serve `dist`; otherwise, when why
    * is not NULL, writes the reason there. */
   int (*available)(const ddp_dist_t *dist, char *why, size_t why_len);
@@ -58,6 +60,10 @@ typedef struct ddp_comm_ops {
   ddp_status_t (*stream_wait)(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream);
   void (*progress)(ddp_comm_t *c);
   ddp_status_t (*barrier)(ddp_comm_t *c);
+  /* Optional (NULL: nothing to do): moves time measured on the device into
+   * comm_ns before the statistics are read. The NCCL communicator times its
+   * collectives with CUDA events and can read them only once they are done. */
+  void (*harvest)(ddp_comm_t *c);
 } ddp_comm_ops_t;
 
 struct ddp_comm {
@@ -72,6 +78,11 @@ struct ddp_comm {
   ddp_comm_stats_t stats; /* all but comm_ms, which is comm_ns below */
   /* Written by a progress thread as well as the caller. */
   _Atomic int64_t comm_ns;
+  /* From the config, for device communicators: the backend whose GPU and
+   * compute stream they use, and the host-wait timeout (0 = the kind's
+   * default). Host communicators ignore both. */
+  ddp_backend_t *be;
+  double timeout_s;
   void *impl;
 };
 
@@ -79,6 +90,12 @@ extern const ddp_comm_ops_t ddp_comm_self_ops;
 #if DDP_HAVE_MPI
 extern const ddp_comm_ops_t ddp_comm_mpi_thread_ops;
 extern const ddp_comm_ops_t ddp_comm_mpi_test_ops;
+#endif
+/* NCCL needs a GPU (the CUDA backend) and MPI (to hand rank 0's unique id to
+ * the other ranks). */
+#define DDP_COMM_HAVE_NCCL (DDP_HAVE_NCCL && DDP_HAVE_CUDA && DDP_HAVE_MPI)
+#if DDP_COMM_HAVE_NCCL
+extern const ddp_comm_ops_t ddp_comm_nccl_ops;
 #endif
 
 /* Monotonic clock in nanoseconds, for the time statistics. */

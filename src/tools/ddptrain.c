@@ -6,6 +6,7 @@
  * 130 a second SIGINT (src/train/preempt.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ddptrain/backend.h"
 #include "ddptrain/comm.h"
@@ -23,6 +24,82 @@
 /* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
  * and resume from the checkpoint just written. */
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_PREEMPTED = 75 };
+
+/* Why this rank has no GPU to train on, for the other ranks' log. */
+static void gpu_why(ddp_status_t made, char *why, size_t len) {
+  for (const ddp_backend_ops_t *const *r = ddp_backend_registry(); *r; ++r) {
+    if (strcmp((*r)->name, "cuda") != 0) continue;
+    if (!(*r)->available(why, len)) return;
+    if (made != DDP_OK)
+      snprintf(why, len, "the CUDA backend failed: %s (see this rank's log)",
+               ddp_status_string(made));
+    else
+      snprintf(why, len, "the CUDA backend was not chosen");
+    return;
+  }
+  snprintf(why, len, "this build has no CUDA backend");
+}
+
+/* Several ranks: every rank creates the backend asked for, the ranks share
+ * what they got (one allgather) and all take the same decision
+ * (ddp_comm_choose): GPUs with NCCL everywhere, or the CPU everywhere, or
+ * the same error on every rank. Mixing would hang: an NCCL rank and an MPI
+ * rank never meet in a collective. */
+static ddp_status_t create_backend_together(const ddp_dist_t *dist, ddp_backend_config_t *cfg,
+                                            ddp_backend_t **out) {
+  enum { WIDTH = 256 };
+  ddp_backend_t *be = NULL;
+  const ddp_status_t made = ddp_backend_create(cfg, &be);
+  const int usable = made == DDP_OK && be->ops->kind == DDP_DEVICE_KIND_CUDA;
+  char why[sizeof(((ddp_comm_gpu_probe_t *)0)->why)] = "";
+  if (!usable) gpu_why(made, why, sizeof why);
+  char line[WIDTH];
+  /* host names have no spaces; the reason, last, may */
+  snprintf(line, sizeof line, "%d %d %s %s", usable, usable ? be->device : -1, dist->host, why);
+  char *all = NULL;
+  ddp_status_t st = ddp_dist_allgather_lines(dist, line, WIDTH, &all);
+  ddp_comm_gpu_probe_t *probes = calloc((size_t)dist->world, sizeof *probes);
+  if (st == DDP_OK && !probes) {
+    DDP_LOG_ERROR("rank %d: out of host memory", dist->rank);
+    st = DDP_ERR_OOM;
+  }
+  ddp_comm_choice_t ch = {.status = DDP_OK};
+  for (int r = 0; st == DDP_OK && r < dist->world; ++r) {
+    const char *l = all + (size_t)r * WIDTH;
+    int n = 0;
+    if (sscanf(l, "%d %d %63s %n", &probes[r].usable, &probes[r].device, probes[r].host, &n) < 3) {
+      DDP_LOG_ERROR("rank %d: rank %d's GPU probe '%.*s' is malformed", dist->rank, r, WIDTH, l);
+      st = DDP_ERR_INTERNAL;
+      break;
+    }
+    snprintf(probes[r].why, sizeof probes[r].why, "%s", l + n);
+  }
+  if (st == DDP_OK) {
+    ddp_comm_choose(cfg->device, dist->world, probes, ddp_comm_kind_built("nccl"),
+                    ddp_comm_mpi_cuda_aware(), &ch);
+    st = ch.status;
+    if (st != DDP_OK)
+      DDP_LOG_ERROR("rank %d: %s", dist->rank, ch.message);
+    else if (ch.message[0])
+      DDP_LOG_INFO("%s", ch.message);
+  }
+  free(probes);
+  free(all);
+  if (st == DDP_OK && strcmp(ch.device, "cpu") == 0 && be && be->ops->kind != DDP_DEVICE_KIND_CPU) {
+    ddp_backend_destroy(be); /* a GPU this rank has, but not every rank can use one */
+    be = NULL;
+  }
+  if (st == DDP_OK && !be) {
+    cfg->device = ch.device;
+    st = ddp_backend_create(cfg, &be);
+  }
+  if (st != DDP_OK) {
+    ddp_backend_destroy(be);
+    return st;
+  }
+  *out = be;
+  return DDP_OK;
+}
 
 int main(int argc, char **argv) {
   ddp_options_t opts;
@@ -56,27 +133,21 @@ int main(int argc, char **argv) {
     ddp_dist_finalize(&dist);
     return 0;
   }
-  /* "auto" means a GPU where training on it works: several ranks share
-   * GPU gradients only through a communicator that reads GPU memory (NCCL,
-   * not built yet, or a CUDA-aware MPI); without one they train on the CPU
-   * and say why. Naming cuda explicitly still tries, and the trainer stops
-   * with the reason. */
-  const char *device = opts.device;
-  if (ddp_ascii_ieq(device, "auto") && dist.world > 1 && !ddp_comm_mpi_cuda_aware() &&
-      !opts.self_test) {
-    device = "cpu";
-    DDP_LOG_INFO("device auto: %d ranks would need NCCL or a CUDA-aware MPI to reduce GPU "
-                 "gradients; this build has neither, so the ranks train on the CPU",
-                 dist.world);
-  }
-  ddp_backend_config_t cfg = {.device = device,
+  ddp_backend_config_t cfg = {.device = opts.device,
                               .local_rank = dist.local_rank,
                               .threads = (int)opts.threads,
                               .local_size = dist.local_size,
                               .need_model_ops = !opts.self_test,
                               .allow_tf32 = ddp_ascii_ieq(opts.tf32, "on")};
   ddp_backend_t *be = NULL;
-  ddp_status_t st = ddp_backend_create(&cfg, &be);
+  /* "auto" means a GPU where training on it works: several ranks train on
+   * GPUs when every rank has its own and NCCL (or a CUDA-aware MPI) reduces
+   * GPU gradients; otherwise every rank trains on the CPU, and rank 0 says
+   * why. Naming cuda explicitly makes that an error on every rank. The
+   * self-test checks each rank's own device and needs no agreement. */
+  ddp_status_t st = dist.world > 1 && !opts.self_test && !ddp_ascii_ieq(opts.device, "cpu")
+                        ? create_backend_together(&dist, &cfg, &be)
+                        : ddp_backend_create(&cfg, &be);
   if (st == DDP_OK) {
     DDP_LOG_INFO("ddptrain %s: %d rank%s, rank 0 on %s: %s", ddp_version(), dist.world,
                  dist.world == 1 ? "" : "s", dist.host, be->description);

@@ -51,7 +51,11 @@ typedef struct trainer {
   ddp_loader_t *loader;
   ddp_batch_t slots[LOADER_DEPTH];
   ddp_gpt_t *model;
-  ddp_comm_t *comm;
+  /* comm: host values (agreement checks, the stop vote, allgathers of
+   * timings, checkpoints, barriers). grad_comm: the gradients and the
+   * initial weights in backend memory, when they need a communicator of
+   * their own (NCCL on GPUs); NULL when comm serves both. */
+  ddp_comm_t *comm, *grad_comm;
   ddp_reducer_t *reducer;
   ddp_reducer_tensor_t *rtensors;
   ddp_status_t hook_status; /* first reducer error raised inside backward */
@@ -144,20 +148,51 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
   return DDP_OK;
 }
 
-/* Communicator, reducer, agreement checks and rank 0's weights everywhere. */
+/* The communicator of the gradients (and of anything else in backend memory). */
+static ddp_comm_t *grad_comm(const trainer_t *tr) {
+  return tr->grad_comm ? tr->grad_comm : tr->comm;
+}
+
+/* Statistics of the step's collectives, both communicators together (the
+ * metrics count the stop vote with the bucket all-reduces), then reset. */
+static void take_comm_stats(trainer_t *tr, ddp_comm_stats_t *cs) {
+  ddp_comm_get_stats(tr->comm, cs);
+  ddp_comm_reset_stats(tr->comm);
+  if (!tr->grad_comm) return;
+  ddp_comm_stats_t g;
+  ddp_comm_get_stats(tr->grad_comm, &g);
+  ddp_comm_reset_stats(tr->grad_comm);
+  cs->n_allreduce += g.n_allreduce;
+  cs->n_broadcast += g.n_broadcast;
+  cs->n_allgather += g.n_allgather;
+  cs->n_barrier += g.n_barrier;
+  cs->bytes += g.bytes;
+  cs->comm_ms += g.comm_ms;
+  cs->wait_ms += g.wait_ms;
+}
+
+/* Communicators, reducer, agreement checks and rank 0's weights everywhere. */
 static ddp_status_t setup_parallel(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   ddp_comm_config_t cc = {.kind = NULL,
                           .progress = strcmp(o->comm_progress, "auto") ? o->comm_progress : NULL};
   DDP_CHECK(ddp_comm_create(tr->dist, &cc, &tr->comm));
+  /* Several GPU ranks reduce over NCCL, on its own stream. Every rank takes
+   * the same branch (the launcher put every rank on the same kind of
+   * backend: ddp_comm_choose), and creation is collective. */
+  const int on_gpu = tr->be->ops->kind == DDP_DEVICE_KIND_CUDA;
+  if (on_gpu && tr->dist->world > 1 && ddp_comm_kind_built("nccl")) {
+    ddp_comm_config_t gc = {.kind = "nccl", .be = tr->be};
+    DDP_CHECK(ddp_comm_create(tr->dist, &gc, &tr->grad_comm));
+  }
   /* Gradients live in GPU memory and the reducer hands their slices to the
    * communicator as they are: an MPI that only reads host memory would
    * crash or corrupt them, so refuse at start-up instead. */
-  if (tr->be->ops->kind == DDP_DEVICE_KIND_CUDA && !ddp_comm_reads_device_memory(tr->comm))
+  if (on_gpu && !ddp_comm_reads_device_memory(grad_comm(tr)))
     DDP_FAIL(DDP_ERR_UNSUPPORTED,
-             "rank %d: %d ranks on the CUDA backend need a communicator that reads GPU memory; "
-             "the '%s' communicator here is not CUDA-aware and ddptrain's NCCL communicator is "
-             "not built yet. Run a single rank per GPU job, or --device cpu",
+             "rank %d: %d ranks on the CUDA backend need a communicator that reads GPU memory: "
+             "this build has no NCCL communicator and the '%s' communicator is not CUDA-aware. "
+             "Run a single rank per GPU job, or --device cpu",
              tr->dist->rank, tr->dist->world, ddp_comm_name(tr->comm));
   ddp_reducer_config_t rc = {.grads = ddp_gpt_grads(tr->model),
                              .tensors = tr->rtensors,
@@ -166,15 +201,15 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
                              .first_bucket_bytes = o->first_bucket_mb * 1048576.0,
                              .dtype = tr->amp.reduce_dtype,
                              .be = tr->be};
-  DDP_CHECK(ddp_reducer_create(tr->comm, &rc, &tr->reducer));
+  DDP_CHECK(ddp_reducer_create(grad_comm(tr), &rc, &tr->reducer));
   ddp_gpt_set_grad_hook(tr->model, on_grad_ready, tr);
   DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data.train,
                                       tr->data.have_val ? &tr->data.val : NULL));
   if (tr->dist->world > 1) {
     ddp_comm_handle_t h;
-    DDP_CHECK(ddp_comm_broadcast(tr->comm, ddp_gpt_params(tr->model),
+    DDP_CHECK(ddp_comm_broadcast(grad_comm(tr), ddp_gpt_params(tr->model),
                                  ddp_gpt_num_params(tr->model) * sizeof(float), 0, NULL, &h));
-    DDP_CHECK(ddp_comm_wait(tr->comm, h));
+    DDP_CHECK(ddp_comm_wait(grad_comm(tr), h));
     DDP_CHECK(ddp_gpt_refresh_compute_params(tr->model));
   }
   if (o->check_replicas > 0) {
@@ -184,10 +219,14 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
   if (tr->dist->world > 1) {
     size_t off, cnt;
     ddp_reducer_bucket(tr->reducer, 0, &off, &cnt);
+    char host[96] = "";
+    if (tr->grad_comm)
+      snprintf(host, sizeof host, " (host values: %s, %s progress)", ddp_comm_name(tr->comm),
+               ddp_comm_progress_mode(tr->comm));
     DDP_LOG_INFO(
-        "data parallel: %d ranks, %s communicator (%s progress), %d gradient buckets "
+        "data parallel: %d ranks, %s communicator (%s progress)%s, %d gradient buckets "
         "(first %.2f MiB, then <= %.1f MiB)",
-        tr->dist->world, ddp_comm_name(tr->comm), ddp_comm_progress_mode(tr->comm),
+        tr->dist->world, ddp_comm_name(grad_comm(tr)), ddp_comm_progress_mode(grad_comm(tr)), host,
         ddp_reducer_num_buckets(tr->reducer), (double)cnt * 4 / 1048576.0, o->bucket_mb);
   }
   return DDP_OK;
@@ -496,8 +535,7 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   int slowest;
   DDP_CHECK(gather_compute(tr, 1e3 * w->compute_s / ns, &cmax, &cmin, &slowest));
   ddp_comm_stats_t cs;
-  ddp_comm_get_stats(tr->comm, &cs);
-  ddp_comm_reset_stats(tr->comm);
+  take_comm_stats(tr, &cs);
   ddp_loader_stats_t ls;
   ddp_loader_get_stats(tr->loader, &ls);
   ddp_loader_reset_stats(tr->loader);
@@ -757,6 +795,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_loader_destroy(tr.loader);
   ddp_metrics_close(&tr.metrics);
   ddp_reducer_destroy(tr.reducer);
+  ddp_comm_destroy(tr.grad_comm);
   ddp_comm_destroy(tr.comm);
   free(tr.host_params);
   ddp_backend_free(be, tr.grad_sumsq);

@@ -1,0 +1,560 @@
+/* The NCCL communicator: collectives on GPU memory, ordered by CUDA streams
+ * (see ddptrain/comm.h, kind "nccl", progress mode "stream").
+ *
+ * Bootstrap: every rank prepares its stream and events, the ranks agree that
+ * all of them could (an MPI_Allreduce, so one rank's failure is everyone's
+ * error instead of a hang in ncclCommInitRank), rank 0 creates the unique id
+ * and broadcasts it over MPI_COMM_WORLD with its own status, every rank joins
+ * with ncclCommInitRank on the backend's GPU, and the ranks agree again. Init
+ * is the blocking kind: a rank that never arrives is ended by the job itself
+ * (ddptrain aborts every rank through MPI when one fails, and the heartbeat
+ * ends a job with a silent rank), so the non-blocking config buys nothing.
+ *
+ * Streams: the collectives run on one stream of ours (non-blocking, highest
+ * priority, so they are not queued behind compute kernels). start() records
+ * an event on the caller's stream (NULL: the backend's compute stream), the
+ * comm stream waits for it, the collective runs in place on the caller's
+ * buffer and a per-slot event marks its end. Nothing blocks the host:
+ * stream_wait() makes a stream wait for that event; wait() and test() poll
+ * it (cudaEventQuery) from the host.
+ *
+ * Errors: every host poll also asks NCCL for an asynchronous error
+ * (ncclCommGetAsyncError), and a host wait gives up once the collective has
+ * been in flight for the timeout. Either aborts the NCCL communicator
+ * (ncclCommAbort, which also stops its kernels): the call returns
+ * DDP_ERR_NCCL / DDP_ERR_TIMEOUT / DDP_ERR_CUDA after one log line naming
+ * the rank, the collective, its size and the cause, and every later call
+ * fails at once with the same status. A collective only a stream waits for
+ * is not timed (the host never waits for it); the heartbeat covers a rank
+ * that dies meanwhile.
+ *
+ * Statistics: each slot's collective is bracketed by two timing events on
+ * the comm stream; their elapsed time joins comm_ms once the collective is
+ * known to be done (harvest, when the statistics are read or the slot is
+ * reused). */
+#include <config.h>
+
+#include "comm/comm_impl.h"
+
+#if DDP_COMM_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/cuda_impl.h"
+#include "ddptrain/check.h"
+#include "foreign_check.h"
+
+typedef struct nccl_impl {
+  ncclComm_t comm; /* NULL once aborted */
+  ddp_backend_t *be;
+  int device;
+  cudaStream_t stream; /* the comm stream */
+  cudaEvent_t ready;   /* re-recorded on the caller's stream at every issue */
+  /* Per slot, the handle pool's plus the barrier's (max_inflight + 1). */
+  cudaEvent_t *begin, *done;
+  int64_t *issued_ns;   /* when start() issued the slot's collective */
+  unsigned char *timed; /* begin..done not yet added to comm_ns */
+  int n_slots;
+  int32_t *barrier_buf; /* one device int, summed by the barrier */
+  int aborted;
+  ddp_status_t cause; /* the abort's status, returned by every later call */
+  char why[256];      /* the abort's cause, repeated by every later call */
+} nccl_impl_t;
+
+static const char *op_name(ddp_comm_op_t op) {
+  switch (op) {
+    case DDP_COMM_OP_ALLREDUCE:
+      return "allreduce_sum";
+    case DDP_COMM_OP_BROADCAST:
+      return "broadcast";
+    case DDP_COMM_OP_ALLGATHER:
+      return "allgather";
+    case DDP_COMM_OP_BARRIER:
+      return "barrier";
+  }
+  return "collective";
+}
+
+/* Payload bytes, as the statistics count them. */
+static size_t op_bytes(const ddp_comm_t *c, const ddp_comm_slot_t *s) {
+  switch (s->op) {
+    case DDP_COMM_OP_ALLREDUCE:
+      return s->count * ddp_dtype_size(s->dtype);
+    case DDP_COMM_OP_BROADCAST:
+      return s->count;
+    case DDP_COMM_OP_ALLGATHER:
+      return s->count * (size_t)c->world;
+    case DDP_COMM_OP_BARRIER:
+      return sizeof(int32_t);
+  }
+  return 0;
+}
+
+static ddp_status_t nccl_type_of(ddp_dtype_t dtype, ncclDataType_t *type) {
+  switch (dtype) {
+    case DDP_DTYPE_F32:
+      *type = ncclFloat32;
+      return DDP_OK;
+    case DDP_DTYPE_I32:
+      *type = ncclInt32;
+      return DDP_OK;
+    case DDP_DTYPE_BF16:
+      *type = ncclBfloat16;
+      return DDP_OK;
+    case DDP_DTYPE_F16:
+      *type = ncclFloat16;
+      return DDP_OK;
+    case DDP_DTYPE_COUNT_:
+      break;
+  }
+  DDP_FAIL(DDP_ERR_UNSUPPORTED, "comm nccl: no NCCL sum for dtype %s", ddp_dtype_name(dtype));
+}
+
+/* Aborts the NCCL communicator once, remembering why; returns the cause's
+ * status. s may be NULL (an error seen between collectives). */
+static ddp_status_t abort_comm(ddp_comm_t *c, const ddp_comm_slot_t *s, ddp_status_t st,
+                               const char *cause) {
+  nccl_impl_t *m = c->impl;
+  if (m->aborted) return m->cause;
+  m->aborted = 1;
+  m->cause = st;
+  snprintf(m->why, sizeof m->why, "%s", cause);
+  if (s)
+    DDP_LOG_ERROR("comm nccl: rank %d: %s of %zu bytes failed: %s; aborting the NCCL communicator",
+                  c->rank, op_name(s->op), op_bytes(c, s), cause);
+  else
+    DDP_LOG_ERROR("comm nccl: rank %d: %s; aborting the NCCL communicator", c->rank, cause);
+  if (m->comm) ncclCommAbort(m->comm);
+  m->comm = NULL;
+  return st;
+}
+
+/* After an abort: fail at once, saying why. */
+static ddp_status_t refuse(const ddp_comm_t *c, const char *what) {
+  const nccl_impl_t *m = c->impl;
+  DDP_FAIL(m->cause, "comm nccl: rank %d: %s refused: the communicator was aborted earlier (%s)",
+           c->rank, what, m->why);
+}
+
+/* NCCL's asynchronous error, if any (aborts). */
+static ddp_status_t poll_async(ddp_comm_t *c, const ddp_comm_slot_t *s) {
+  nccl_impl_t *m = c->impl;
+  if (m->aborted) return m->cause;
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(m->comm, &async);
+  if (r != ncclSuccess) async = r;
+  if (async == ncclSuccess || async == ncclInProgress) return DDP_OK;
+  char cause[200];
+  const char *last = ncclGetLastError(m->comm);
+  snprintf(cause, sizeof cause, "NCCL error: %s%s%s%s", ncclGetErrorString(async),
+           last && *last ? " (" : "", last && *last ? last : "", last && *last ? ")" : "");
+  return abort_comm(c, s, DDP_ERR_NCCL, cause);
+}
+
+/* cudaEventQuery of an event not yet reached. "Not ready" is no error, but
+ * the runtime may keep it as the thread's last error, and the kernel
+ * launchers read cudaGetLastError() right after each launch: clear it here
+ * (as PyTorch does), or the next launch would report "not ready". */
+static cudaError_t query_event(cudaEvent_t ev) {
+  const cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaErrorNotReady) (void)cudaGetLastError();
+  return e;
+}
+
+/* Adds slot i's device time to comm_ns when its collective is done. */
+static void harvest_slot(ddp_comm_t *c, int i) {
+  nccl_impl_t *m = c->impl;
+  if (!m->timed[i] || query_event(m->done[i]) != cudaSuccess) return;
+  float ms = 0.0f;
+  if (cudaEventElapsedTime(&ms, m->begin[i], m->done[i]) == cudaSuccess)
+    ddp_comm_add_time(c, (int64_t)((double)ms * 1e6));
+  m->timed[i] = 0;
+}
+
+static void nccl_harvest(ddp_comm_t *c) {
+  nccl_impl_t *m = c->impl;
+  if (!m) return;
+  for (int i = 0; i < m->n_slots; ++i) harvest_slot(c, i);
+}
+
+/* One host look at slot s: *done when its event has fired or it failed.
+ * Checks NCCL's asynchronous error and the timeout on the way. */
+static ddp_status_t poll_slot(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
+  nccl_impl_t *m = c->impl;
+  *done = 0;
+  if (s->done) {
+    *done = 1;
+    return s->status;
+  }
+  ddp_status_t st = DDP_OK;
+  if (m->aborted) {
+    st = refuse(c, op_name(s->op));
+  } else {
+    const cudaError_t e = query_event(m->done[s->index]);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      char cause[160];
+      snprintf(cause, sizeof cause, "CUDA error while waiting: %s", cudaGetErrorString(e));
+      st = abort_comm(c, s, DDP_ERR_CUDA, cause);
+    } else {
+      st = poll_async(c, s);
+      if (st == DDP_OK && e == cudaSuccess) {
+        s->done = 1;
+        s->status = DDP_OK;
+        *done = 1;
+        return DDP_OK;
+      }
+      const double age = (double)(ddp_comm_now_ns() - m->issued_ns[s->index]) / 1e9;
+      if (st == DDP_OK && age > c->timeout_s) {
+        char cause[160];
+        snprintf(cause, sizeof cause, "no completion after %.1f s (timeout %g s)", age,
+                 c->timeout_s);
+        st = abort_comm(c, s, DDP_ERR_TIMEOUT, cause);
+      }
+    }
+  }
+  if (st != DDP_OK) {
+    s->done = 1;
+    s->status = st;
+    *done = 1;
+  }
+  return st;
+}
+
+static ddp_status_t wait_slot(ddp_comm_t *c, ddp_comm_slot_t *s) {
+  /* Yield for the first polls (a short collective ends within microseconds
+   * of its event), then sleep 50 us between polls so a long wait does not
+   * spin a core that the loader or the MPI progress may need. */
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    const ddp_status_t st = poll_slot(c, s, &done);
+    if (done) return st;
+    if (polls < 200) {
+      sched_yield();
+    } else {
+      const struct timespec ts = {.tv_sec = 0, .tv_nsec = 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+/* The buffer must be GPU memory on our device: NCCL given a host pointer
+ * fails inside a kernel, far from the mistake. */
+static ddp_status_t check_device_buffer(const ddp_comm_t *c, const ddp_comm_slot_t *s,
+                                        const void *p, const char *which) {
+  const nccl_impl_t *m = c->impl;
+  struct cudaPointerAttributes a;
+  memset(&a, 0, sizeof a);
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError(); /* older runtimes fail on unregistered host memory; not sticky */
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "comm nccl %s: the %s buffer %p is %s memory; the NCCL communicator reads GPU "
+             "memory only (host values go through the host communicator)",
+             op_name(s->op), which, p, a.type == cudaMemoryTypeHost ? "pinned host" : "host");
+  if (a.device != m->device)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "comm nccl %s: the %s buffer %p is on cuda:%d, the communicator's GPU is cuda:%d",
+             op_name(s->op), which, p, a.device, m->device);
+  return DDP_OK;
+}
+
+/* Issues s on the comm stream, after the work queued on `after` (none when
+ * NULL: the barrier waits for collectives only). Checks come first, so a
+ * rejected call has issued nothing. */
+static ddp_status_t issue_on_stream(ddp_comm_t *c, ddp_comm_slot_t *s, cudaStream_t after) {
+  nccl_impl_t *m = c->impl;
+  if (m->aborted) return refuse(c, op_name(s->op));
+  ncclDataType_t type = ncclUint8;
+  size_t count = s->count;
+  if (s->op == DDP_COMM_OP_ALLREDUCE || s->op == DDP_COMM_OP_BARRIER)
+    DDP_CHECK(nccl_type_of(s->dtype, &type));
+  if (count > 0) {
+    DDP_CHECK(
+        check_device_buffer(c, s, s->buf, s->op == DDP_COMM_OP_ALLGATHER ? "receive" : "data"));
+    if (s->send) DDP_CHECK(check_device_buffer(c, s, s->send, "send"));
+  }
+  const int i = s->index;
+  if (m->timed[i]) harvest_slot(c, i); /* the slot's previous collective, if done */
+  m->timed[i] = 0;
+
+  char cause[200] = "";
+  cudaError_t ce = cudaSuccess;
+  if (after) {
+    ce = cudaEventRecord(m->ready, after);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(m->stream, m->ready, 0);
+  }
+  if (ce == cudaSuccess) ce = cudaEventRecord(m->begin[i], m->stream);
+  if (ce != cudaSuccess) {
+    /* Nothing reached NCCL: the collective is not issued here, but the
+     * peers' are, so the communicator cannot go on. */
+    snprintf(cause, sizeof cause, "CUDA error before the launch: %s", cudaGetErrorString(ce));
+    return abort_comm(c, s, DDP_ERR_CUDA, cause);
+  }
+  ncclResult_t r = ncclSuccess;
+  if (count > 0) {
+    switch (s->op) {
+      case DDP_COMM_OP_ALLREDUCE:
+      case DDP_COMM_OP_BARRIER:
+        r = ncclAllReduce(s->buf, s->buf, count, type, ncclSum, m->comm, m->stream);
+        break;
+      case DDP_COMM_OP_BROADCAST:
+        r = ncclBroadcast(s->buf, s->buf, count, ncclUint8, s->root, m->comm, m->stream);
+        break;
+      case DDP_COMM_OP_ALLGATHER: {
+        /* In place: our block already sits at its place in the result. */
+        const void *send = s->send ? s->send : (const char *)s->buf + (size_t)c->rank * count;
+        r = ncclAllGather(send, s->buf, count, ncclUint8, m->comm, m->stream);
+        break;
+      }
+    }
+  }
+  if (r != ncclSuccess && r != ncclInProgress) {
+    const char *last = ncclGetLastError(m->comm);
+    snprintf(cause, sizeof cause, "NCCL launch error: %s%s%s%s", ncclGetErrorString(r),
+             last && *last ? " (" : "", last && *last ? last : "", last && *last ? ")" : "");
+    return abort_comm(c, s, DDP_ERR_NCCL, cause);
+  }
+  ce = cudaEventRecord(m->done[i], m->stream);
+  if (ce != cudaSuccess) {
+    snprintf(cause, sizeof cause, "CUDA error after the launch: %s", cudaGetErrorString(ce));
+    return abort_comm(c, s, DDP_ERR_CUDA, cause);
+  }
+  m->issued_ns[i] = ddp_comm_now_ns();
+  m->timed[i] = 1;
+  return DDP_OK;
+}
+
+/* ---- the ops table ------------------------------------------------------------ */
+
+static int nccl_available(const ddp_dist_t *dist, char *why, size_t why_len) {
+  (void)dist;
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) return 1;
+  if (why)
+    snprintf(why, why_len,
+             "MPI is not initialised (call ddp_dist_init first: it hands out NCCL's unique id)");
+  return 0;
+}
+
+static void free_impl(nccl_impl_t *m) {
+  if (m->begin)
+    for (int i = 0; i < m->n_slots; ++i)
+      if (m->begin[i]) cudaEventDestroy(m->begin[i]);
+  if (m->done)
+    for (int i = 0; i < m->n_slots; ++i)
+      if (m->done[i]) cudaEventDestroy(m->done[i]);
+  if (m->ready) cudaEventDestroy(m->ready);
+  if (m->stream) cudaStreamDestroy(m->stream);
+  if (m->barrier_buf) cudaFree(m->barrier_buf);
+  free(m->begin);
+  free(m->done);
+  free(m->issued_ns);
+  free(m->timed);
+  free(m);
+}
+
+/* This rank's part before NCCL: the stream, the events, the barrier's int. */
+static ddp_status_t prepare(ddp_comm_t *c, nccl_impl_t *m) {
+  if (!c->be || c->be->ops->kind != DDP_DEVICE_KIND_CUDA || !c->be->impl)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "comm kind 'nccl' needs the CUDA backend in its config (ddp_comm_config_t.be), got "
+             "%s",
+             c->be ? c->be->ops->name : "none");
+  m->be = c->be;
+  m->device = c->be->device;
+  m->n_slots = c->max_inflight + 1;
+  DDP_CUDA_CHECK(cudaSetDevice(m->device));
+  int least = 0, greatest = 0;
+  DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  DDP_CUDA_CHECK(cudaStreamCreateWithPriority(&m->stream, cudaStreamNonBlocking, greatest));
+  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&m->ready, cudaEventDisableTiming));
+  m->begin = calloc((size_t)m->n_slots, sizeof *m->begin);
+  m->done = calloc((size_t)m->n_slots, sizeof *m->done);
+  m->issued_ns = calloc((size_t)m->n_slots, sizeof *m->issued_ns);
+  m->timed = calloc((size_t)m->n_slots, 1);
+  if (!m->begin || !m->done || !m->issued_ns || !m->timed)
+    DDP_FAIL(DDP_ERR_OOM, "comm nccl: out of host memory");
+  for (int i = 0; i < m->n_slots; ++i) {
+    DDP_CUDA_CHECK(cudaEventCreate(&m->begin[i]));
+    DDP_CUDA_CHECK(cudaEventCreate(&m->done[i]));
+  }
+  /* Outside the backend's allocator: it lives exactly as long as we do,
+   * whatever the backend does with its cache. */
+  DDP_CUDA_CHECK(cudaMalloc((void **)&m->barrier_buf, sizeof *m->barrier_buf));
+  DDP_CUDA_CHECK(cudaMemset(m->barrier_buf, 0, sizeof *m->barrier_buf));
+  return DDP_OK;
+}
+
+/* Collective: the worst status of all ranks (statuses are negative). */
+static ddp_status_t agree(ddp_status_t mine, ddp_status_t *worst) {
+  int in = (int)mine, out = 0;
+  DDP_MPI_CHECK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  *worst = (ddp_status_t)out;
+  return DDP_OK;
+}
+
+static ddp_status_t nccl_init(ddp_comm_t *c, const ddp_dist_t *dist) {
+  nccl_impl_t *m = calloc(1, sizeof *m);
+  if (!m) DDP_FAIL(DDP_ERR_OOM, "comm nccl: out of host memory");
+  c->impl = m;
+  ddp_status_t st = prepare(c, m), all = DDP_OK, mpi = DDP_OK;
+  DDP_CHECK_GOTO(agree(st, &all), mpi, agree_failed);
+  if (all != DDP_OK) {
+    if (st == DDP_OK)
+      DDP_LOG_ERROR(
+          "comm nccl: rank %d: another rank could not prepare its NCCL communicator "
+          "(see its log)",
+          c->rank);
+    st = all;
+    goto free_m;
+  }
+  /* Rank 0's id and status in one message, so a failed id is every rank's
+   * error rather than a hang in ncclCommInitRank. */
+  struct {
+    int32_t status;
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (dist->rank == 0) msg.status = DDP_FOREIGN_STATUS(ddp_nccl_status_, ncclGetUniqueId(&msg.id));
+  DDP_MPI_CHECK_GOTO(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, MPI_COMM_WORLD), st, free_m);
+  if (msg.status != DDP_OK) {
+    if (dist->rank != 0)
+      DDP_LOG_ERROR("comm nccl: rank %d: rank 0 could not create NCCL's unique id (see its log)",
+                    c->rank);
+    st = (ddp_status_t)msg.status;
+    goto free_m;
+  }
+  st = DDP_FOREIGN_STATUS(ddp_nccl_status_,
+                          ncclCommInitRank(&m->comm, dist->world, msg.id, dist->rank));
+  if (st != DDP_OK) m->comm = NULL;
+  DDP_CHECK_GOTO(agree(st, &all), mpi, agree_failed);
+  if (all != DDP_OK) {
+    if (st == DDP_OK)
+      DDP_LOG_ERROR("comm nccl: rank %d: another rank's ncclCommInitRank failed (see its log)",
+                    c->rank);
+    st = all;
+    goto abort_m;
+  }
+  DDP_LOG_DEBUG("comm nccl: rank %d of %d on cuda:%d, host-wait timeout %g s", c->rank, c->world,
+                m->device, c->timeout_s);
+  return DDP_OK;
+
+agree_failed:
+  st = mpi;
+abort_m:
+  if (m->comm) ncclCommAbort(m->comm);
+  m->comm = NULL;
+free_m:
+  free_impl(m);
+  c->impl = NULL;
+  return st;
+}
+
+static void nccl_shutdown(ddp_comm_t *c) {
+  nccl_impl_t *m = c->impl;
+  if (!m) return;
+  if (!m->aborted) {
+    /* Peers are inside the collectives still queued: finish them (within
+     * the timeout) before NCCL's resources go. The barrier's slot is free
+     * now, so its event marks the end of the queue. */
+    ddp_comm_slot_t *s = &c->slots[c->max_inflight];
+    s->op = DDP_COMM_OP_BARRIER;
+    s->done = 0;
+    s->status = DDP_OK;
+    s->count = 0;
+    s->buf = NULL;
+    s->send = NULL;
+    if (cudaEventRecord(m->done[s->index], m->stream) == cudaSuccess) {
+      m->issued_ns[s->index] = ddp_comm_now_ns();
+      m->timed[s->index] = 0;
+      wait_slot(c, s); /* aborts on an error or the timeout */
+    } else {
+      abort_comm(c, s, DDP_ERR_CUDA, "CUDA error at destroy");
+    }
+  }
+  if (m->comm) {
+    const ncclResult_t r = ncclCommDestroy(m->comm);
+    if (r != ncclSuccess)
+      DDP_LOG_WARN("comm nccl: rank %d: ncclCommDestroy: %s", c->rank, ncclGetErrorString(r));
+    m->comm = NULL;
+  }
+  cudaStreamSynchronize(m->stream); /* an aborted NCCL's kernels have exited */
+  free_impl(m);
+  c->impl = NULL;
+}
+
+static ddp_status_t nccl_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) {
+  nccl_impl_t *m = c->impl;
+  return issue_on_stream(c, s, ddp_cuda_stream(m->be, (ddp_stream_t)stream));
+}
+
+static ddp_status_t nccl_wait(ddp_comm_t *c, ddp_comm_slot_t *s) {
+  return wait_slot(c, s);
+}
+
+static ddp_status_t nccl_test(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
+  return poll_slot(c, s, done);
+}
+
+static ddp_status_t nccl_stream_wait(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) {
+  nccl_impl_t *m = c->impl;
+  if (s->done && s->status != DDP_OK) return s->status; /* test() saw it fail */
+  if (m->aborted) return refuse(c, op_name(s->op));
+  DDP_CHECK(poll_async(c, s));
+  const cudaError_t e =
+      cudaStreamWaitEvent(ddp_cuda_stream(m->be, (ddp_stream_t)stream), m->done[s->index], 0);
+  if (e != cudaSuccess) {
+    char cause[160];
+    snprintf(cause, sizeof cause, "CUDA error in stream_wait: %s", cudaGetErrorString(e));
+    return abort_comm(c, s, DDP_ERR_CUDA, cause);
+  }
+  return DDP_OK;
+}
+
+/* Between layers: an asynchronous error is found here, so the next call
+ * fails at once instead of the step going on behind a broken collective. */
+static void nccl_progress(ddp_comm_t *c) {
+  nccl_impl_t *m = c->impl;
+  if (!m->aborted) poll_async(c, NULL);
+}
+
+static ddp_status_t nccl_barrier(ddp_comm_t *c) {
+  nccl_impl_t *m = c->impl;
+  ddp_comm_slot_t *s = &c->slots[c->max_inflight];
+  s->op = DDP_COMM_OP_BARRIER;
+  s->buf = m->barrier_buf;
+  s->send = NULL;
+  s->count = 1;
+  s->dtype = DDP_DTYPE_I32;
+  s->root = 0;
+  s->done = 0;
+  s->status = DDP_OK;
+  DDP_CHECK(issue_on_stream(c, s, NULL));
+  return wait_slot(c, s);
+}
+
+const ddp_comm_ops_t ddp_comm_nccl_ops = {
+    .name = "nccl",
+    .mode = "stream",
+    .available = nccl_available,
+    .init = nccl_init,
+    .shutdown = nccl_shutdown,
+    .start = nccl_start,
+    .wait = nccl_wait,
+    .test = nccl_test,
+    .stream_wait = nccl_stream_wait,
+    .progress = nccl_progress,
+    .barrier = nccl_barrier,
+    .harvest = nccl_harvest,
+};
+#endif
