@@ -56,6 +56,20 @@ static double two_steps(ddp_gpt_t *m, int fused, const int32_t *in, const int32_
   return loss;
 }
 
+/* Per tensor of m's layout, |ga - gb| <= tol x the tensor's largest |ga|
+ * (a nonzero one: every tensor gets a gradient). */
+static void assert_grads_close(const ddp_gpt_t *m, const float *ga, const float *gb, float tol) {
+  for (int t = 0; t < ddp_gpt_num_tensors(m); ++t) {
+    const ddp_gpt_tensor_t *d = ddp_gpt_tensor(m, t);
+    float scale = 0;
+    for (size_t i = d->offset; i < d->offset + d->count; ++i) scale = fmaxf(scale, fabsf(ga[i]));
+    ck_assert_msg(scale > 0, "%s has no gradient", d->name);
+    for (size_t i = d->offset; i < d->offset + d->count; ++i)
+      ck_assert_msg(fabsf(ga[i] - gb[i]) <= tol * scale, "%s[%zu]: %g vs %g", d->name,
+                    i - d->offset, ga[i], gb[i]);
+  }
+}
+
 static const ddp_gpt_config_t k_small = {
     .n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 12, .vocab = 29};
 
@@ -137,15 +151,7 @@ START_TEST(test_gpt_exec_fused_chunks_match_separate_calls) {
   const double la = two_steps(a, 0, in, tg, B, T, ga);
   const double lb = two_steps(b, 1, in, tg, B, T, gb);
   ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(la), "loss %.9g vs %.9g", la, lb);
-  for (int t = 0; t < ddp_gpt_num_tensors(a); ++t) {
-    const ddp_gpt_tensor_t *d = ddp_gpt_tensor(a, t);
-    float scale = 0;
-    for (size_t i = d->offset; i < d->offset + d->count; ++i) scale = fmaxf(scale, fabsf(ga[i]));
-    ck_assert(scale > 0);
-    for (size_t i = d->offset; i < d->offset + d->count; ++i)
-      ck_assert_msg(fabsf(ga[i] - gb[i]) <= 2e-5f * scale, "%s[%zu]: %g vs %g", d->name,
-                    i - d->offset, ga[i], gb[i]);
-  }
+  assert_grads_close(a, ga, gb, 2e-5f);
   /* eval still has its full logits on the fused model */
   double train = 0, eval = 0;
   ck_assert_int_eq(ddp_gpt_forward_backward(b, in, tg, B, T, 1.0f, 0, 0), DDP_OK);
@@ -186,14 +192,7 @@ START_TEST(test_gpt_exec_flash_matches_matrix_attention) {
   const double la = two_steps(a, 0, in, tg, B, T, ga);
   const double lb = two_steps(b, 1, in, tg, B, T, gb);
   ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(la), "loss %.9g vs %.9g", la, lb);
-  for (int t = 0; t < ddp_gpt_num_tensors(a); ++t) {
-    const ddp_gpt_tensor_t *d = ddp_gpt_tensor(a, t);
-    float scale = 0;
-    for (size_t i = d->offset; i < d->offset + d->count; ++i) scale = fmaxf(scale, fabsf(ga[i]));
-    for (size_t i = d->offset; i < d->offset + d->count; ++i)
-      ck_assert_msg(fabsf(ga[i] - gb[i]) <= 1e-5f * scale, "%s[%zu]: %g vs %g", d->name,
-                    i - d->offset, ga[i], gb[i]);
-  }
+  assert_grads_close(a, ga, gb, 1e-5f);
   double train = 0, eval = 0;
   ck_assert_int_eq(ddp_gpt_forward_backward(b, in, tg, B, T, 1.0f, 0, 0), DDP_OK);
   ck_assert_int_eq(ddp_gpt_take_loss(b, &train), DDP_OK);

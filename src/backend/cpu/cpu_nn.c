@@ -247,7 +247,7 @@ ddp_status_t ddp_cpu_linear_fwd_f32(ddp_backend_t *be, float *out, const float *
 #define COLSUM_COLS 256
 #define COLSUM_ROWS 32
 
-static void column_sums(float *dst, const float *src, size_t rows, size_t n, int accumulate) {
+void ddp_cpu_column_sums(float *dst, const float *src, size_t rows, size_t n, int accumulate) {
   for (size_t c0 = 0; c0 < n; c0 += COLSUM_COLS) {
     const size_t nc = n - c0 < COLSUM_COLS ? n - c0 : COLSUM_COLS;
     double total[COLSUM_COLS];
@@ -287,7 +287,7 @@ ddp_status_t ddp_cpu_linear_bwd_f32(ddp_backend_t *be, float *dinp, float *dw, f
   g.lda = OC;
   g.beta = accumulate ? 1.0f : 0.0f;
   DDP_CHECK(ddp_backend_gemm(be, &g, s));
-  if (dbias) column_sums(dbias, dout, (size_t)N, (size_t)OC, accumulate);
+  if (dbias) ddp_cpu_column_sums(dbias, dout, (size_t)N, (size_t)OC, accumulate);
   return DDP_OK;
 }
 

@@ -37,33 +37,6 @@ static ddp_status_t check_args(const char *op, ddp_dtype_t dt, int N, const char
   return DDP_OK;
 }
 
-/* The column sums of linear_bwd's dbias (cpu_nn.c's column_sums, which is
- * private to that file): rows in fp32 blocks of COLSUM_ROWS in row order,
- * the block sums (and the old dst when accumulating) in double, rounded
- * once, a strip of COLSUM_COLS columns at a time. The same additions in the
- * same order, so the same bits; check_nn_fused.c compares the two. */
-#define COLSUM_COLS 256
-#define COLSUM_ROWS 32
-
-static void column_sums(float *dst, const float *src, size_t rows, size_t n, int accumulate) {
-  for (size_t c0 = 0; c0 < n; c0 += COLSUM_COLS) {
-    const size_t nc = n - c0 < COLSUM_COLS ? n - c0 : COLSUM_COLS;
-    double total[COLSUM_COLS];
-    for (size_t j = 0; j < nc; ++j) total[j] = accumulate ? (double)dst[c0 + j] : 0.0;
-    for (size_t r0 = 0; r0 < rows; r0 += COLSUM_ROWS) {
-      const size_t r1 = rows - r0 < COLSUM_ROWS ? rows : r0 + COLSUM_ROWS;
-      float part[COLSUM_COLS];
-      memcpy(part, src + r0 * n + c0, nc * sizeof *part);
-      for (size_t r = r0 + 1; r < r1; ++r) {
-        const float *row = src + r * n + c0;
-        for (size_t j = 0; j < nc; ++j) part[j] += row[j];
-      }
-      for (size_t j = 0; j < nc; ++j) total[j] += part[j];
-    }
-    for (size_t j = 0; j < nc; ++j) dst[c0 + j] = (float)total[j];
-  }
-}
-
 // out (N,OC), pre (N,OC) or NULL, inp (N,IC), w (OC,IC), bias (OC)
 ddp_status_t ddp_cpu_linear_gelu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *pre,
                                      const void *inp, const void *w, const void *bias, int N,
@@ -91,7 +64,7 @@ ddp_status_t ddp_cpu_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
     ddp_gemm_t g = ddp_gemm_packed_f32(N, K, OC, dout, w, dpre);
     DDP_CHECK(ddp_backend_gemm(be, &g, s));
     DDP_CHECK(ddp_cpu_gelu_bwd_f32(be, dpre, pre, dpre, n * k, s));
-    column_sums(dbias, dpre, n, k, accumulate);
+    ddp_cpu_column_sums(dbias, dpre, n, k, accumulate);
     return DDP_OK;
   }
   /* linear_bwd's half path for dinp: operands widened into the workspace
@@ -109,6 +82,6 @@ ddp_status_t ddp_cpu_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
   DDP_CHECK(ddp_nn_cpu_ops.gelu_bwd(be, dt, dpre, pre, dpre, n * k, s));
   /* the bias gradient of the stored dpre, as linear_bwd widens its dout */
   DDP_CHECK(ddp_convert_host(dx, DDP_DTYPE_F32, dpre, dt, n * k));
-  column_sums(dbias, dx, n, k, accumulate);
+  ddp_cpu_column_sums(dbias, dx, n, k, accumulate);
   return DDP_OK;
 }

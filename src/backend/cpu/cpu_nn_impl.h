@@ -205,4 +205,9 @@ void ddp_cpu_nn_release(ddp_backend_t *be);
 /* Frees the workspace whatever its holders (the backend's shutdown). */
 void ddp_cpu_nn_workspace_free(ddp_backend_t *be);
 
+/* dst (n) = / += the column sums of src (rows, n), in the fixed order
+ * linear_bwd's dbias uses (cpu_nn.c): the fused ops share it, so their bias
+ * gradients are bit-identical to the unfused sequence. */
+void ddp_cpu_column_sums(float *dst, const float *src, size_t rows, size_t n, int accumulate);
+
 #endif
