@@ -888,8 +888,7 @@ START_TEST(test_optim_grad_epilogue_equals_convert_scale_sumsq) {
         memset(dst, 0xFF, sizeof dst);
         double partial = NAN, partial2 = NAN;
         ck_assert_int_eq(
-            ddp_optim_grad_epilogue_cpu(g_be, dst, bits, dts[d], n, scale, &partial, NULL),
-            DDP_OK);
+            ddp_optim_grad_epilogue_cpu(g_be, dst, bits, dts[d], n, scale, &partial, NULL), DDP_OK);
         ck_assert_msg(memcmp(dst, want, n * sizeof(float)) == 0, "%s n=%zu scale %g: dst",
                       ddp_dtype_name(dts[d]), n, (double)scale);
         ck_assert_msg(memcmp(&(float){(float)partial}, &sumsq, sizeof sumsq) == 0,
@@ -1000,9 +999,8 @@ START_TEST(test_optim_grad_epilogue_rejects_bad_input) {
     ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F16, N, NAN, &partial, NULL), E);
     ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F16, N, INFINITY, &partial, NULL), E);
     /* in place: the halves inside the floats they widen into */
-    ck_assert_int_eq(epi(g_be, (float *)(void *)bits, bits + 4, DDP_DTYPE_F16, N / 2, 1.0f,
-                         &partial, NULL),
-                     E);
+    ck_assert_int_eq(
+        epi(g_be, (float *)(void *)bits, bits + 4, DDP_DTYPE_F16, N / 2, 1.0f, &partial, NULL), E);
     ck_assert_int_eq(sum(g_be, NULL, &partial, 1, NULL), E);
     ck_assert_int_eq(sum(g_be, &total, NULL, 1, NULL), E);
     ck_assert_int_eq(sum(g_be, &total, &partial, 0, NULL), E);
@@ -1031,9 +1029,8 @@ START_TEST(test_optim_grad_epilogue_rejects_bad_input) {
       DDP_ERR_UNSUPPORTED);
   ck_assert_int_eq(ddp_optim_sum_partials_cpu(&fake, &total, &partial, 1, NULL),
                    DDP_ERR_UNSUPPORTED);
-  ck_assert_int_eq(ddp_optim_grad_epilogue_cpu(NULL, dst, bits, DDP_DTYPE_BF16, N, 1.0f, &partial,
-                                               NULL),
-                   E);
+  ck_assert_int_eq(
+      ddp_optim_grad_epilogue_cpu(NULL, dst, bits, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL), E);
   char *log = ddp_test_log_stop();
   ddp_assert_contains(log, "optim_grad_epilogue: the CPU implementation needs host memory");
   ddp_assert_contains(log, "optim_sum_partials: the CPU implementation needs host memory");
