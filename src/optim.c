@@ -35,6 +35,7 @@
 #include "ddptrain/check.h"
 #include "ascii.h"
 #if DDP_HAVE_CUDA
+#include "backend/cuda/cuda_grad_epilogue.h"
 #include "backend/cuda/cuda_optim.h"
 #endif
 
@@ -145,6 +146,76 @@ ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const flo
   scale_block(t, grads + i, scale, n - i);
   sumsq_lanes(acc, t, n - i);
   *sumsq = (float)lanes_total(acc);
+  return DDP_OK;
+}
+
+/* ---- the half all-reduce's epilogue ------------------------------------ */
+
+static int ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes);
+
+/* Shared by the CPU function and the backend-neutral entry point. */
+static ddp_status_t validate_epilogue(const float *dst, const void *src, ddp_dtype_t src_dtype,
+                                      size_t n, float scale, const double *partial) {
+  if (!dst || !src || !partial)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_epilogue: NULL %s",
+             !dst   ? "dst"
+             : !src ? "src"
+                    : "partial");
+  if (src_dtype != DDP_DTYPE_BF16 && src_dtype != DDP_DTYPE_F16)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "optim_grad_epilogue: the reduced gradients are %s; the epilogue widens bf16 or fp16",
+             ddp_dtype_name(src_dtype));
+  if (!isfinite(scale))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_epilogue: scale %g", (double)scale);
+  if (ranges_overlap(dst, n * sizeof(float), src, n * ddp_dtype_size(src_dtype)))
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "optim_grad_epilogue: dst and src overlap (the widening cannot run in place)");
+  return DDP_OK;
+}
+
+ddp_status_t ddp_optim_grad_epilogue_cpu(ddp_backend_t *be, float *dst, const void *src,
+                                         ddp_dtype_t src_dtype, size_t n, float scale,
+                                         double *partial, ddp_stream_t s) {
+  (void)s; /* CPU: work runs at once */
+  DDP_CHECK(require_cpu(be, "optim_grad_epilogue"));
+  DDP_CHECK(validate_epilogue(dst, src, src_dtype, n, scale, partial));
+  const unsigned char *h = src;
+  const size_t esz = ddp_dtype_size(src_dtype);
+  /* Block by block while the block is in L1: widen into t, scale into dst,
+   * square dst, with the block and lane layout of ddp_optim_grad_sumsq_cpu
+   * so one bucket's sum is that function's bit for bit. */
+  double acc[LANES] = {0};
+  float t[BLOCK];
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK) {
+    (void)ddp_convert_host(t, DDP_DTYPE_F32, h + i * esz, src_dtype, BLOCK); /* checked above */
+    scale_block(dst + i, t, scale, BLOCK);
+    sumsq_lanes(acc, dst + i, BLOCK);
+  }
+  if (i < n) {
+    (void)ddp_convert_host(t, DDP_DTYPE_F32, h + i * esz, src_dtype, n - i);
+    scale_block(dst + i, t, scale, n - i);
+    sumsq_lanes(acc, dst + i, n - i);
+  }
+  *partial = lanes_total(acc);
+  return DDP_OK;
+}
+
+static ddp_status_t validate_partials(const float *sumsq, const double *partials, int n) {
+  if (!sumsq || !partials)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_sum_partials: NULL %s", !sumsq ? "sumsq" : "partials");
+  if (n < 1) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_sum_partials: n = %d (need >= 1)", n);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_optim_sum_partials_cpu(ddp_backend_t *be, float *sumsq, const double *partials,
+                                        int n, ddp_stream_t s) {
+  (void)s;
+  DDP_CHECK(require_cpu(be, "optim_sum_partials"));
+  DDP_CHECK(validate_partials(sumsq, partials, n));
+  double total = 0.0;
+  for (int b = 0; b < n; ++b) total += partials[b];
+  *sumsq = (float)total;
   return DDP_OK;
 }
 
@@ -568,6 +639,29 @@ ddp_status_t ddp_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *
   }
 #endif
   return ddp_optim_grad_sumsq_cpu(be, sumsq, grads, n, scale, s);
+}
+
+ddp_status_t ddp_optim_grad_epilogue(ddp_backend_t *be, float *dst, const void *src,
+                                     ddp_dtype_t src_dtype, size_t n, float scale, double *partial,
+                                     ddp_stream_t s) {
+#if DDP_HAVE_CUDA
+  if (on_cuda(be)) {
+    DDP_CHECK(validate_epilogue(dst, src, src_dtype, n, scale, partial));
+    return ddp_cuda_optim_grad_epilogue(be, dst, src, src_dtype, n, scale, partial, s);
+  }
+#endif
+  return ddp_optim_grad_epilogue_cpu(be, dst, src, src_dtype, n, scale, partial, s);
+}
+
+ddp_status_t ddp_optim_sum_partials(ddp_backend_t *be, float *sumsq, const double *partials, int n,
+                                    ddp_stream_t s) {
+#if DDP_HAVE_CUDA
+  if (on_cuda(be)) {
+    DDP_CHECK(validate_partials(sumsq, partials, n));
+    return ddp_cuda_optim_sum_partials(be, sumsq, partials, n, s);
+  }
+#endif
+  return ddp_optim_sum_partials_cpu(be, sumsq, partials, n, s);
 }
 
 ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,

@@ -16,6 +16,7 @@
 #include "check_util.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/optim.h"
+#include "ddptrain/rng.h"
 
 static ddp_backend_t *g_be;
 
@@ -849,6 +850,195 @@ START_TEST(test_optim_plan_counts_skipped_steps) {
 }
 END_TEST
 
+/* ---- the half all-reduce's fused epilogue -------------------------------- */
+
+/* n random N(0, 1) gradients as a loss-scaled half reduction would hold
+ * them (times 2^10), rounded into dt: the uint16 bits, and their fp32 image. */
+static void half_grads(ddp_dtype_t dt, size_t n, uint64_t seed, uint16_t *bits, float *wide) {
+  ddp_rng_t rng;
+  ddp_rng_init(&rng, seed, 3);
+  ddp_rng_fill_normal(&rng, 0, 0.0f, 1024.0f, wide, n);
+  ck_assert_int_eq(ddp_convert_host(bits, dt, wide, DDP_DTYPE_F32, n), DDP_OK);
+  ck_assert_int_eq(ddp_convert_host(wide, DDP_DTYPE_F32, bits, dt, n), DDP_OK);
+}
+
+/* The fused op against the passes it replaces: widen (convert), then
+ * ddp_optim_grad_sumsq_cpu with the scale. dst must be the scaled widened
+ * values bit for bit (every element written: it starts as NaN), the partial
+ * rounded to fp32 must be that function's sum bit for bit (same lanes), and
+ * within double rounding of a plain double sum; a repeat gives the same bits.
+ * Sizes around the 64-element blocks; a power-of-two scale (the loss
+ * scaler's) and an inexact one. */
+START_TEST(test_optim_grad_epilogue_equals_convert_scale_sumsq) {
+  const ddp_dtype_t dts[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  const size_t sizes[] = {1, 7, 63, 64, 65, 128, 1000, 4099};
+  const float scales[] = {1.0f / 1024.0f, 1.0f, 0.3f};
+  enum { MAXN = 4099 };
+  static uint16_t bits[MAXN];
+  static float wide[MAXN], dst[MAXN], want[MAXN], dst2[MAXN];
+  for (int d = 0; d < 2; ++d)
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k)
+      for (int c = 0; c < 3; ++c) {
+        const size_t n = sizes[k];
+        const float scale = scales[c];
+        half_grads(dts[d], n, 100 + k, bits, wide);
+        for (size_t i = 0; i < n; ++i) want[i] = scale * wide[i];
+        float sumsq = -1.0f;
+        ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, wide, n, scale, NULL), DDP_OK);
+        memset(dst, 0xFF, sizeof dst);
+        double partial = NAN, partial2 = NAN;
+        ck_assert_int_eq(
+            ddp_optim_grad_epilogue_cpu(g_be, dst, bits, dts[d], n, scale, &partial, NULL), DDP_OK);
+        ck_assert_msg(memcmp(dst, want, n * sizeof(float)) == 0, "%s n=%zu scale %g: dst",
+                      ddp_dtype_name(dts[d]), n, (double)scale);
+        ck_assert_msg(memcmp(&(float){(float)partial}, &sumsq, sizeof sumsq) == 0,
+                      "%s n=%zu: partial %.17g vs grad_sumsq %.9g", ddp_dtype_name(dts[d]), n,
+                      partial, (double)sumsq);
+        double ref = 0.0;
+        for (size_t i = 0; i < n; ++i) ref += (double)want[i] * (double)want[i];
+        ck_assert_msg(fabs(partial - ref) <= 1e-13 * ref, "n=%zu: %.17g vs %.17g", n, partial, ref);
+        /* the same call on the same call again: the same bits */
+        memset(dst2, 0, sizeof dst2);
+        ck_assert_int_eq(
+            ddp_optim_grad_epilogue_cpu(g_be, dst2, bits, dts[d], n, scale, &partial2, NULL),
+            DDP_OK);
+        ck_assert(memcmp(dst, dst2, n * sizeof(float)) == 0);
+        ck_assert(memcmp(&partial, &partial2, sizeof partial) == 0);
+        /* the unused tail of dst is untouched */
+        if (n < MAXN) ck_assert(isnan(dst[n]));
+      }
+}
+END_TEST
+
+/* One inf or NaN anywhere (first element, inside a block, in the tail)
+ * makes the bucket's partial, and so the in-order total, non-finite; the
+ * largest finite half values do not. */
+START_TEST(test_optim_grad_epilogue_nonfinite_reaches_the_norm) {
+  enum { N = 200 };
+  static uint16_t bits[N];
+  static float wide[N], dst[N];
+  const ddp_dtype_t dts[] = {DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  const float bad[] = {INFINITY, -INFINITY, NAN};
+  const size_t where[] = {0, 70, N - 1};
+  for (int d = 0; d < 2; ++d)
+    for (int b = 0; b < 3; ++b)
+      for (int w = 0; w < 3; ++w) {
+        half_grads(dts[d], N, 7, bits, wide);
+        wide[where[w]] = bad[b];
+        ck_assert_int_eq(ddp_convert_host(bits, dts[d], wide, DDP_DTYPE_F32, N), DDP_OK);
+        double partials[3] = {1.0, 0.0, 2.0};
+        ck_assert_int_eq(ddp_optim_grad_epilogue_cpu(g_be, dst, bits, dts[d], N, 1.0f / 65536.0f,
+                                                     &partials[1], NULL),
+                         DDP_OK);
+        ck_assert_msg(!isfinite(partials[1]), "%s %g at %zu: partial %g", ddp_dtype_name(dts[d]),
+                      (double)bad[b], where[w], partials[1]);
+        float total = 0.0f;
+        ck_assert_int_eq(ddp_optim_sum_partials_cpu(g_be, &total, partials, 3, NULL), DDP_OK);
+        ck_assert(!isfinite(total));
+        ck_assert(!isfinite(dst[where[w]]));
+      }
+  /* the largest finite values: fp16 65504, bf16 3.39e38 (whose square
+   * overflows fp32 but not the double partial; the fp32 total then is inf,
+   * as ddp_optim_grad_sumsq_cpu's would be) */
+  for (int i = 0; i < N; ++i) wide[i] = 65504.0f;
+  ck_assert_int_eq(ddp_convert_host(bits, DDP_DTYPE_F16, wide, DDP_DTYPE_F32, N), DDP_OK);
+  double partial = 0.0;
+  ck_assert_int_eq(
+      ddp_optim_grad_epilogue_cpu(g_be, dst, bits, DDP_DTYPE_F16, N, 1.0f, &partial, NULL), DDP_OK);
+  ck_assert(isfinite(partial));
+  ck_assert(partial == (double)N * 65504.0 * 65504.0);
+}
+END_TEST
+
+/* The buckets' partials are added in bucket order, one after the other, in
+ * double: with 1e16 (whose double ulp is 2) the order decides the result
+ * (in order 1; reversed or pairwise 0). */
+START_TEST(test_optim_sum_partials_adds_in_bucket_order) {
+  const double p[4] = {1e16, 1.0, -1e16, 1.0};
+  float total = -1.0f;
+  ck_assert_int_eq(ddp_optim_sum_partials_cpu(g_be, &total, p, 4, NULL), DDP_OK);
+  ck_assert_float_eq(total, 1.0f);
+  const double q[4] = {1.0, -1e16, 1.0, 1e16}; /* the reverse */
+  ck_assert_int_eq(ddp_optim_sum_partials_cpu(g_be, &total, q, 4, NULL), DDP_OK);
+  ck_assert_float_eq(total, 0.0f);
+  const double one[1] = {2.5};
+  ck_assert_int_eq(ddp_optim_sum_partials(g_be, &total, one, 1, NULL), DDP_OK);
+  ck_assert_float_eq(total, 2.5f);
+  /* a double total beyond fp32's range is an overflow, as for grad_sumsq */
+  const double big[2] = {3e38, 3e38};
+  ck_assert_int_eq(ddp_optim_sum_partials(g_be, &total, big, 2, NULL), DDP_OK);
+  ck_assert(isinf(total));
+}
+END_TEST
+
+/* Bad arguments: a clear message, DDP_ERR_INVALID_ARG, nothing written; a
+ * backend whose memory the host cannot read is refused. The backend-neutral
+ * entry points on the CPU backend behave the same. */
+START_TEST(test_optim_grad_epilogue_rejects_bad_input) {
+  enum { N = 16 };
+  uint16_t bits[2 * N] = {0};
+  float dst[N];
+  for (int i = 0; i < N; ++i) dst[i] = 7.0f;
+  double partial = 42.0;
+  float total = 42.0f;
+  const ddp_status_t E = DDP_ERR_INVALID_ARG;
+  ddp_backend_ops_t fake_ops = {.name = "fake-cuda", .kind = DDP_DEVICE_KIND_CUDA};
+  ddp_backend_t fake = {.ops = &fake_ops};
+  for (int neutral = 0; neutral < 2; ++neutral) {
+    ddp_status_t (*epi)(ddp_backend_t *, float *, const void *, ddp_dtype_t, size_t, float,
+                        double *, ddp_stream_t) =
+        neutral ? ddp_optim_grad_epilogue : ddp_optim_grad_epilogue_cpu;
+    ddp_status_t (*sum)(ddp_backend_t *, float *, const double *, int, ddp_stream_t) =
+        neutral ? ddp_optim_sum_partials : ddp_optim_sum_partials_cpu;
+    ddp_test_log_start();
+    ck_assert_int_eq(epi(g_be, NULL, bits, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL), E);
+    ck_assert_int_eq(epi(g_be, dst, NULL, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL), E);
+    ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_BF16, N, 1.0f, NULL, NULL), E);
+    ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F32, N, 1.0f, &partial, NULL), E);
+    ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_I32, N, 1.0f, &partial, NULL), E);
+    ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F16, N, NAN, &partial, NULL), E);
+    ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F16, N, INFINITY, &partial, NULL), E);
+    /* in place: the halves inside the floats they widen into */
+    ck_assert_int_eq(
+        epi(g_be, (float *)(void *)bits, bits + 4, DDP_DTYPE_F16, N / 2, 1.0f, &partial, NULL), E);
+    ck_assert_int_eq(sum(g_be, NULL, &partial, 1, NULL), E);
+    ck_assert_int_eq(sum(g_be, &total, NULL, 1, NULL), E);
+    ck_assert_int_eq(sum(g_be, &total, &partial, 0, NULL), E);
+    ck_assert_int_eq(sum(g_be, &total, &partial, -3, NULL), E);
+    char *log = ddp_test_log_stop();
+    ddp_assert_contains(log, "optim_grad_epilogue: NULL dst");
+    ddp_assert_contains(log, "optim_grad_epilogue: NULL src");
+    ddp_assert_contains(log, "optim_grad_epilogue: NULL partial");
+    ddp_assert_contains(log, "the reduced gradients are fp32; the epilogue widens bf16 or fp16");
+    ddp_assert_contains(log, "the reduced gradients are int32");
+    ddp_assert_contains(log, "optim_grad_epilogue: scale nan");
+    ddp_assert_contains(log, "optim_grad_epilogue: scale inf");
+    ddp_assert_contains(log, "dst and src overlap");
+    ddp_assert_contains(log, "optim_sum_partials: NULL sumsq");
+    ddp_assert_contains(log, "optim_sum_partials: NULL partials");
+    ddp_assert_contains(log, "optim_sum_partials: n = 0 (need >= 1)");
+    ddp_assert_contains(log, "optim_sum_partials: n = -3");
+    free(log);
+    for (int i = 0; i < N; ++i) ck_assert_float_eq(dst[i], 7.0f);
+    ck_assert(partial == 42.0);
+    ck_assert_float_eq(total, 42.0f);
+  }
+  ddp_test_log_start();
+  ck_assert_int_eq(
+      ddp_optim_grad_epilogue_cpu(&fake, dst, bits, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL),
+      DDP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(ddp_optim_sum_partials_cpu(&fake, &total, &partial, 1, NULL),
+                   DDP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(
+      ddp_optim_grad_epilogue_cpu(NULL, dst, bits, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL), E);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "optim_grad_epilogue: the CPU implementation needs host memory");
+  ddp_assert_contains(log, "optim_sum_partials: the CPU implementation needs host memory");
+  ddp_assert_contains(log, "optim_grad_epilogue: NULL backend");
+  free(log);
+}
+END_TEST
+
 static Suite *optim_suite(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("core");
@@ -874,6 +1064,10 @@ static Suite *optim_suite(void) {
   tcase_add_test(tc, test_optim_plan_dispatch_matches_cpu_functions);
   tcase_add_test(tc, test_optim_plan_rejects_bad_input);
   tcase_add_test(tc, test_optim_plan_counts_skipped_steps);
+  tcase_add_test(tc, test_optim_grad_epilogue_equals_convert_scale_sumsq);
+  tcase_add_test(tc, test_optim_grad_epilogue_nonfinite_reaches_the_norm);
+  tcase_add_test(tc, test_optim_sum_partials_adds_in_bucket_order);
+  tcase_add_test(tc, test_optim_grad_epilogue_rejects_bad_input);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,14 +1,39 @@
 /* The gradient reducer on one rank ("self" communicator): bucket layout,
  * launch order and counts, and the errors that catch a model announcing its
- * gradients wrongly. The multi-rank arithmetic (SUM, equivalence with one
- * process) is tests/test_ddp.sh's job. */
+ * gradients wrongly; the fused epilogue of a half reduce dtype (scaled
+ * widening and the squared norm from per-bucket partials) against the path
+ * it replaced. The multi-rank arithmetic of training (SUM, equivalence with
+ * one process) is tests/test_ddp.sh's job.
+ *
+ * The program also runs under mpirun -np 2 (tests/test_reducer_mpi.sh): the
+ * one-rank tests then run on every rank as they are, and the epilogue test
+ * reduces over the job's communicator (MPI), so the gradients and the norm
+ * are checked against the old path on real sums, with an inf on one rank
+ * reaching every rank's norm. No fork after MPI_Init (CK_NOFORK); the exit
+ * status is nonzero on every rank when any rank failed. */
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_util.h"
 #include "ddptrain/comm.h"
+#include "ddptrain/dist.h"
+#include "ddptrain/optim.h"
 #include "ddptrain/reducer.h"
+#include "ddptrain/rng.h"
+
+/* What MPI_Init and MPI_Finalize allocate and never free is not this
+ * suite's leak (see tests/check_comm.c). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define LSAN_DISABLE() __lsan_disable()
+#define LSAN_ENABLE() __lsan_enable()
+#else
+#define LSAN_DISABLE() ((void)0)
+#define LSAN_ENABLE() ((void)0)
+#endif
 
 /* 6 tensors, 4-byte floats: 100, 50, 300, 1000, 20, 20 elements. */
 static const ddp_reducer_tensor_t k_tensors[] = {{0, 100},    {100, 50},  {150, 300},
@@ -16,6 +41,7 @@ static const ddp_reducer_tensor_t k_tensors[] = {{0, 100},    {100, 50},  {150, 
 enum { N_TENSORS = 6, N_ELEMS = 1490 };
 
 static ddp_dist_t dist = {.rank = 0, .world = 1, .local_rank = 0, .local_size = 1};
+static ddp_dist_t g_job; /* the job's ranks (world 1 outside mpirun) */
 static ddp_comm_t *comm;
 static float grads[N_ELEMS];
 
@@ -202,7 +228,210 @@ START_TEST(test_reducer_half_dtype_rounds_through_staging) {
 }
 END_TEST
 
-int main(void) {
+/* ---- the fused epilogue of a half reduce dtype ---------------------------- */
+
+/* Random N(0, 1) gradients times 2^10 (a loss-scaled step), different per
+ * rank and seed. */
+static void fill_grads(float *g, size_t n, uint64_t seed, int rank) {
+  ddp_rng_t rng;
+  ddp_rng_init(&rng, seed, (uint64_t)rank + 11);
+  ddp_rng_fill_normal(&rng, 0, 0.0f, 1024.0f, g, n);
+}
+
+static ddp_reducer_t *make_half(ddp_comm_t *c, ddp_backend_t *be, float *g, ddp_dtype_t dt) {
+  ddp_reducer_config_t cfg = {.grads = g,
+                              .tensors = k_tensors,
+                              .n_tensors = N_TENSORS,
+                              .bucket_bytes = 2000,
+                              .first_bucket_bytes = 600,
+                              .dtype = dt,
+                              .be = be};
+  ddp_reducer_t *r = NULL;
+  ck_assert_int_eq(ddp_reducer_create(c, &cfg, &r), DDP_OK);
+  ck_assert_int_gt(ddp_reducer_num_buckets(r), 2);
+  return r;
+}
+
+static ddp_status_t run_step(ddp_reducer_t *r) {
+  for (int t = 0; t < N_TENSORS; ++t) {
+    const ddp_status_t st = ddp_reducer_mark_ready(r, k_tensors[t].offset, k_tensors[t].count);
+    if (st != DDP_OK) return st;
+  }
+  return ddp_reducer_finish(r, NULL);
+}
+
+/* One step of the old path and one of the fused path on the same inputs,
+ * over communicator c: the old path is the reducer with scale 1 (a plain
+ * widening, bit for bit the former convert) followed by
+ * ddp_optim_grad_sumsq_cpu with the unscale factor; the fused path is the
+ * reducer with the unscale factor and its own norm. Required: the fused
+ * gradients are the old ones times the factor bit for bit (the same
+ * collective on the same inputs gives the same sums; the factor is a power
+ * of two); the norm equals the bucket partials recomputed with
+ * ddp_optim_grad_epilogue_cpu and added in bucket order, bit for bit, and
+ * the old norm within 1e-6 relative (double sums in another order, rounded
+ * once to fp32); every rank holds the same norm bit for bit. With
+ * `inf_rank` >= 0 that rank's element 700 is +inf: every rank's norm is
+ * then non-finite. Assertions come after the last collective. */
+static void check_fused_against_old(ddp_comm_t *c, const ddp_dist_t *d, ddp_dtype_t dt,
+                                    int inf_rank) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  static float g_old[N_ELEMS], g_new[N_ELEMS], in[N_ELEMS], recomputed[N_ELEMS];
+  static uint16_t bits[N_ELEMS];
+  const float unscale = 1.0f / 1024.0f;
+  fill_grads(in, N_ELEMS, 5, d->rank);
+  if (d->rank == inf_rank) in[700] = INFINITY;
+  memcpy(g_old, in, sizeof in);
+  memcpy(g_new, in, sizeof in);
+  ddp_reducer_t *old = make_half(c, be, g_old, dt), *fused = make_half(c, be, g_new, dt);
+  ck_assert(ddp_reducer_fused_epilogue(fused));
+  ck_assert_int_eq(ddp_reducer_set_scale(fused, unscale), DDP_OK);
+  const ddp_status_t st_old = run_step(old), st_new = run_step(fused);
+  float norm_old = -1.0f, norm_new = -1.0f;
+  const ddp_status_t st_sq = ddp_optim_grad_sumsq_cpu(be, &norm_old, g_old, N_ELEMS, unscale, NULL);
+  const ddp_status_t st_norm = ddp_reducer_grad_sumsq(fused, &norm_new);
+  double agree = isfinite(norm_new) ? (double)norm_new : -1.0;
+  const ddp_status_t st_sum = ddp_dist_sum_double(d, &agree);
+  ck_assert_int_eq(st_old, DDP_OK);
+  ck_assert_int_eq(st_new, DDP_OK);
+  ck_assert_int_eq(st_sq, DDP_OK);
+  ck_assert_int_eq(st_norm, DDP_OK);
+  ck_assert_int_eq(st_sum, DDP_OK);
+  if (inf_rank >= 0) {
+    ck_assert_msg(!isfinite(norm_new), "rank %d: an inf on rank %d gave the norm %g", d->rank,
+                  inf_rank, (double)norm_new);
+    ck_assert(!isfinite(norm_old));
+    ck_assert(agree == -1.0 * d->world); /* every rank non-finite */
+  } else {
+    for (int i = 0; i < N_ELEMS; ++i)
+      ck_assert_msg(memcmp(&g_new[i], &(float){g_old[i] * unscale}, sizeof(float)) == 0,
+                    "%s element %d: fused %.9g, old %.9g x %g", ddp_dtype_name(dt), i,
+                    (double)g_new[i], (double)g_old[i], (double)unscale);
+    /* the old widened sums are half values: recompute each bucket's partial */
+    ck_assert_int_eq(ddp_convert_host(bits, dt, g_old, DDP_DTYPE_F32, N_ELEMS), DDP_OK);
+    double total = 0.0;
+    for (int b = 0; b < ddp_reducer_num_buckets(fused); ++b) {
+      size_t off, cnt;
+      ddp_reducer_bucket(fused, b, &off, &cnt);
+      double partial = 0.0;
+      ck_assert_int_eq(ddp_optim_grad_epilogue_cpu(be, recomputed + off, bits + off, dt, cnt,
+                                                   unscale, &partial, NULL),
+                       DDP_OK);
+      total += partial;
+    }
+    ck_assert_msg(memcmp(&(float){(float)total}, &norm_new, sizeof norm_new) == 0,
+                  "norm %.9g, partials in bucket order %.9g", (double)norm_new, total);
+    ck_assert_msg(fabs((double)norm_new - (double)norm_old) <= 1e-6 * (double)norm_old,
+                  "%s: fused norm %.9g, old %.9g", ddp_dtype_name(dt), (double)norm_new,
+                  (double)norm_old);
+    ck_assert_msg(agree == (double)norm_new * d->world, "rank %d: norms differ across ranks",
+                  d->rank);
+  }
+  ddp_reducer_destroy(old);
+  ddp_reducer_destroy(fused);
+  ddp_backend_destroy(be);
+}
+
+/* Over the "self" communicator (one rank, fixture), both half types, clean
+ * and with an inf. */
+START_TEST(test_reducer_fused_epilogue_matches_the_old_path) {
+  check_fused_against_old(comm, &dist, DDP_DTYPE_BF16, -1);
+  check_fused_against_old(comm, &dist, DDP_DTYPE_F16, -1);
+  check_fused_against_old(comm, &dist, DDP_DTYPE_BF16, 0);
+  check_fused_against_old(comm, &dist, DDP_DTYPE_F16, 0);
+}
+END_TEST
+
+/* Over the job's communicator: MPI under mpirun (the inf on the last rank),
+ * "mpi" on a singleton, or "self" in a build without MPI. */
+START_TEST(test_reducer_fused_epilogue_over_the_job) {
+  ddp_comm_config_t cfg = {.kind = strcmp(ddp_dist_library(), "none") ? "mpi" : "self"};
+  ddp_comm_t *c = NULL;
+  ck_assert_int_eq(ddp_comm_create(&g_job, &cfg, &c), DDP_OK);
+  check_fused_against_old(c, &g_job, DDP_DTYPE_BF16, -1);
+  check_fused_against_old(c, &g_job, DDP_DTYPE_F16, -1);
+  check_fused_against_old(c, &g_job, DDP_DTYPE_F16, g_job.world - 1);
+  check_fused_against_old(c, &g_job, DDP_DTYPE_BF16, g_job.world - 1);
+  ddp_comm_destroy(c);
+}
+END_TEST
+
+/* The epilogue's contract at the edges: fp32 has none (the sums untouched
+ * bit for bit whatever the scale, and no norm to ask for); the norm is
+ * refused before a finish, after a new step's first mark and after a failed
+ * finish; the scale persists until set again; bad scales are refused and
+ * change nothing. */
+START_TEST(test_reducer_epilogue_state_and_errors) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  static float want[N_ELEMS];
+  fill_grads(grads, N_ELEMS, 9, 0);
+  memcpy(want, grads, sizeof grads);
+  ddp_reducer_t *r = make(600, 2000);
+  ck_assert(!ddp_reducer_fused_epilogue(r));
+  ck_assert_int_eq(ddp_reducer_set_scale(r, 0.5f), DDP_OK);
+  ck_assert_int_eq(run_step(r), DDP_OK);
+  ck_assert_mem_eq(grads, want, sizeof grads);
+  float norm = 3.0f;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "an fp32 reduction has no fused epilogue");
+  free(log);
+  ddp_reducer_destroy(r);
+
+  r = make_half(comm, be, grads, DDP_DTYPE_BF16);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_ERR_INTERNAL); /* no finish yet */
+  ck_assert_int_eq(ddp_reducer_set_scale(r, 0.0f), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_reducer_set_scale(r, -0.25f), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_reducer_set_scale(r, NAN), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_reducer_set_scale(r, INFINITY), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_reducer_set_scale(NULL, 1.0f), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, NULL), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(NULL, &norm), DDP_ERR_INVALID_ARG);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "no finished step to take the gradient norm of");
+  ddp_assert_contains(log, "gradient scale 0 must be finite and > 0");
+  ddp_assert_contains(log, "gradient scale -0.25 must be finite and > 0");
+  ddp_assert_contains(log, "gradient scale nan");
+  ddp_assert_contains(log, "gradient scale inf");
+  ddp_assert_contains(log, "reducer_grad_sumsq: NULL sumsq");
+  ddp_assert_contains(log, "reducer_grad_sumsq: NULL reducer");
+  free(log);
+  ck_assert_float_eq(norm, 3.0f);
+  /* the refused scales left 1: a plain widening, as before the epilogue */
+  static float rounded[N_ELEMS];
+  ck_assert_int_eq(ddp_round_host(rounded, want, DDP_DTYPE_BF16, N_ELEMS), DDP_OK);
+  ck_assert_int_eq(run_step(r), DDP_OK);
+  ck_assert_mem_eq(grads, rounded, sizeof grads);
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_OK);
+  float plain = 0.0f;
+  ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(be, &plain, rounded, N_ELEMS, 1.0f, NULL), DDP_OK);
+  ck_assert(fabs((double)norm - (double)plain) <= 1e-6 * (double)plain);
+  /* a scale stays until set again: two steps at 1/4 */
+  ck_assert_int_eq(ddp_reducer_set_scale(r, 0.25f), DDP_OK);
+  for (int step = 0; step < 2; ++step) {
+    memcpy(grads, want, sizeof grads);
+    ck_assert_int_eq(run_step(r), DDP_OK);
+    for (int i = 0; i < N_ELEMS; ++i) ck_assert_float_eq(grads[i], rounded[i] * 0.25f);
+    ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_OK);
+    ck_assert(fabs((double)norm - (double)plain / 16.0) <= 1e-6 * (double)plain / 16.0);
+  }
+  /* a new step's first mark makes the partials stale; so does a failed finish */
+  ck_assert_int_eq(ddp_reducer_mark_ready(r, 0, 100), DDP_OK);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_ERR_INTERNAL);
+  ck_assert_int_eq(ddp_reducer_finish(r, NULL), DDP_ERR_INTERNAL); /* tensors missing */
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_ERR_INTERNAL);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "never marked ready");
+  free(log);
+  ddp_reducer_destroy(r);
+  ddp_backend_destroy(be);
+}
+END_TEST
+
+int main(int argc, char **argv) {
   Suite *s = suite_create("reducer");
   TCase *tc = tcase_create("reducer");
   tcase_add_checked_fixture(tc, setup, teardown);
@@ -213,6 +442,30 @@ int main(void) {
   tcase_add_test(tc, test_reducer_rejects_wrong_or_repeated_marks);
   tcase_add_test(tc, test_reducer_rejects_tensors_that_do_not_tile);
   tcase_add_test(tc, test_reducer_half_dtype_rounds_through_staging);
+  tcase_add_test(tc, test_reducer_fused_epilogue_matches_the_old_path);
+  tcase_add_test(tc, test_reducer_fused_epilogue_over_the_job);
+  tcase_add_test(tc, test_reducer_epilogue_state_and_errors);
   suite_add_tcase(s, tc);
-  return ddp_test_run_suite(s);
+  LSAN_DISABLE();
+  const ddp_status_t init = ddp_dist_init(&argc, &argv, &g_job);
+  LSAN_ENABLE();
+  if (init != DDP_OK) {
+    fprintf(stderr, "check_reducer: ddp_dist_init failed\n");
+    return 99;
+  }
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK); /* no fork after MPI_Init */
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  /* Ranks agree: one rank's failure fails them all. */
+  double failures = failed;
+  const ddp_status_t st = ddp_dist_sum_double(&g_job, &failures);
+  if (st == DDP_OK && failures > 0 && failed == 0)
+    printf("check_reducer: rank %d passed, but %.0f test(s) failed on other ranks\n", g_job.rank,
+           failures);
+  LSAN_DISABLE();
+  ddp_dist_finalize(&g_job);
+  LSAN_ENABLE();
+  return st == DDP_OK && failures == 0 ? 0 : 1;
 }

@@ -128,6 +128,32 @@ ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const flo
 ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *args,
                                 ddp_stream_t s);
 
+/* The gradient epilogue of a half-precision all-reduce (the reducer's
+ * finish(), one bucket per call), fused so that the widened gradients are
+ * written, unscaled and squared in a single pass:
+ *   dst[i] = (float)src[i] * scale     (the half value widened exactly, then
+ *                                       one fp32 multiply, rounded)
+ *   *partial = sum over i < n of (double)dst[i]^2
+ * accumulated in double in a fixed order that depends on n only (here: the
+ * lanes of ddp_optim_grad_sumsq_cpu, so for one bucket the result rounded to
+ * fp32 equals ddp_optim_grad_sumsq_cpu on the widened buffer, bit for bit).
+ * An inf or NaN anywhere makes *partial non-finite (squares are never
+ * negative, so nothing cancels it): the loss scaler's overflow flag survives.
+ * src holds n uint16 bit patterns of src_dtype (bf16 or fp16); partial is
+ * one double of backend memory, overwritten. Rejects (DDP_ERR_INVALID_ARG,
+ * nothing written) NULL pointers, another src_dtype, a non-finite scale and
+ * dst overlapping src; refuses a non-CPU backend (DDP_ERR_UNSUPPORTED). */
+ddp_status_t ddp_optim_grad_epilogue_cpu(ddp_backend_t *be, float *dst, const void *src,
+                                         ddp_dtype_t src_dtype, size_t n, float scale,
+                                         double *partial, ddp_stream_t s);
+
+/* *sumsq (backend memory, 1 float) = (float)(partials[0] + partials[1] + ...
+ * + partials[n - 1]), added in double in exactly that order (one bucket
+ * after the other), so the total is reproducible and the same on every
+ * backend for the same partials. Rejects NULL pointers and n < 1. */
+ddp_status_t ddp_optim_sum_partials_cpu(ddp_backend_t *be, float *sumsq, const double *partials,
+                                        int n, ddp_stream_t s);
+
 /* ---- backend-neutral entry points ----------------------------------------
  * What the trainer calls: the CPU functions above on the CPU backend, the
  * kernels of kernels/optim.cu on CUDA (bit-identical arithmetic per element,
@@ -148,6 +174,20 @@ void ddp_optim_plan_destroy(ddp_optim_plan_t *plan);
  * host sync on a GPU). */
 ddp_status_t ddp_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
                                   float scale, ddp_stream_t s);
+/* ddp_optim_grad_epilogue_cpu's contract on any backend (enqueued on s, no
+ * host sync on a GPU). The CUDA kernel rounds every dst element exactly as
+ * the CPU does; its partial adds the same squares in another fixed order
+ * (per-block partials, then the blocks in order), so it is reproducible bit
+ * for bit but equals the CPU's only to double rounding. On CUDA, calls
+ * share one scratch array of block sums: they must not run concurrently on
+ * two streams (the reducer issues them in bucket order on one stream). */
+ddp_status_t ddp_optim_grad_epilogue(ddp_backend_t *be, float *dst, const void *src,
+                                     ddp_dtype_t src_dtype, size_t n, float scale, double *partial,
+                                     ddp_stream_t s);
+/* ddp_optim_sum_partials_cpu's contract on any backend (one GPU thread adds
+ * the partials in order: the same bits as the CPU). */
+ddp_status_t ddp_optim_sum_partials(ddp_backend_t *be, float *sumsq, const double *partials, int n,
+                                    ddp_stream_t s);
 /* ddp_optim_step_cpu's contract on any backend; args must describe the
  * plan's layout (same n and segment count). */
 ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,

@@ -25,7 +25,17 @@
  * bucket is rounded into a staging buffer of that type as it launches, the
  * collective moves half the bytes and sums in that type (each partial sum
  * rounds), and finish() widens the result back into the fp32 gradients: the
- * trade of accuracy for traffic that bench/amp_curves.sh measures. */
+ * trade of accuracy for traffic that bench/amp_curves.sh measures.
+ *
+ * That widening is the step's epilogue, fused (ddp_optim_grad_epilogue): in
+ * the same pass it multiplies by a factor set per step (the loss scaler's
+ * 1 / scale, so the gradients come out unscaled) and takes each bucket's sum
+ * of squares into a partial (backend memory, one double per bucket,
+ * allocated at create). ddp_reducer_grad_sumsq adds the partials in bucket
+ * order into the squared global norm, so the trainer needs no separate pass
+ * over the gradients for the norm, clipping or the inf/NaN check: an inf or
+ * NaN anywhere makes that norm non-finite. The fp32 reduction has no
+ * epilogue; its gradients are the sums exactly as reduced. */
 #ifndef DDPTRAIN_REDUCER_H
 #define DDPTRAIN_REDUCER_H
 
@@ -73,6 +83,26 @@ ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t coun
  * waits for all buckets. *exposed_ms (optional) gets the time spent waiting.
  * Resets for the next step. */
 ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms);
+
+/* 1 when finish() runs the fused epilogue (a bf16 or fp16 reduce dtype),
+ * 0 for fp32. */
+int ddp_reducer_fused_epilogue(const ddp_reducer_t *r);
+
+/* The factor the fused epilogue multiplies the widened sums by, from the
+ * next finish() on (1 after create: the gradients as reduced). Kept until
+ * set again. Rejects (DDP_ERR_INVALID_ARG, nothing changed) a NULL reducer
+ * and a scale that is not finite and > 0. Accepted but unused for fp32. */
+ddp_status_t ddp_reducer_set_scale(ddp_reducer_t *r, float scale);
+
+/* Enqueues, on the reducer's stream, *sumsq (backend memory, 1 float) = the
+ * sum of squares of the gradients the last finish() wrote (the scale
+ * applied), i.e. ddp_optim_sum_partials over the buckets' partials in bucket
+ * order: of every element in [first tensor's offset, last tensor's end),
+ * reproducible bit for bit and the same on every rank. No host sync.
+ * Errors: DDP_ERR_INVALID_ARG for an fp32 reducer (no epilogue, no
+ * partials) or a NULL argument; DDP_ERR_INTERNAL when no successful finish()
+ * followed the step's marks (the partials would be stale). */
+ddp_status_t ddp_reducer_grad_sumsq(ddp_reducer_t *r, float *sumsq);
 
 #ifdef __cplusplus
 }

@@ -5,14 +5,21 @@
  * tensor up by offset with a binary search (tensors are sorted by offset),
  * so a wrong range is caught rather than silently miscounted. Between
  * launches the communicator gets a progress call, which is what keeps
- * non-blocking MPI collectives moving while backward computes. */
+ * non-blocking MPI collectives moving while backward computes.
+ *
+ * A half dtype's finish() widens each bucket as soon as its collective is
+ * done, with the fused epilogue (scale and sum of squares in the same pass),
+ * in bucket order on the reducer's stream; the per-bucket partials live in
+ * backend memory so the norm never needs the host. */
 #include "ddptrain/reducer.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "ddptrain/check.h"
+#include "ddptrain/optim.h"
 
 typedef struct bucket {
   size_t offset, count;
@@ -28,6 +35,9 @@ struct ddp_reducer {
   ddp_backend_t *be;
   uint16_t *staging; /* half dtype: the buffer's elements in that type */
   size_t base;       /* offset of the first tensor (staging index 0) */
+  double *partials;  /* half dtype: per bucket, its sum of squares (backend memory) */
+  float scale;       /* the epilogue's factor (ddp_reducer_set_scale) */
+  int norm_ready;    /* the partials describe the gradients finish() left */
   void *stream;
   ddp_reducer_tensor_t *tensors;
   int n_tensors;
@@ -47,6 +57,7 @@ static double now_ms(void) {
 void ddp_reducer_destroy(ddp_reducer_t *r) {
   if (!r) return;
   if (r->staging) ddp_backend_free(r->be, r->staging);
+  if (r->partials) ddp_backend_free(r->be, r->partials);
   free(r->tensors);
   free(r->bucket_of);
   free(r->marked);
@@ -105,6 +116,7 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
   r->dtype = cfg->dtype;
   r->be = cfg->be;
   r->base = cfg->tensors[0].offset;
+  r->scale = 1.0f;
   if (r->dtype != DDP_DTYPE_F32) {
     const ddp_status_t st =
         ddp_backend_alloc(r->be, (expect - r->base) * sizeof *r->staging, (void **)&r->staging);
@@ -127,6 +139,14 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
     b->count += r->tensors[i].count;
     b->n_tensors++;
     r->bucket_of[i] = r->n_buckets - 1;
+  }
+  if (r->dtype != DDP_DTYPE_F32) {
+    const ddp_status_t st =
+        ddp_backend_alloc(r->be, (size_t)r->n_buckets * sizeof *r->partials, (void **)&r->partials);
+    if (st != DDP_OK) {
+      ddp_reducer_destroy(r);
+      return st;
+    }
   }
   *out = r;
   return DDP_OK;
@@ -166,6 +186,7 @@ static ddp_status_t launch_ready(ddp_reducer_t *r) {
 
 ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t count) {
   if (!r) DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_mark_ready: NULL reducer");
+  r->norm_ready = 0; /* a new step: the partials no longer describe the gradients */
   const int t = find_tensor(r, offset);
   if (t < 0 || r->tensors[t].count != count)
     DDP_FAIL(DDP_ERR_INTERNAL, "reducer: [%zu, +%zu) marked ready is not a gradient tensor", offset,
@@ -187,17 +208,19 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
    * collective this rank abandoned). */
   const double t0 = now_ms();
   ddp_status_t st = DDP_OK;
+  r->norm_ready = 0;
   for (int i = 0; i < r->n_buckets; ++i) {
     bucket_t *b = &r->buckets[i];
     if (b->handle == DDP_COMM_HANDLE_NONE) continue;
     const ddp_status_t w = ddp_comm_stream_wait(r->comm, b->handle, r->stream);
     if (st == DDP_OK) st = w;
     b->handle = DDP_COMM_HANDLE_NONE;
-    /* Widen the half sums back into the fp32 gradients (the epilogue). */
+    /* Widen the half sums back into the fp32 gradients, scaled, with the
+     * bucket's sum of squares (the fused epilogue). */
     if (st == DDP_OK && r->staging)
-      st = r->be->ops->convert(r->be, r->grads + b->offset, DDP_DTYPE_F32,
-                               r->staging + (b->offset - r->base), r->dtype, b->count,
-                               (ddp_stream_t)r->stream);
+      st = ddp_optim_grad_epilogue(r->be, r->grads + b->offset, r->staging + (b->offset - r->base),
+                                   r->dtype, b->count, r->scale, r->partials + i,
+                                   (ddp_stream_t)r->stream);
   }
   if (exposed_ms) *exposed_ms = now_ms() - t0;
   const int incomplete = r->next_launch;
@@ -214,5 +237,34 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
              incomplete, r->n_buckets, missing, r->tensors[missing].offset);
   }
   memset(r->marked, 0, (size_t)r->n_tensors);
+  /* every bucket launched, waited for and widened: all partials are fresh */
+  r->norm_ready = st == DDP_OK && r->partials;
   return st;
+}
+
+int ddp_reducer_fused_epilogue(const ddp_reducer_t *r) {
+  return r && r->partials != NULL;
+}
+
+ddp_status_t ddp_reducer_set_scale(ddp_reducer_t *r, float scale) {
+  if (!r) DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_set_scale: NULL reducer");
+  if (!(scale > 0.0f) || !isfinite(scale))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: gradient scale %g must be finite and > 0",
+             (double)scale);
+  r->scale = scale;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_reducer_grad_sumsq(ddp_reducer_t *r, float *sumsq) {
+  if (!r || !sumsq)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_grad_sumsq: NULL %s", !r ? "reducer" : "sumsq");
+  if (!r->partials)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "reducer: an fp32 reduction has no fused epilogue; take the gradient norm with "
+             "ddp_optim_grad_sumsq");
+  if (!r->norm_ready)
+    DDP_FAIL(DDP_ERR_INTERNAL,
+             "reducer: no finished step to take the gradient norm of (finish() failed or has not "
+             "run since the step's first mark_ready)");
+  return ddp_optim_sum_partials(r->be, sumsq, r->partials, r->n_buckets, (ddp_stream_t)r->stream);
 }

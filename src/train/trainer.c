@@ -437,6 +437,21 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     DDP_CHECK(ddp_loader_release(tr->loader, item));
   }
   const double compute_end = now_seconds();
+  const size_t n = ddp_gpt_num_params(tr->model);
+  const float unscale = ddp_amp_unscale(&tr->amp);
+  /* A half reduce dtype widens the reduced gradients in a fused epilogue
+   * that also unscales them and takes their squared norm, bucket by bucket
+   * (ddptrain/reducer.h): no separate pass over the gradients for the norm,
+   * and the optimizer sees unscaled gradients (grad_scale 1). Used when the
+   * reducer's buckets are exactly the gradients [0, n) the norm is over. */
+  int fused = ddp_reducer_fused_epilogue(tr->reducer);
+  if (fused) {
+    size_t first_off, first_n, last_off, last_n;
+    ddp_reducer_bucket(tr->reducer, 0, &first_off, &first_n);
+    ddp_reducer_bucket(tr->reducer, ddp_reducer_num_buckets(tr->reducer) - 1, &last_off, &last_n);
+    fused = first_off == 0 && last_off + last_n == n;
+    DDP_CHECK(ddp_reducer_set_scale(tr->reducer, fused ? unscale : 1.0f));
+  }
   double exposed_ms = 0.0;
   DDP_NVTX_PUSH("wait for gradient buckets");
   DDP_CHECK(ddp_reducer_finish(tr->reducer, &exposed_ms));
@@ -449,12 +464,13 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   w->padded += info.n_padded;
   w->loss_targets += (double)info.n_targets;
 
-  const size_t n = ddp_gpt_num_params(tr->model);
   /* The norm of the unscaled gradients (clipping sees the true norm); an
    * inf/NaN makes it non-finite, which is the loss scaler's overflow flag. */
-  const float unscale = ddp_amp_unscale(&tr->amp);
-  DDP_CHECK(
-      ddp_optim_grad_sumsq(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
+  if (fused)
+    DDP_CHECK(ddp_reducer_grad_sumsq(tr->reducer, tr->grad_sumsq));
+  else
+    DDP_CHECK(
+        ddp_optim_grad_sumsq(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
   /* With a loss scaler an inf/NaN is an overflow: the step is skipped, not an error.
    * Without one it is an error: checked here on the CPU (a free read) and
    * under --detect-anomaly; on a GPU the optimizer skips such a step on the
@@ -472,7 +488,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .n = n,
                              .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,
-                             .grad_scale = unscale,
+                             .grad_scale = fused ? 1.0f : unscale, /* fused: unscaled */
                              .grad_sumsq = tr->grad_sumsq,
                              .compute_params = ddp_gpt_compute_params(tr->model),
                              .compute_dtype = ddp_gpt_precision(tr->model),
