@@ -4,7 +4,9 @@
  *
  * The trainer multiplies its loss gradient by ddp_amp_loss_scale(), has the
  * gradient-norm pass it runs every step unscale by ddp_amp_unscale() (the
- * norm, and so clipping, sees the true gradients), and passes the step's
+ * norm, and so clipping, sees the true gradients; with a half reduce dtype
+ * the reducer's widening epilogue unscales and takes the norm instead, see
+ * ddptrain/reducer.h), and passes the step's
  * flags to the optimizer, which applies the unscale and skips an overflowed
  * step by itself. ddp_amp_after_norm then moves the scaler: the flag comes
  * from the norm of the *reduced* gradients, identical on every rank, so all
