@@ -1,0 +1,126 @@
+# Shared by bench/gpu_gpt2.sh, gpu_varlen.sh and gpu_memory.sh (sourced, not
+# run): the common options, the work directory, one ddptrain or PyTorch run
+# turned into a JSON record (a failure or timeout becomes a record that says
+# so, never a silent gap), and the dated block appended to OUT/gpu_bench.log.
+# The caller sets `bench` (its name), calls gpu_parse_args "$@" (options it
+# does not know are left in the array `rest`), checks its own options, then
+# gpu_setup; at the end gpu_block writes the report and removes the bulky
+# files (data, weights, batches) unless --keep.
+
+gpu_die() { echo "$bench: $*" >&2; exit 2; }
+
+gpu_parse_args() {
+  here=$(cd "$(dirname "$0")" && pwd)
+  exe=./ddptrain out=./bench-out smoke=0 tmo=300 nvtx=0 keep=0 modes="" rest=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --smoke) smoke=1 ;;
+      --out) [ $# -ge 2 ] || gpu_die "--out needs a value"; out=$2; shift ;;
+      --ddptrain) [ $# -ge 2 ] || gpu_die "--ddptrain needs a value"; exe=$2; shift ;;
+      --torch-modes) [ $# -ge 2 ] || gpu_die "--torch-modes needs a value"; modes=$2; shift ;;
+      --timeout) [ $# -ge 2 ] || gpu_die "--timeout needs a value"; tmo=$2; shift ;;
+      --nvtx) nvtx=1 ;;
+      --keep) keep=1 ;;
+      *) rest+=("$1") ;;
+    esac
+    shift
+  done
+  case $tmo in '' | *[!0-9]*) gpu_die "--timeout takes whole seconds, not '$tmo'" ;; esac
+  [ -x "$exe" ] || gpu_die "no ddptrain at '$exe' (--ddptrain PATH)"
+  py=${TORCH_PYTHON:-python3}
+  # The report needs only the standard library: any python3 will do.
+  rpy=python3
+  command -v python3 > /dev/null || rpy=$py
+  if [ $smoke = 1 ]; then
+    dev="--device cpu --threads 1" tdev="--device cpu --threads 1"
+  else
+    dev="--device cuda" tdev="--device cuda"
+  fi
+}
+
+gpu_setup() {
+  mkdir -p "$out" || gpu_die "cannot create --out '$out'"
+  work=$out/$bench-$(date -u +%Y%m%d-%H%M%S)
+  mkdir -p "$work"
+  recs=$work/records.jsonl
+  : > "$recs"
+  # GPT-2's exported weights alone are 475 MiB: not something to carry back.
+  [ $keep = 1 ] || trap 'rm -f "$work"/*.bin "$work"/*.st' EXIT
+  torch_ver=$("$py" -c 'import torch; print(torch.__version__)' 2> /dev/null) || torch_ver=""
+  flags=""
+  if [ $nvtx = 1 ]; then
+    if gpu_has --nvtx; then flags="--nvtx on"; else echo "$bench: this ddptrain has no --nvtx; no trace ranges" >&2; fi
+  fi
+}
+
+gpu_int() { # $1 flag name, $2 value
+  case $2 in '' | *[!0-9]*) gpu_die "$1 takes a whole number, not '$2'" ;; esac
+}
+
+gpu_has() { "$exe" --help 2> /dev/null | grep -q -- "$1"; }
+
+gpu_json_str() { # a JSON string literal of $1
+  "$rpy" -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"
+}
+
+gpu_skip_record() { # $1 run, $2 framework, $3 reason
+  printf '{"run": %s, "framework": "%s", "skipped": %s}\n' "$(gpu_json_str "$1")" "$2" \
+    "$(gpu_json_str "$3")" >> "$recs"
+}
+
+# $1 run name, $2 file stem, then ddptrain's flags. Appends a record; returns
+# ddptrain's exit status (timeout: 124).
+gpu_ddp_run() {
+  local name=$1 stem=$2 rc=0
+  shift 2
+  # shellcheck disable=SC2086
+  timeout -k 10 "$tmo" "$exe" $dev $flags "$@" --metrics "$work/$stem.jsonl" > "$work/$stem.log" 2>&1 || rc=$?
+  if [ $rc != 0 ]; then
+    echo "$bench: ddptrain run '$name' failed (exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${tmo}s")):" >&2
+    tail -n 15 "$work/$stem.log" | sed 's/^/  | /' >&2
+    gpu_skip_record "$name" ddptrain "failed: exit $rc, see $work/$stem.log"
+    return $rc
+  fi
+  "$rpy" "$here/gpu_report.py" ddp-record "$work/$stem.jsonl" "$work/$stem.log" --run "$name" >> "$recs"
+}
+
+# $1 run name (label), $2 mode, then pytorch_gpu_bench.py's arguments.
+gpu_torch_run() {
+  local name=$1 mode=$2 rc=0 f
+  shift 2
+  f=$work/torch-$name
+  if [ -z "$torch_ver" ]; then
+    gpu_skip_record "$name" pytorch "no torch in $py"
+    return 0
+  fi
+  # shellcheck disable=SC2086
+  timeout -k 10 "$tmo" "$py" "$here/pytorch_gpu_bench.py" $tdev --mode "$mode" --label "$name" "$@" \
+    > "$f.json" 2> "$f.err" || rc=$?
+  if [ $rc = 0 ] && [ -s "$f.json" ]; then
+    cat "$f.json" >> "$recs"
+  else
+    echo "$bench: PyTorch run $name failed (exit $rc):" >&2
+    tail -n 15 "$f.err" | sed 's/^/  | /' >&2
+    gpu_skip_record "$name" pytorch "failed: exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${tmo}s"), see $f.err"
+  fi
+}
+
+# $1 summary kind, $2 a line describing the settings; the rest of the
+# block comes from the records. Appends the block to OUT/gpu_bench.log and prints it.
+gpu_block() {
+  local kind=$1 settings=$2 gpu commit
+  gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null | head -1) || true
+  commit=${DDP_COMMIT:-$(git -C "$here" rev-parse --short HEAD 2> /dev/null || echo unknown)}
+  {
+    echo
+    echo "## $(date -u '+%Y-%m-%d %H:%M UTC') $bench$([ $smoke = 1 ] && echo ' (SMOKE: tiny model on the CPU, the figures mean nothing)')"
+    echo "commit $commit; GPU: ${gpu:-none}; ddptrain $("$exe" --version 2> /dev/null | head -1)"
+    echo "torch: ${torch_ver:-none in $py: ddptrain figures only}; $settings; ddptrain flags:${flags:- none}"
+    echo '```'
+    cat "$recs"
+    echo '```'
+    "$rpy" "$here/gpu_report.py" summary "$kind" "$recs"
+  } > "$work/block.md"
+  cat "$work/block.md" >> "$out/gpu_bench.log"
+  cat "$work/block.md"
+}
