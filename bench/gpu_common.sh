@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2034
 # Shared by bench/gpu_gpt2.sh, gpu_varlen.sh and gpu_memory.sh (sourced, not
 # run): the common options, the work directory, one ddptrain or PyTorch run
 # turned into a JSON record (a failure or timeout becomes a record that says

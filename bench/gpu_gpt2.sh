@@ -33,6 +33,7 @@
 # tree has no .git (a packed GPU build).
 set -euo pipefail
 bench=gpu_gpt2
+# shellcheck source=bench/gpu_common.sh
 . "$(dirname "$0")/gpu_common.sh"
 gpu_parse_args "$@"
 steps="" rows=""

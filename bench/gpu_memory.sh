@@ -26,6 +26,7 @@
 #   other options as in bench/gpu_gpt2.sh
 set -euo pipefail
 bench=gpu_memory
+# shellcheck source=bench/gpu_common.sh
 . "$(dirname "$0")/gpu_common.sh"
 gpu_parse_args "$@"
 start="" cap="" res=""

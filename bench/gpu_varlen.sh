@@ -29,6 +29,7 @@
 #   other options as in bench/gpu_gpt2.sh
 set -euo pipefail
 bench=gpu_varlen
+# shellcheck source=bench/gpu_common.sh
 . "$(dirname "$0")/gpu_common.sh"
 gpu_parse_args "$@"
 steps="" rows="" docs=""
@@ -67,7 +68,7 @@ gpu_ddp_run ddptrain ddp --precision bf16 $model --data "$work/data.bin" --sampl
   --log-every $log --eval-every 0 --eval-tokens 1 --dump-batches "$work/batches.st" \
   --export "$work/weights.st" || exit 1
 peak=$("$rpy" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["peak_gflops"] or 0)' "$recs")
-common=("$work/batches.st" "$work/weights.st" --warmup-steps $log --peak-gflops "$peak")
+common=("$work/batches.st" "$work/weights.st" --warmup-steps "$log" --peak-gflops "$peak")
 for m in $modes; do
   gpu_torch_run "pad-$m" "$m" "${common[@]}" --repack-rows "$rows" --repack-len $T
 done
