@@ -12,14 +12,16 @@ gpu_die() { echo "$bench: $*" >&2; exit 2; }
 
 gpu_parse_args() {
   here=$(cd "$(dirname "$0")" && pwd)
-  exe=./ddptrain out=./bench-out smoke=0 tmo=300 nvtx=0 keep=0 modes="" rest=()
+  exe=./ddptrain out=./bench-out smoke=0 tmo=300 nvtx=0 keep=0 modes="" budget=0 rest=()
   while [ $# -gt 0 ]; do
     case $1 in
+      -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
       --smoke) smoke=1 ;;
       --out) [ $# -ge 2 ] || gpu_die "--out needs a value"; out=$2; shift ;;
       --ddptrain) [ $# -ge 2 ] || gpu_die "--ddptrain needs a value"; exe=$2; shift ;;
       --torch-modes) [ $# -ge 2 ] || gpu_die "--torch-modes needs a value"; modes=$2; shift ;;
       --timeout) [ $# -ge 2 ] || gpu_die "--timeout needs a value"; tmo=$2; shift ;;
+      --budget) [ $# -ge 2 ] || gpu_die "--budget needs a value"; budget=$2; shift ;;
       --nvtx) nvtx=1 ;;
       --keep) keep=1 ;;
       *) rest+=("$1") ;;
@@ -27,6 +29,8 @@ gpu_parse_args() {
     shift
   done
   case $tmo in '' | *[!0-9]*) gpu_die "--timeout takes whole seconds, not '$tmo'" ;; esac
+  case $budget in '' | *[!0-9]*) gpu_die "--budget takes whole seconds, not '$budget'" ;; esac
+  t_end=$((budget > 0 ? SECONDS + budget : 0))
   [ -x "$exe" ] || gpu_die "no ddptrain at '$exe' (--ddptrain PATH)"
   py=${TORCH_PYTHON:-python3}
   # The report needs only the standard library: any python3 will do.
@@ -58,6 +62,21 @@ gpu_int() { # $1 flag name, $2 value
   case $2 in '' | *[!0-9]*) gpu_die "$1 takes a whole number, not '$2'" ;; esac
 }
 
+# Seconds the next run may take: --timeout, or less when the --budget
+# (0: none) runs out first; 5 s are kept to write the report.
+gpu_time_for() {
+  local left
+  if [ "$t_end" = 0 ]; then echo "$tmo"; return; fi
+  left=$((t_end - SECONDS - 5))
+  echo $((left < tmo ? (left > 0 ? left : 0) : tmo))
+}
+
+gpu_out_of_time() { # $1 run, $2 framework; true (and a record) when the budget is spent
+  [ "$(gpu_time_for)" -ge 10 ] && return 1
+  echo "$bench: SKIP '$1': the --budget of ${budget}s is spent" >&2
+  gpu_skip_record "$1" "$2" "the --budget of ${budget}s was spent"
+}
+
 gpu_has() { "$exe" --help 2> /dev/null | grep -q -- "$1"; }
 
 gpu_json_str() { # a JSON string literal of $1
@@ -72,14 +91,17 @@ gpu_skip_record() { # $1 run, $2 framework, $3 reason
 # $1 run name, $2 file stem, then ddptrain's flags. Appends a record; returns
 # ddptrain's exit status (timeout: 124).
 gpu_ddp_run() {
-  local name=$1 stem=$2 rc=0
+  local name=$1 stem=$2 rc=0 t why
   shift 2
+  gpu_out_of_time "$name" ddptrain && return 124
+  t=$(gpu_time_for)
   # shellcheck disable=SC2086
-  timeout -k 10 "$tmo" "$exe" $dev $flags "$@" --metrics "$work/$stem.jsonl" > "$work/$stem.log" 2>&1 || rc=$?
+  timeout -k 10 "$t" "$exe" $dev $flags "$@" --metrics "$work/$stem.jsonl" > "$work/$stem.log" 2>&1 || rc=$?
   if [ $rc != 0 ]; then
-    echo "$bench: ddptrain run '$name' failed (exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${tmo}s")):" >&2
+    why="exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${t}s")"
+    echo "$bench: ddptrain run '$name' failed ($why):" >&2
     tail -n 15 "$work/$stem.log" | sed 's/^/  | /' >&2
-    gpu_skip_record "$name" ddptrain "failed: exit $rc, see $work/$stem.log"
+    gpu_skip_record "$name" ddptrain "failed: $why, see $work/$stem.log"
     return $rc
   fi
   "$rpy" "$here/gpu_report.py" ddp-record "$work/$stem.jsonl" "$work/$stem.log" --run "$name" >> "$recs"
@@ -87,22 +109,24 @@ gpu_ddp_run() {
 
 # $1 run name (label), $2 mode, then pytorch_gpu_bench.py's arguments.
 gpu_torch_run() {
-  local name=$1 mode=$2 rc=0 f
+  local name=$1 mode=$2 rc=0 f t
   shift 2
   f=$work/torch-$name
   if [ -z "$torch_ver" ]; then
     gpu_skip_record "$name" pytorch "no torch in $py"
     return 0
   fi
+  gpu_out_of_time "$name" pytorch && return 0
+  t=$(gpu_time_for)
   # shellcheck disable=SC2086
-  timeout -k 10 "$tmo" "$py" "$here/pytorch_gpu_bench.py" $tdev --mode "$mode" --label "$name" "$@" \
+  timeout -k 10 "$t" "$py" "$here/pytorch_gpu_bench.py" $tdev --mode "$mode" --label "$name" "$@" \
     > "$f.json" 2> "$f.err" || rc=$?
   if [ $rc = 0 ] && [ -s "$f.json" ]; then
     cat "$f.json" >> "$recs"
   else
     echo "$bench: PyTorch run $name failed (exit $rc):" >&2
     tail -n 15 "$f.err" | sed 's/^/  | /' >&2
-    gpu_skip_record "$name" pytorch "failed: exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${tmo}s"), see $f.err"
+    gpu_skip_record "$name" pytorch "failed: exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${t}s"), see $f.err"
   fi
 }
 
@@ -120,7 +144,7 @@ gpu_block() {
     echo '```'
     cat "$recs"
     echo '```'
-    "$rpy" "$here/gpu_report.py" summary "$kind" "$recs"
+    "$rpy" "$here/gpu_report.py" summary "$kind" "$recs" 2>&1 || echo "(no summary: see the records)"
   } > "$work/block.md"
   cat "$work/block.md" >> "$out/gpu_bench.log"
   cat "$work/block.md"

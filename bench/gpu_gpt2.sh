@@ -21,12 +21,15 @@
 # and ddptrain's figures stand alone.
 #
 # Usage: bench/gpu_gpt2.sh [--smoke] [--out DIR] [--ddptrain PATH] [--steps N]
-#          [--rows B] [--torch-modes "eager compile-sdpa"] [--timeout S] [--nvtx] [--keep]
+#          [--rows B] [--torch-modes "eager compile-sdpa"] [--timeout S] [--budget S] [--nvtx] [--keep]
 #   --smoke   the plumbing on a CPU: GPT L2 H2 C64 T128, a 512-token
 #             vocabulary, 12 steps, --device cpu, PyTorch on the CPU
 #   --out     the dated block is appended to DIR/gpu_bench.log, the raw logs
 #             kept in DIR/gpu_gpt2-STAMP/ [./bench-out]
 #   --timeout seconds allowed to each ddptrain run and each PyTorch mode [300]
+#   --budget  seconds for the whole script (0: no limit): runs that would
+#             start with less than 10 s left are recorded as not run, and
+#             the others' timeouts shortened, so the report is always written
 #   --nvtx    pass --nvtx on to ddptrain (for a trace under nsys)
 #   --keep    keep the shard, the weights and the batches (deleted otherwise)
 # Python: $TORCH_PYTHON, else python3. DDP_COMMIT names the commit when the
@@ -70,7 +73,7 @@ off=""
 gpu_has --recompute && off="--recompute off"
 # shellcheck disable=SC2086
 gpu_ddp_run ddptrain ddp $train $off --dump-batches "$work/batches.st" --export "$work/weights.st" ||
-  exit 1
+  { gpu_block gpt2 "ddptrain failed: nothing to compare"; exit 1; }
 peak=$("$rpy" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["peak_gflops"] or 0)' "$recs")
 variant() { # $1 run name, then the flag and its value
   local name=$1

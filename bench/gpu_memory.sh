@@ -16,12 +16,12 @@
 #
 # Usage: bench/gpu_memory.sh [--smoke] [--out DIR] [--ddptrain PATH] [--start B]
 #          [--cap B] [--resolution N] [--torch-modes "compile-sdpa"]
-#          [--timeout S] [--nvtx] [--keep]
+#          [--timeout S] [--budget S] [--nvtx] [--keep]
 #   --smoke  the plumbing on a CPU: GPT L2 H2 C64 T128, a 512-token
 #            vocabulary; the limit is emulated (a size "fits" when the peak
 #            RSS stays within one sequence's plus 16 MiB), for ddptrain here
 #            and for PyTorch in pytorch_gpu_memory.py
-#   defaults: --start 8 --cap 1024 --resolution 4 (smoke: 1, 512, 2);
+#   defaults: --start 8 --cap 1024 --resolution 8 (smoke: 1, 512, 2);
 #   --timeout applies to each ddptrain run and to the whole PyTorch search
 #   other options as in bench/gpu_gpt2.sh
 set -euo pipefail
@@ -47,7 +47,7 @@ if [ $smoke = 1 ]; then
   tsearch="--cpu-headroom-mb 16 --threads 1"
 else
   model="--n-layer 12 --n-head 12 --n-embd 768 --seq-len 1024" T=1024 vocab=50257 vflag=""
-  start=${start:-8} cap=${cap:-1024} res=${res:-4}
+  start=${start:-8} cap=${cap:-1024} res=${res:-8}
   modes=${modes:-compile-sdpa}
   tsearch=""
 fi
@@ -66,10 +66,12 @@ budget=""
 
 # $1 sequences, $2 file stem, then extra flags. Prints ok, oom or err:REASON.
 ddp_trial() {
-  local B=$1 stem=$2 rc=0 cmd
+  local B=$1 stem=$2 rc=0 cmd t
   shift 2
+  t=$(gpu_time_for)
+  [ "$t" -ge 10 ] || { echo "err:the --budget of ${budget}s was spent"; return; }
   # shellcheck disable=SC2206
-  cmd=(timeout -k 10 "$tmo" "$exe" $dev $flags --precision bf16 $model --data "$work/data.bin"
+  cmd=(timeout -k 10 "$t" "$exe" $dev $flags --precision bf16 $model --data "$work/data.bin"
     --tokens-per-batch $((B * T)) --steps 2 --warmup 1 --lr 1e-4 --min-lr 1e-5 --log-every 1
     --eval-every 0 --eval-tokens 1 --peak-gflops 1 "$@" --metrics "$work/$stem.jsonl")
   if [ $smoke = 1 ]; then # run it from a fresh process that reports its children's peak RSS
@@ -85,7 +87,7 @@ sys.exit(rc)' "$work/$stem.rss" "${cmd[@]}" > "$work/$stem.log" 2>&1 || rc=$?
   elif [ $rc = 1 ] && grep -qi "out of memory" "$work/$stem.log"; then
     echo oom
   elif [ $rc = 124 ] || [ $rc = 137 ]; then
-    echo "err:timed out after ${tmo}s"
+    echo "err:timed out after ${t}s"
   else
     echo "err:exit $rc without an out-of-memory message"
   fi
@@ -168,9 +170,10 @@ for m in $modes; do
     gpu_skip_record "pytorch $m" pytorch "no torch in $py"
     continue
   fi
-  rc=0
+  gpu_out_of_time "pytorch $m" pytorch && continue
+  rc=0 t=$(gpu_time_for)
   # shellcheck disable=SC2086
-  timeout -k 10 "$tmo" "$py" "$here/pytorch_gpu_memory.py" $model --vocab $vocab $tdev --mode "$m" \
+  timeout -k 10 "$t" "$py" "$here/pytorch_gpu_memory.py" $model --vocab $vocab $tdev --mode "$m" \
     --start "$start" --cap "$cap" --resolution "$res" $tsearch \
     > "$work/torch-$m.json" 2> "$work/torch-$m.err" || rc=$?
   if [ $rc = 0 ] && [ -s "$work/torch-$m.json" ]; then
@@ -178,7 +181,7 @@ for m in $modes; do
   else
     echo "$bench: PyTorch search $m failed (exit $rc):" >&2
     tail -n 15 "$work/torch-$m.err" | sed 's/^/  | /' >&2
-    gpu_skip_record "pytorch $m" pytorch "failed: exit $rc$([ $rc = 124 ] && echo ", timed out after ${tmo}s"), see $work/torch-$m.err"
+    gpu_skip_record "pytorch $m" pytorch "failed: exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${t}s"), see $work/torch-$m.err"
   fi
 done
 gpu_block memory "model: $model, bf16, sequences of $T tokens, two optimizer steps per size; doubling from $start to at most $cap, bisection to $res"

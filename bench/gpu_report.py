@@ -95,7 +95,8 @@ def verdict(ok, text):
 
 def skipped_line(rows, prefix, what):
     why = [f"{r['run']}: {r['skipped']}" for r in rows if "skipped" in r
-           and r.get("framework") == "pytorch" and r["run"].startswith(prefix)]
+           and r.get("framework") == "pytorch" and r["run"].startswith(prefix)
+           and str(r.get("mode", "")).startswith("compile")]
     print(f"SKIP: {what} (no torch.compile run{': ' + '; '.join(why) if why else ''})")
 
 

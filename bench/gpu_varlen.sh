@@ -20,7 +20,7 @@
 #
 # Usage: bench/gpu_varlen.sh [--smoke] [--out DIR] [--ddptrain PATH] [--steps N]
 #          [--rows B] [--docs N] [--torch-modes "eager compile-sdpa"]
-#          [--timeout S] [--nvtx] [--keep]
+#          [--timeout S] [--budget S] [--nvtx] [--keep]
 #   --smoke   the plumbing on a CPU: GPT L2 H2 C64 T128, a 512-token
 #             vocabulary, lengths lognormal:25:128, 12 steps, --device cpu
 #   --docs    documents in the shard [20000]; the sampler sorts them by
@@ -66,7 +66,8 @@ gpu_setup
 gpu_ddp_run ddptrain ddp --precision bf16 $model --data "$work/data.bin" --sampler bucket \
   --tokens-per-batch $((rows * T)) --steps "$steps" --warmup 5 --lr 1e-4 --min-lr 1e-5 \
   --log-every $log --eval-every 0 --eval-tokens 1 --dump-batches "$work/batches.st" \
-  --export "$work/weights.st" || exit 1
+  --export "$work/weights.st" ||
+  { gpu_block varlen "ddptrain failed: nothing to compare"; exit 1; }
 peak=$("$rpy" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["peak_gflops"] or 0)' "$recs")
 common=("$work/batches.st" "$work/weights.st" --warmup-steps "$log" --peak-gflops "$peak")
 for m in $modes; do
@@ -75,4 +76,4 @@ done
 for m in $modes; do
   gpu_torch_run "bucket-$m" "$m" "${common[@]}" --dynamic
 done
-gpu_block varlen "model: $model; $docs documents ($(sed 's/.*: //' "$work/shard.log")); ddptrain bucket sampler, $((rows * T)) padded tokens per micro-batch, $steps steps; pad-*: $rows x $T rows per batch; the first $log steps of each run excluded"
+gpu_block varlen "model: $model; shard: $(sed 's/^[^:]*: //' "$work/shard.log"); ddptrain bucket sampler, $((rows * T)) padded tokens per micro-batch, $steps steps; pad-*: $rows x $T rows per batch; the first $log steps of each run excluded"

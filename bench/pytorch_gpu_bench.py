@@ -37,6 +37,7 @@ useful_tokens, padded_tokens, flops, graphs (torch.compile graphs built
 during the timed steps, when torch reports it), torch, device.
 """
 import argparse
+import inspect
 import json
 import math
 import os
@@ -195,7 +196,7 @@ def run(a, mode, cfg, batches, weights):
     decay = [p for n_, p in model.named_parameters() if p.dim() == 2 and "wpe" not in n_]
     rest = [p for n_, p in model.named_parameters() if not (p.dim() == 2 and "wpe" not in n_)]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
-    fused = dev == "cuda" and "fused" in torch.optim.AdamW.__init__.__code__.co_varnames
+    fused = dev == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
     opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95), **({"fused": True} if fused else {}))
 
     def loss_sum(x, y):

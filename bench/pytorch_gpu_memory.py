@@ -28,6 +28,7 @@ the peak RSS), first_fail (null: --cap fits), cap, trials [[B, "ok"|"oom"], ...]
 """
 import argparse
 import gc
+import inspect
 import json
 import os
 import resource
@@ -87,7 +88,7 @@ class Trainer:
         self.a, self.dev = a, a.device
         self.model = GPT(a.n_layer, a.n_head, a.n_embd, a.seq_len, a.vocab,
                          a.mode.endswith("sdpa")).to(self.dev)
-        fused = self.dev == "cuda" and "fused" in torch.optim.AdamW.__init__.__code__.co_varnames
+        fused = self.dev == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95),
                                      weight_decay=0.1, **({"fused": True} if fused else {}))
         V = a.vocab

@@ -198,7 +198,11 @@ done
 "$TORCH_PYTHON" "$bench/synthetic_shard.py" "$dir/x.bin" 10 1 lognormal:0 > "$dir/b.out" 2>&1
 [ $? != 0 ] && grep -q "LENGTHS must be" "$dir/b.out" || fail "synthetic_shard.py lognormal:0 accepted"
 [ -e "$dir/x.bin" ] && fail "synthetic_shard.py wrote a shard for bad input"
-[ $fails = "$f0" ] && ok "bad options are refused with a message"
+"$bench/gpu_gpt2.sh" --smoke --ddptrain "$DDPTRAIN" --out "$dir/bad" --budget 1 > "$dir/b.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q '"run": "ddptrain", "framework": "ddptrain", "skipped": "the --budget of 1s was spent"' "$dir/b.out" ||
+  fail "gpu_gpt2.sh --budget 1: exit $rc, $(cat "$dir/b.out")"
+[ $fails = "$f0" ] && ok "bad options are refused with a message; a spent budget is reported"
 
 [ $fails = 0 ] || { echo "FAIL: $fails check(s)"; exit 1; }
 echo "PASS"
