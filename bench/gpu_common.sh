@@ -10,6 +10,10 @@
 
 gpu_die() { echo "$bench: $*" >&2; exit 2; }
 
+# No bench/__pycache__ in the source tree (pytorch_gpu_memory.py imports
+# pytorch_gpu_bench.py): nothing to commit by accident, a read-only tree is fine.
+export PYTHONDONTWRITEBYTECODE=1
+
 gpu_parse_args() {
   here=$(cd "$(dirname "$0")" && pwd)
   exe=./ddptrain out=./bench-out smoke=0 tmo=300 nvtx=0 keep=0 modes="" budget=0 rest=()
