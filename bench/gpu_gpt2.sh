@@ -7,7 +7,8 @@
 # ddptrain trains first (dumping its micro-batches and exporting its weights),
 # then its variants on the same data: --recompute on (GELU and LayerNorm
 # activations recomputed in backward) and --attention matrix (the T x T
-# path), each skipped with a line when this ddptrain lacks the flag. PyTorch
+# path; flash under --smoke, where auto means matrix), each skipped with a
+# line when this ddptrain lacks the flag. PyTorch
 # replays the batches from those weights, one process per mode
 # (bench/pytorch_gpu_bench.py: eager, eager-sdpa, compile, compile-sdpa).
 # Reported: useful tokens/s and ms/step after the first log window, MFU
@@ -87,7 +88,9 @@ variant() { # $1 run name, then the flag and its value
   fi
 }
 variant "ddptrain recompute on" --recompute on
-variant "ddptrain attention matrix" --attention matrix
+# --attention auto means flash on GPUs and matrix on the CPU: try the other one.
+if [ $smoke = 1 ]; then alt=flash; else alt=matrix; fi
+variant "ddptrain attention $alt" --attention $alt
 for m in $modes; do
   gpu_torch_run "$m" "$m" "$work/batches.st" "$work/weights.st" --warmup-steps $log --peak-gflops "$peak"
 done

@@ -21,7 +21,7 @@
 #            vocabulary; the limit is emulated (a size "fits" when the peak
 #            RSS stays within one sequence's plus 16 MiB), for ddptrain here
 #            and for PyTorch in pytorch_gpu_memory.py
-#   defaults: --start 8 --cap 1024 --resolution 8 (smoke: 1, 512, 2);
+#   defaults: --start 8 --cap 1024 --resolution 8 (smoke: 4, 512, 4);
 #   --timeout applies to each ddptrain run and to the whole PyTorch search
 #   other options as in bench/gpu_gpt2.sh
 set -euo pipefail
@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
 done
 if [ $smoke = 1 ]; then
   model="--n-layer 2 --n-head 2 --n-embd 64 --seq-len 128" T=128 vocab=512 vflag="--vocab 512"
-  start=${start:-1} cap=${cap:-512} res=${res:-2}
+  start=${start:-4} cap=${cap:-512} res=${res:-4}
   modes=${modes:-eager compile-sdpa}
   tsearch="--cpu-headroom-mb 16 --threads 1"
 else

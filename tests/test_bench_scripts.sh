@@ -137,7 +137,7 @@ for r in map(json.loads, open(sys.argv[1])):
         continue
     lo, hi, t = r["max_seqs"], r["first_fail"], dict(r["trials"])
     assert lo >= 1 and t[lo] == "ok", r            # the answer was tried and fitted
-    assert hi is None or (t[hi] == "oom" and 0 < hi - lo <= 2), r  # bisected to --resolution 2
+    assert hi is None or (t[hi] == "oom" and 0 < hi - lo <= 4), r  # bisected to --resolution 4
     assert all(v == "ok" for b, v in t.items() if b <= lo), r
     assert all(v == "oom" for b, v in t.items() if hi and b >= hi), r
     print("ok:", r["run"], lo, hi)' "$rec" || fail "memory: inconsistent search: $(cat "$rec")"
