@@ -7,6 +7,10 @@
 #    loop_allocs metric, from the backend's allocation counters);
 #  - with --tf32 off the fp32 GPU run follows the CPU run: final train loss
 #    within 1% (two summation orders over 12 optimizer steps);
+#  - flash attention is the default on the GPU and the summary says how long
+#    the host took to issue a step against the step's time (launch gaps);
+#    --recompute on and --attention matrix end within 1% of the default's
+#    bf16 final loss;
 #  - the binding map is printed at start-up;
 #  - two ranks on --device cuda either train (NCCL, one GPU each, or a
 #    CUDA-aware MPI) or stop at start-up with the reason (one GPU for both
@@ -49,6 +53,22 @@ for p in fp32 bf16 fp16; do
     echo "ok: $p: no allocations in the step loop"
   else
     echo "FAIL: $p: loop_allocs"; tail -n 1 "$dir/$p.1.jsonl"; fail=1
+  fi
+done
+grep -q "summary: the host issued each step's forward and backward" "$dir/bf16.1.out" &&
+  grep -q "flash attention;" "$dir/bf16.1.out" &&
+  echo "ok: flash attention by default; host issue time reported ($(sed -n 's/.*per step: //p' "$dir/bf16.1.out"))" ||
+  { echo "FAIL: no flash attention or no host issue line"; sed 's/^/  | /' "$dir/bf16.1.out"; fail=1; }
+# --recompute and the matrix attention change memory and kernels, not the
+# model: bf16 final losses within 1% of the default run's.
+for v in "--recompute on" "--attention matrix"; do
+  # shellcheck disable=SC2086
+  if "$DDPTRAIN" --device cuda --precision bf16 $JOB $v --metrics "$dir/v.jsonl" > "$dir/v.out" 2>&1 &&
+     awk -v a="$(final_loss "$dir/v.jsonl")" -v b="$(final_loss "$dir/bf16.1.jsonl")" \
+       'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.01 * b) }'; then
+    echo "ok: bf16 $v: final loss $(final_loss "$dir/v.jsonl") vs $(final_loss "$dir/bf16.1.jsonl")"
+  else
+    echo "FAIL: bf16 $v"; tail -n 5 "$dir/v.out" | sed 's/^/  | /'; fail=1
   fi
 done
 grep -q "bind" "$dir/fp32.1.out" && echo "ok: binding map printed" ||

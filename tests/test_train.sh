@@ -36,7 +36,7 @@ if [ "$n" -eq 6 ] && grep -q '"final":true,"train_loss":[0-9.]*,"val_loss":[0-9.
 else
   echo "FAIL: metrics file"; sed 's/^/  | /' "$dir/m.jsonl"; fail=1
 fi
-for key in '"step"' '"lr"' '"grad_norm"' '"tokens"' '"tok_per_s"' '"ms_per_step"' '"mfu"' '"peak_mem_mb"'; do
+for key in '"step"' '"lr"' '"grad_norm"' '"tokens"' '"tok_per_s"' '"ms_per_step"' '"mfu"' '"peak_mem_mb"' '"host_issue_ms"'; do
   head -n 1 "$dir/m.jsonl" | grep -q "$key" || { echo "FAIL: metrics lack $key"; fail=1; }
 done
 peak=$(sed -n '1s/.*"peak_mem_mb":\([0-9.e+-]*\).*/\1/p' "$dir/m.jsonl")

@@ -168,6 +168,11 @@ struct ddp_backend {
   /* Allocation counters: tests use them to prove the step loop allocates
    * nothing; peak_bytes feeds the peak_mem_mb metric. */
   uint64_t alloc_calls, free_calls;
+  /* Seconds the host spent blocked in synchronize()/event_synchronize()
+   * (asynchronous backends; 0 on the CPU, whose work is done on return):
+   * with the wall time of a step it tells whether the host issues work
+   * faster than the device runs it, i.e. whether launch gaps can occur. */
+  double host_wait_s;
   size_t bytes_in_use, peak_bytes;
 };
 

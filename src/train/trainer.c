@@ -385,11 +385,13 @@ static ddp_status_t evaluate(trainer_t *tr, double *val_loss) {
 typedef struct window {
   double t0;
   double flops, loss_targets, compute_s, exposed_ms, imbalance;
+  double host_wait_s; /* of compute_s: the host blocked on the device */
   int64_t useful, padded, steps;
 } window_t;
 
 typedef struct totals {
   double t0, t_end, compute_s, exposed_ms, comm_ms, wait_ms, flops, imbalance, imbalance_max;
+  double host_wait_s;
   int64_t useful, padded, steps;
   /* Backend allocations (ops and raw device allocations) after the first
    * step, when every buffer exists: the step loop must add none. -1 until
@@ -413,7 +415,7 @@ static void count_loop_allocs(const trainer_t *tr, totals_t *t, int first) {
 
 static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float lr) {
   const int64_t accum = tr->o->accum;
-  const double t0 = now_seconds();
+  const double t0 = now_seconds(), host_wait0 = tr->be->host_wait_s;
   double wait_s = 0.0;
   ddp_step_info_t info = {0};
   tr->step = step;
@@ -457,6 +459,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   DDP_CHECK(ddp_reducer_finish(tr->reducer, &exposed_ms));
   DDP_NVTX_POP();
   w->compute_s += compute_end - t0 - wait_s;
+  w->host_wait_s += tr->be->host_wait_s - host_wait0;
   w->exposed_ms += exposed_ms;
   w->flops += info.cost_mean * tr->dist->world;
   w->imbalance += info.cost_mean > 0 ? info.cost_max / info.cost_mean : 1.0;
@@ -564,6 +567,7 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   const double exposed = w->exposed_ms / ns, wait_ms = ls.wait_ms / ns;
   tr->train_loss = loss;
   tot->compute_s += w->compute_s;
+  tot->host_wait_s += w->host_wait_s;
   tot->exposed_ms += w->exposed_ms;
   tot->comm_ms += cs.comm_ms;
   tot->wait_ms += ls.wait_ms;
@@ -593,7 +597,8 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
       exposed, "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
       "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
       (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
-      "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), NULL));
+      "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "host_issue_ms",
+      1e3 * (w->compute_s - w->host_wait_s) / ns, NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }
@@ -690,6 +695,18 @@ static void print_summary(const trainer_t *tr, const totals_t *t, double val_los
       "(%.1f%% of the step), %.2f ms waiting for data",
       1e3 * t->compute_s / ns, t->comm_ms / ns, t->exposed_ms / ns,
       step_ms > 0 ? 100.0 * (t->exposed_ms / ns) / step_ms : 0.0, t->wait_ms / ns);
+  if (tr->be->ops->kind != DDP_DEVICE_KIND_CPU) {
+    /* Launch gaps: when the host issues a step's work in less time than
+     * the device runs it and never waits for the device to drain, the
+     * device's queue is never empty, so no launch latency is exposed. */
+    const double issue_ms = 1e3 * (t->compute_s - t->host_wait_s) / ns, wall_ms = 1e3 * dt / ns;
+    DDP_LOG_INFO(
+        "summary: the host issued each step's forward and backward in %.1f ms (and "
+        "waited %.2f ms for the device) of %.1f ms per step: %s",
+        issue_ms, 1e3 * t->host_wait_s / ns, wall_ms,
+        issue_ms < 0.8 * wall_ms ? "launches stay ahead of the device"
+                                 : "host-bound: launch gaps likely");
+  }
   DDP_LOG_INFO("summary: padding %.1f%% | rank imbalance mean %.3f, worst window %.3f",
                t->padded ? 100.0 * (1.0 - (double)t->useful / (double)t->padded) : 0.0,
                t->imbalance / ns, t->imbalance_max);

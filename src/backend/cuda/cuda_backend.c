@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend_impl.h"
 #include "backend/cuda/cuda_gemm.h"
@@ -101,9 +102,9 @@ static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg
     ddp_caching_alloc_destroy(st->cache);
     goto destroy_blas;
   }
-  snprintf(be->description, sizeof be->description,
-           "cuda:%d %.80s (sm_%d%d, %.1f GiB, TF32 %s)", dev, prop.name, prop.major, prop.minor,
-           prop.totalGlobalMem / 1073741824.0, st->allow_tf32 ? "on" : "off");
+  snprintf(be->description, sizeof be->description, "cuda:%d %.80s (sm_%d%d, %.1f GiB, TF32 %s)",
+           dev, prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0,
+           st->allow_tf32 ? "on" : "off");
   return DDP_OK;
 destroy_blas:
   cublasDestroy(st->blas);
@@ -289,14 +290,23 @@ static ddp_status_t cuda_stream_wait_event(ddp_backend_t *be, ddp_stream_t strea
   return DDP_OK;
 }
 
+static double wall_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static ddp_status_t cuda_event_synchronize(ddp_backend_t *be, ddp_event_t event) {
-  (void)be;
+  const double t0 = wall_seconds();
   DDP_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)(void *)event));
+  be->host_wait_s += wall_seconds() - t0;
   return DDP_OK;
 }
 
 static ddp_status_t cuda_synchronize(ddp_backend_t *be, ddp_stream_t stream) {
+  const double t0 = wall_seconds();
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream_of(be, stream)));
+  be->host_wait_s += wall_seconds() - t0;
   return DDP_OK;
 }
 
