@@ -58,7 +58,9 @@
  *   forward   13824  23552  35840  68608
  *   dQ        47616  50688  53760  70144
  *   dK, dV    53760  59904  72192 104960
- * all under the 163 KiB a block may take on sm_80 (227 KiB on sm_90). */
+ * all under the 163 KiB a block may take on sm_80 (227 KiB on sm_90); sm_86
+ * and sm_89 allow 99 KiB, so there hs = 128 takes the CUDA-core path
+ * (device_fits_tc). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -752,12 +754,30 @@ bool aligned16(const void *p) {
   return ((uintptr_t)p & 15u) == 0;
 }
 
-bool device_has_bf16_mma() {
-  int dev = 0, major = 0;
+/* The largest dynamic shared memory of the three tensor-core kernels of
+ * head size HS: forward and backward must both fit, so that a shape never
+ * runs its forward on one path and fails its backward on the other. */
+template <int HS>
+constexpr int tc_smem() {
+  return Geo<HS>::kFwdSmem > Geo<HS>::kDqSmem
+             ? (Geo<HS>::kFwdSmem > Geo<HS>::kDkvSmem ? Geo<HS>::kFwdSmem : Geo<HS>::kDkvSmem)
+             : (Geo<HS>::kDqSmem > Geo<HS>::kDkvSmem ? Geo<HS>::kDqSmem : Geo<HS>::kDkvSmem);
+}
+
+/* Compute capability >= 8.0 (bf16 mma) and enough opt-in shared memory per
+ * block for the kernels of head size hs: sm_80 and sm_90 give 163 / 227 KiB,
+ * but sm_86 and sm_89 only 99 KiB, less than the hs = 128 backward needs;
+ * there cudaFuncSetAttribute would fail the call instead of the CUDA-core
+ * kernels running. */
+bool device_fits_tc(int hs) {
+  int dev = 0, major = 0, optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     return false;
-  return major >= 8;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return false;
+  const size_t need = ddp_cuda_flash_attention_tc_smem_bytes(hs);
+  return major >= 8 && need > 0 && need <= (size_t)optin;
 }
 
 template <typename K>
@@ -869,7 +889,22 @@ extern "C" int ddp_cuda_flash_attention_tensor_cores(ddp_dtype_t dt, int C, int 
   if (dt != DDP_DTYPE_BF16 && dt != DDP_DTYPE_F16) return 0;
   if (C <= 0 || NH <= 0 || C % NH != 0 || !tc_head(C / NH)) return 0;
   if (!aligned16(a) || !aligned16(b) || !aligned16(c) || !aligned16(d)) return 0;
-  return device_has_bf16_mma() ? 1 : 0;
+  return device_fits_tc(C / NH) ? 1 : 0;
+}
+
+extern "C" size_t ddp_cuda_flash_attention_tc_smem_bytes(int hs) {
+  switch (hs) {
+    case 16:
+      return (size_t)tc_smem<16>();
+    case 32:
+      return (size_t)tc_smem<32>();
+    case 64:
+      return (size_t)tc_smem<64>();
+    case 128:
+      return (size_t)tc_smem<128>();
+    default:
+      return 0;
+  }
 }
 
 extern "C" ddp_status_t ddp_cuda_flash_attention_fwd(void *out, float *lse, const void *qkv,

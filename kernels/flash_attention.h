@@ -8,7 +8,8 @@
  * Two paths, picked per call:
  *   - tensor cores (nvcuda::wmma, bf16/fp16 operands, fp32 accumulation) for
  *     dt bf16/fp16, hs in {16, 32, 64, 128}, 16-byte aligned buffers and a
- *     device of compute capability >= 8.0;
+ *     device of compute capability >= 8.0 whose opt-in shared memory per
+ *     block holds the kernels' tiles (ddp_cuda_flash_attention_tc_smem_bytes);
  *   - CUDA cores (fp32 math, one warp per row) for fp32 and everything else
  *     with hs <= 128.
  * Larger head sizes return DDP_ERR_UNSUPPORTED. Nothing here uses atomics;
@@ -22,6 +23,7 @@
 #define DDPTRAIN_KERNELS_FLASH_ATTENTION_H
 
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ddptrain/dtype.h"
@@ -53,6 +55,13 @@ ddp_status_t ddp_cuda_flash_attention_bwd(void *dqkv, float *dsum, const void *d
  * Pointers are only inspected for alignment; NULL counts as aligned. */
 int ddp_cuda_flash_attention_tensor_cores(ddp_dtype_t dt, int C, int NH, const void *a,
                                           const void *b, const void *c, const void *d);
+
+/* Bytes of dynamic shared memory per block the tensor-core kernels of head
+ * size hs need (the largest of forward, dQ and dK/dV), 0 for a head size
+ * without them. A host computation (no device needed): the tensor-core
+ * path is taken only where the device's opt-in limit per block
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin) is at least this. */
+size_t ddp_cuda_flash_attention_tc_smem_bytes(int hs);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,8 @@
  * rounded once (the documented half semantics), and within 1.6e-2 / 2e-3
  * (bf16 / fp16) of fp32 on unrounded inputs; bad arguments rejected with a
  * message and nothing written. */
+#include <config.h>
+
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +40,9 @@
 #include "ddptrain/dtype.h"
 #include "ddptrain/nn.h"
 #include "ddptrain/rng.h"
+#if DDP_HAVE_CUDA
+#include "flash_attention.h"
+#endif
 #include "ddptrain/status.h"
 
 #define TOL_OUT 1e-5
@@ -411,6 +416,33 @@ START_TEST(test_flash_rejects_bad_arguments) {
 }
 END_TEST
 
+#if DDP_HAVE_CUDA
+/* The CUDA launcher's shared-memory need (a host computation): every
+ * tensor-core head size fits the 163 KiB opt-in limit of sm_80 (so an A100
+ * or H100 takes the tensor-core path for all of them), hs = 128 exceeds the
+ * 99 KiB of sm_86 / sm_89 (which must therefore fall back to the CUDA-core
+ * kernels rather than fail cudaFuncSetAttribute), the need grows with hs,
+ * and head sizes without tensor-core kernels need nothing. */
+START_TEST(test_flash_cuda_tc_smem_fits_device_limits) {
+  const size_t sm80_optin = 163 * 1024, sm86_optin = 99 * 1024;
+  const int hs[] = {16, 32, 64, 128};
+  size_t prev = 0;
+  for (size_t i = 0; i < sizeof hs / sizeof hs[0]; ++i) {
+    const size_t need = ddp_cuda_flash_attention_tc_smem_bytes(hs[i]);
+    ck_assert_msg(need > 0 && need <= sm80_optin, "hs %d: %zu bytes", hs[i], need);
+    ck_assert_msg(need > prev, "hs %d: %zu bytes, not more than the smaller head's %zu", hs[i],
+                  need, prev);
+    prev = need;
+  }
+  ck_assert_uint_gt(ddp_cuda_flash_attention_tc_smem_bytes(128), sm86_optin);
+  ck_assert_uint_le(ddp_cuda_flash_attention_tc_smem_bytes(64), sm86_optin);
+  const int none[] = {0, 8, 12, 48, 96, 160, -16};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; ++i)
+    ck_assert_uint_eq(ddp_cuda_flash_attention_tc_smem_bytes(none[i]), 0);
+}
+END_TEST
+#endif
+
 static Suite *flash_suite(void) {
   Suite *s = suite_create("flash_attention");
   TCase *tc = tcase_create("cpu");
@@ -423,6 +455,9 @@ static Suite *flash_suite(void) {
   tcase_add_test(tc, test_flash_is_deterministic);
   tcase_add_test(tc, test_flash_half_is_fp32_rounded_once);
   tcase_add_test(tc, test_flash_rejects_bad_arguments);
+#if DDP_HAVE_CUDA
+  tcase_add_test(tc, test_flash_cuda_tc_smem_fits_device_limits);
+#endif
   suite_add_tcase(s, tc);
   return s;
 }
