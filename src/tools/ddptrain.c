@@ -53,9 +53,21 @@ static ddp_status_t create_backend_together(const ddp_dist_t *dist, ddp_backend_
   const int usable = made == DDP_OK && be->ops->kind == DDP_DEVICE_KIND_CUDA;
   char why[sizeof(((ddp_comm_gpu_probe_t *)0)->why)] = "";
   if (!usable) gpu_why(made, why, sizeof why);
+  /* Where the GPU is: the host and, when known, the GPU's PCI bus id. The
+   * ordinal alone cannot tell ranks sharing a GPU from ranks that were each
+   * given their own CUDA_VISIBLE_DEVICES (srun --gpus-per-task, --gpu-bind),
+   * which all see their GPU as cuda:0 and would be refused NCCL (and sent
+   * to the CPU under auto); ranks that really share one have the same bus
+   * id. A host name too long to carry the id keeps the ordinal test. */
+  char where[sizeof(((ddp_comm_gpu_probe_t *)0)->host)];
+  snprintf(where, sizeof where, "%s", dist->host);
+  char pci[32] = "", with_pci[sizeof where];
+  if (usable && be->ops->pci_bus_id && be->ops->pci_bus_id(be, pci, sizeof pci) == DDP_OK &&
+      pci[0] && snprintf(with_pci, sizeof with_pci, "%s/%s", dist->host, pci) < (int)sizeof where)
+    memcpy(where, with_pci, sizeof where);
   char line[WIDTH];
   /* host names have no spaces; the reason, last, may */
-  snprintf(line, sizeof line, "%d %d %s %s", usable, usable ? be->device : -1, dist->host, why);
+  snprintf(line, sizeof line, "%d %d %s %s", usable, usable ? be->device : -1, where, why);
   char *all = NULL;
   ddp_status_t st = ddp_dist_allgather_lines(dist, line, WIDTH, &all);
   ddp_comm_gpu_probe_t *probes = calloc((size_t)dist->world, sizeof *probes);
