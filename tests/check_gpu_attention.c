@@ -360,11 +360,5 @@ int main(void) {
   twin_start();
   fprintf(stderr, "check_gpu_attention: %s against %s\n", twin_gpu->description,
           twin_cpu->description);
-  SRunner *sr = srunner_create(gpu_attention_suite());
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed == 0 ? 0 : 1;
+  return twin_run_suite(gpu_attention_suite());
 }

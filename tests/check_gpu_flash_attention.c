@@ -373,11 +373,5 @@ static Suite *gpu_flash_suite(void) {
 
 int main(void) {
   twin_start();
-  SRunner *sr = srunner_create(gpu_flash_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return twin_run_suite(gpu_flash_suite());
 }

@@ -280,11 +280,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_gpu_gpt_fused_recompute_step_matches_cpu, 0, 3);
   tcase_add_loop_test(tc, test_gpu_gpt_training_is_deterministic_and_allocation_free, 0, 3);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return twin_run_suite(s);
 }

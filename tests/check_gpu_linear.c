@@ -183,11 +183,5 @@ int main(void) {
   tcase_add_test(tc, test_gpu_linear_bwd_matches_cpu);
   tcase_add_test(tc, test_gpu_linear_rejects_bad_input);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed == 0 ? 0 : 1;
+  return twin_run_suite(s);
 }

@@ -416,11 +416,5 @@ int main(void) {
   tcase_add_test(tc, test_gpu_linear_epilogue_plans_are_keyed);
   tcase_add_test(tc, test_gpu_linear_epilogue_rejects_bad_input);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed == 0 ? 0 : 1;
+  return twin_run_suite(s);
 }

@@ -469,11 +469,5 @@ static Suite *gpu_nn_basic_suite(void) {
 
 int main(void) {
   twin_start(); /* exits 77 without a usable GPU */
-  SRunner *sr = srunner_create(gpu_nn_basic_suite());
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return twin_run_suite(gpu_nn_basic_suite());
 }

@@ -128,11 +128,5 @@ int main(void) {
   tcase_add_test(tc, test_gpu_staged_tokens_arrive_under_load);
   tcase_add_test(tc, test_gpu_model_reads_tokens_before_the_host_reuses_them);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork */
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  twin_stop();
-  return failed == 0 ? 0 : 1;
+  return twin_run_suite(s);
 }

@@ -65,6 +65,18 @@ static inline void twin_stop(void) {
   twin_gpu = twin_cpu = NULL;
 }
 
+/* Runs a twin suite in process (a CUDA context does not survive fork),
+ * then twin_stop(); the exit status for main(). */
+static inline int twin_run_suite(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  twin_stop();
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 typedef struct twin {
   float *host; /* n fp32 values (inputs: the values both backends hold) */
   void *cpu, *gpu;
