@@ -70,6 +70,31 @@ static void assert_grads_close(const ddp_gpt_t *m, const float *ga, const float 
   }
 }
 
+/* Two micro-steps on a (separate calls) and b (the fused call): losses
+ * within 1e-6 and gradients within tol (assert_grads_close). */
+static void assert_same_training(ddp_gpt_t *a, ddp_gpt_t *b, const int32_t *in, const int32_t *tg,
+                                 int B, int T, float tol) {
+  const size_t n = ddp_gpt_num_params(a);
+  float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
+  const double la = two_steps(a, 0, in, tg, B, T, ga);
+  const double lb = two_steps(b, 1, in, tg, B, T, gb);
+  ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(la), "loss %.9g vs %.9g", la, lb);
+  assert_grads_close(a, ga, gb, tol);
+  free(ga);
+  free(gb);
+}
+
+/* The eval forward's loss of a batch equals the fused training call's. */
+static void assert_eval_equals_train(ddp_gpt_t *m, const int32_t *in, const int32_t *tg, int B,
+                                     int T) {
+  double train = 0, eval = 0;
+  ck_assert_int_eq(ddp_gpt_forward_backward(m, in, tg, B, T, 1.0f, 0, 0), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_take_loss(m, &train), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_forward(m, in, tg, B, T, 0, 0.0f), DDP_OK);
+  ck_assert_int_eq(ddp_gpt_take_loss(m, &eval), DDP_OK);
+  ck_assert_msg(fabs(train - eval) <= 1e-6 * fabs(train), "%.9g vs %.9g", train, eval);
+}
+
 static const ddp_gpt_config_t k_small = {
     .n_layer = 2, .n_head = 2, .n_embd = 16, .max_seq_len = 12, .vocab = 29};
 
@@ -143,26 +168,14 @@ START_TEST(test_gpt_exec_fused_chunks_match_separate_calls) {
   ddp_gpt_t *b = make(&c, B * T, DDP_DTYPE_F32, &fx);
   ck_assert(ddp_gpt_activation_bytes(b) + (size_t)(B * T - 1024) * 300 * 4 <=
             ddp_gpt_activation_bytes(a) + 4096);
-  const size_t n = ddp_gpt_num_params(a);
-  float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
   int32_t *in = malloc(sizeof(int32_t) * 2 * B * T), *tg = malloc(sizeof(int32_t) * 2 * B * T);
   batch(in, tg, B, T, 300, 3);
   batch(in + B * T, tg + B * T, B, T, 300, 4);
-  const double la = two_steps(a, 0, in, tg, B, T, ga);
-  const double lb = two_steps(b, 1, in, tg, B, T, gb);
-  ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(la), "loss %.9g vs %.9g", la, lb);
-  assert_grads_close(a, ga, gb, 2e-5f);
+  assert_same_training(a, b, in, tg, B, T, 2e-5f);
   /* eval still has its full logits on the fused model */
-  double train = 0, eval = 0;
-  ck_assert_int_eq(ddp_gpt_forward_backward(b, in, tg, B, T, 1.0f, 0, 0), DDP_OK);
-  ck_assert_int_eq(ddp_gpt_take_loss(b, &train), DDP_OK);
-  ck_assert_int_eq(ddp_gpt_forward(b, in, tg, B, T, 0, 0.0f), DDP_OK);
-  ck_assert_int_eq(ddp_gpt_take_loss(b, &eval), DDP_OK);
-  ck_assert_msg(fabs(train - eval) <= 1e-6 * fabs(train), "%.9g vs %.9g", train, eval);
+  assert_eval_equals_train(b, in, tg, B, T);
   free(in);
   free(tg);
-  free(ga);
-  free(gb);
   ddp_gpt_destroy(a);
   ddp_gpt_destroy(b);
 }
@@ -183,24 +196,12 @@ START_TEST(test_gpt_exec_flash_matches_matrix_attention) {
   ck_assert_str_eq(ddp_gpt_attention_name(a), "matrix");
   ck_assert_str_eq(ddp_gpt_attention_name(b), "flash");
   ck_assert(ddp_gpt_activation_bytes(b) < ddp_gpt_activation_bytes(a));
-  const size_t n = ddp_gpt_num_params(a);
-  float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
   int32_t in[2 * B * T], tg[2 * B * T];
   batch(in, tg, B, T, 61, 7);
   batch(in + B * T, tg + B * T, B, T, 61, 8);
   for (int i = 0; i < T; ++i) tg[2 * T + i] = -1; /* a row with no target at all */
-  const double la = two_steps(a, 0, in, tg, B, T, ga);
-  const double lb = two_steps(b, 1, in, tg, B, T, gb);
-  ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(la), "loss %.9g vs %.9g", la, lb);
-  assert_grads_close(a, ga, gb, 1e-5f);
-  double train = 0, eval = 0;
-  ck_assert_int_eq(ddp_gpt_forward_backward(b, in, tg, B, T, 1.0f, 0, 0), DDP_OK);
-  ck_assert_int_eq(ddp_gpt_take_loss(b, &train), DDP_OK);
-  ck_assert_int_eq(ddp_gpt_forward(b, in, tg, B, T, 0, 0.0f), DDP_OK);
-  ck_assert_int_eq(ddp_gpt_take_loss(b, &eval), DDP_OK);
-  ck_assert_msg(fabs(train - eval) <= 1e-6 * fabs(train), "%.9g vs %.9g", train, eval);
-  free(ga);
-  free(gb);
+  assert_same_training(a, b, in, tg, B, T, 1e-5f);
+  assert_eval_equals_train(b, in, tg, B, T);
   ddp_gpt_destroy(a);
   ddp_gpt_destroy(b);
 }
