@@ -57,6 +57,9 @@ typedef struct trainer {
    * their own (NCCL on GPUs); NULL when comm serves both. */
   ddp_comm_t *comm, *grad_comm;
   ddp_reducer_t *reducer;
+  /* the reducer's half-precision epilogue unscales the gradients and takes
+   * their norm: its buckets cover exactly the gradients [0, n) */
+  int fused_epilogue;
   ddp_reducer_tensor_t *rtensors;
   ddp_status_t hook_status; /* first reducer error raised inside backward */
   ddp_optim_config_t ocfg;
@@ -202,6 +205,12 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
                              .dtype = tr->amp.reduce_dtype,
                              .be = tr->be};
   DDP_CHECK(ddp_reducer_create(grad_comm(tr), &rc, &tr->reducer));
+  if (ddp_reducer_fused_epilogue(tr->reducer)) {
+    size_t first_off, first_n, last_off, last_n;
+    ddp_reducer_bucket(tr->reducer, 0, &first_off, &first_n);
+    ddp_reducer_bucket(tr->reducer, ddp_reducer_num_buckets(tr->reducer) - 1, &last_off, &last_n);
+    tr->fused_epilogue = first_off == 0 && last_off + last_n == ddp_gpt_num_params(tr->model);
+  }
   ddp_gpt_set_grad_hook(tr->model, on_grad_ready, tr);
   DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data.train,
                                       tr->data.have_val ? &tr->data.val : NULL));
@@ -446,14 +455,8 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
    * (ddptrain/reducer.h): no separate pass over the gradients for the norm,
    * and the optimizer sees unscaled gradients (grad_scale 1). Used when the
    * reducer's buckets are exactly the gradients [0, n) the norm is over. */
-  int fused = ddp_reducer_fused_epilogue(tr->reducer);
-  if (fused) {
-    size_t first_off, first_n, last_off, last_n;
-    ddp_reducer_bucket(tr->reducer, 0, &first_off, &first_n);
-    ddp_reducer_bucket(tr->reducer, ddp_reducer_num_buckets(tr->reducer) - 1, &last_off, &last_n);
-    fused = first_off == 0 && last_off + last_n == n;
-    DDP_CHECK(ddp_reducer_set_scale(tr->reducer, fused ? unscale : 1.0f));
-  }
+  const int fused = tr->fused_epilogue;
+  if (fused) DDP_CHECK(ddp_reducer_set_scale(tr->reducer, unscale));
   double exposed_ms = 0.0;
   DDP_NVTX_PUSH("wait for gradient buckets");
   DDP_CHECK(ddp_reducer_finish(tr->reducer, &exposed_ms));

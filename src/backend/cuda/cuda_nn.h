@@ -67,6 +67,10 @@ ddp_status_t ddp_cuda_nn_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, voi
 
 /* ---- cuda_nn_attention.c -------------------------------------------------------- */
 size_t ddp_cuda_attention_scratch_bytes(ddp_dtype_t dt, int64_t N, int C, int V);
+/* Argument checks shared by both attention families (dtype, positive sizes,
+ * C a multiple of NH), naming `op` in the message. */
+ddp_status_t ddp_cuda_attention_check_args(const char *op, ddp_dtype_t dt, int B, int T, int C,
+                                           int NH);
 ddp_status_t ddp_cuda_nn_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *att,
                                        const void *qkv, int B, int T, int C, int NH,
                                        ddp_stream_t s);

@@ -67,7 +67,8 @@ size_t ddp_cuda_attention_scratch_bytes(ddp_dtype_t dt, int64_t N, int C, int V)
   return (size_t)(ATT_BWD_SLOTS * slot_floats(N * C)) * sizeof(float);
 }
 
-static ddp_status_t check_args(const char *op, ddp_dtype_t dt, int B, int T, int C, int NH) {
+ddp_status_t ddp_cuda_attention_check_args(const char *op, ddp_dtype_t dt, int B, int T, int C,
+                                           int NH) {
   if (dt != DDP_DTYPE_F32 && dt != DDP_DTYPE_BF16 && dt != DDP_DTYPE_F16)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: activation dtype %s (%d) is not fp32, bf16 or fp16", op,
              ddp_dtype_name(dt), (int)dt);
@@ -139,7 +140,7 @@ static ddp_status_t attention_eval(ddp_backend_t *be, float *o, const float *q, 
 ddp_status_t ddp_cuda_nn_attention_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *att,
                                        const void *qkv, int B, int T, int C, int NH,
                                        ddp_stream_t s) {
-  DDP_CHECK(check_args("attention_fwd", dt, B, T, C, NH));
+  DDP_CHECK(ddp_cuda_attention_check_args("attention_fwd", dt, B, T, C, NH));
   if (!out || !qkv) DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: attention_fwd: NULL pointer");
   const int64_t hs = C / NH, nc = (int64_t)B * T * C, nmat = (int64_t)B * NH;
   const int64_t slab = (int64_t)T * hs, TT = (int64_t)T * T;
@@ -176,7 +177,7 @@ ddp_status_t ddp_cuda_nn_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *
                                        float *scratch, const void *dout, const void *qkv,
                                        const float *att, int B, int T, int C, int NH,
                                        ddp_stream_t s) {
-  DDP_CHECK(check_args("attention_bwd", dt, B, T, C, NH));
+  DDP_CHECK(ddp_cuda_attention_check_args("attention_bwd", dt, B, T, C, NH));
   if (!dqkv || !scratch || !dout || !qkv || !att)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: attention_bwd: NULL pointer");
   const int64_t hs = C / NH, nc = (int64_t)B * T * C, nmat = (int64_t)B * NH;

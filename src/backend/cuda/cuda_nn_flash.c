@@ -19,15 +19,9 @@
 #include "ddptrain/check.h"
 #include "flash_attention.h"
 
+/* The matrix attention's checks, plus the kernels' head-size limit. */
 static ddp_status_t check_args(const char *op, ddp_dtype_t dt, int B, int T, int C, int NH) {
-  if (dt != DDP_DTYPE_F32 && dt != DDP_DTYPE_BF16 && dt != DDP_DTYPE_F16)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: activation dtype %s (%d) is not fp32, bf16 or fp16", op,
-             ddp_dtype_name(dt), (int)dt);
-  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: sizes B=%d T=%d C=%d NH=%d must be positive", op, B, T,
-             C, NH);
-  if (C % NH != 0)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "nn: %s: C=%d is not a multiple of NH=%d", op, C, NH);
+  DDP_CHECK(ddp_cuda_attention_check_args(op, dt, B, T, C, NH));
   if (C / NH > DDP_FLASH_MAX_HS)
     DDP_FAIL(DDP_ERR_UNSUPPORTED,
              "nn: %s: head size hs=%d (C=%d / NH=%d) is not supported on CUDA (at most %d)", op,
