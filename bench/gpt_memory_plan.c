@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 
 int main(int argc, char **argv) {
   const long long tokens = argc > 1 ? atoll(argv[1]) : 8192;

@@ -11,8 +11,10 @@
 #include "hash.h"
 #include "ddptrain/amp.h"
 #include "ddptrain/backend.h"
+#include "ddptrain/check.h"
 #include "ddptrain/env.h"
 #include "ddptrain/log.h"
+#include "ddptrain/model.h"
 #include "ddptrain/optim.h"
 #include "ddptrain/sampler.h"
 
@@ -35,6 +37,16 @@ typedef struct opt_row {
    * hardware settings); every other flag must agree across ranks. */
   int per_rank;
 } opt_row_t;
+
+/* A row of the whole table: the runtime's own, or one made from a model's
+ * ddp_option_def_t, with the model, its slot in ddp_options_t.model_values
+ * and the accepted strings (NULL: any); NULL / -1 / NULL for the runtime's. */
+typedef struct row_ref {
+  opt_row_t r;
+  const ddp_model_ops_t *model;
+  int slot;
+  const char *const *choices;
+} row_ref_t;
 
 static ddp_status_t validate_device(const char *value) {
   const char *name;
@@ -69,8 +81,8 @@ static ddp_status_t validate_on_off(const char *value) {
   return one_of3(value, "on", "off", "off");
 }
 
-static ddp_status_t validate_attention(const char *value) {
-  return one_of3(value, "auto", "flash", "matrix");
+static ddp_status_t validate_model(const char *value) {
+  return ddp_model_find(value) ? DDP_OK : DDP_ERR_INVALID_ARG;
 }
 
 static ddp_status_t validate_precision(const char *value) {
@@ -87,15 +99,15 @@ static const opt_row_t k_rows[] = {
      "training shards (llm.c .bin format); empty = the built-in task data set", NULL, 0},
     {"val-data", 0, OPT_STRING, OFF(val_data), "", 0, 0, "GLOB", "Data",
      "held-out shards; empty = the built-in validation split (or none with --data)", NULL, 0},
+    {"model", 0, OPT_STRING, OFF(model), "gpt", 0, 0, "NAME", "Model",
+     "the model to train: one of the models below (its own flags are listed under it)",
+     validate_model, 0},
     {"seq-len", 0, OPT_INT, OFF(seq_len), "128", 2, 1 << 20, "T", "Model",
-     "maximum sequence length (longer documents are split)", NULL, 0},
-    {"n-layer", 0, OPT_INT, OFF(n_layer), "2", 1, 1000, "L", "Model", "transformer blocks", NULL,
-     0},
-    {"n-head", 0, OPT_INT, OFF(n_head), "4", 1, 4096, "H", "Model", "attention heads", NULL, 0},
-    {"n-embd", 0, OPT_INT, OFF(n_embd), "128", 1, 65536, "C", "Model",
-     "embedding width (a multiple of --n-head)", NULL, 0},
+     "token models: maximum sequence length (longer documents are split)", NULL, 0},
     {"tokens-per-batch", 0, OPT_INT, OFF(tokens_per_batch), "4096", 2, 1 << 30, "N", "Batching",
-     "padded tokens per micro-batch (rows x longest row)", NULL, 0},
+     "token models: padded tokens per micro-batch (rows x longest row)", NULL, 0},
+    {"batch-size", 0, OPT_INT, OFF(batch_size), "32", 1, 1 << 24, "N", "Batching",
+     "record models (fixed-size samples): records per micro-batch on each rank", NULL, 0},
     {"accum", 0, OPT_INT, OFF(accum), "1", 1, 1 << 20, "K", "Batching",
      "micro-batches per optimizer step (gradient accumulation)", NULL, 0},
     {"steps", 0, OPT_INT, OFF(steps), "150", 0, 1e15, "N", "Batching",
@@ -126,6 +138,8 @@ static const opt_row_t k_rows[] = {
      "adamw/lamb first-moment decay", NULL, 0},
     {"beta2", 0, OPT_FLOAT, OFF(beta2), "0.95", 0, 0.999999, "X", "Optimisation",
      "adamw/lamb second-moment decay", NULL, 0},
+    {"adam-eps", 0, OPT_FLOAT, OFF(adam_eps), "1e-8", 1e-30, 1, "X", "Optimisation",
+     "adamw/lamb epsilon, added to the root of the second moment", NULL, 0},
     {"momentum", 0, OPT_FLOAT, OFF(momentum), "0.9", 0, 0.999999, "X", "Optimisation",
      "sgd momentum", NULL, 0},
     {"nesterov", 0, OPT_INT, OFF(nesterov), "1", 0, 1, "0|1", "Optimisation",
@@ -181,16 +195,6 @@ static const opt_row_t k_rows[] = {
      "accumulation); off = exact fp32. bf16/fp16 products always use tensor cores with fp32 "
      "accumulation; the CPU ignores this",
      validate_on_off, 1},
-    {"recompute", 0, OPT_STRING, OFF(recompute), "off", 0, 0, "on|off", "Run control",
-     "recompute LayerNorm and GELU outputs in backward instead of keeping them: 6 of each "
-     "block's 16 token x channel activation buffers are not stored, for a larger batch in the "
-     "same memory at the cost of one LayerNorm and GELU pass more per block; results unchanged",
-     validate_on_off, 0},
-    {"attention", 0, OPT_STRING, OFF(attention), "auto", 0, 0, "KIND", "Run control",
-     "attention kernel: flash (tiles with an online softmax: no T x T probabilities kept, and "
-     "no work on the padding after each row's last target), matrix (probabilities kept for "
-     "backward), or auto: flash on GPUs, matrix on the CPU, where it is faster",
-     validate_attention, 0},
     {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
      "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "
      "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "
@@ -256,27 +260,88 @@ static const opt_row_t k_rows[] = {
      NULL, 0},
 };
 
-#define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
+#define N_CORE ((int)(sizeof k_rows / sizeof k_rows[0]))
+
+/* ---- rows: the runtime's, then every registered model's own ---------------- */
+
+/* Row `index` of the whole table into *out; 0, or -1 for a bad index. A
+ * model's row is made on the fly from its ddp_option_def_t, its value living
+ * in ddp_options_t.model_values[slot], so the parser, formatter and hash
+ * treat both kinds alike. */
+static int get_row(int index, row_ref_t *out) {
+  if (index < 0) return -1;
+  if (index < N_CORE) {
+    *out = (row_ref_t){.r = k_rows[index], .slot = -1};
+    return 0;
+  }
+  int slot = index - N_CORE;
+  for (int m = 0; m < ddp_model_count(); ++m) {
+    const ddp_model_ops_t *ops = ddp_model_at(m);
+    if (slot >= ops->n_options) {
+      slot -= ops->n_options;
+      continue;
+    }
+    const ddp_option_def_t *d = &ops->options[slot];
+    const int global = index - N_CORE;
+    if (global >= DDP_MODEL_OPTION_SLOTS) return -1; /* ddp_model_register prevents it */
+    const size_t base =
+        offsetof(ddp_options_t, model_values) + (size_t)global * sizeof(ddp_option_value_t);
+    out->r = (opt_row_t){.name = d->name,
+                       .kind = d->type == DDP_OPTION_INT     ? OPT_INT
+                               : d->type == DDP_OPTION_FLOAT ? OPT_FLOAT
+                                                             : OPT_STRING,
+                       .def = d->def,
+                       .min = d->min,
+                       .max = d->max,
+                       .metavar = d->metavar,
+                       .section = ops->name,
+                       .help = d->help,
+                       .per_rank = d->per_rank};
+    out->model = ops;
+    out->slot = global;
+    out->choices = d->choices;
+    out->r.offset = base + (d->type == DDP_OPTION_INT     ? offsetof(ddp_option_value_t, i)
+                          : d->type == DDP_OPTION_FLOAT ? offsetof(ddp_option_value_t, f)
+                                                        : offsetof(ddp_option_value_t, s));
+    out->r.size = d->type == DDP_OPTION_STRING ? DDP_OPTION_TEXT_MAX
+                                             : sizeof(((ddp_option_value_t *)0)->i);
+    return 0;
+  }
+  return -1;
+}
+
+static int n_rows(void) {
+  int n = N_CORE;
+  for (int m = 0; m < ddp_model_count(); ++m) n += ddp_model_at(m)->n_options;
+  return n;
+}
 
 int ddp_options_must_agree(int index) {
-  return index >= 0 && index < N_ROWS && !k_rows[index].per_rank;
+  row_ref_t row;
+  return get_row(index, &row) == 0 && !row.r.per_rank;
+}
+
+int ddp_options_applies(const ddp_options_t *opts, int index) {
+  row_ref_t row;
+  if (get_row(index, &row) != 0) return 0;
+  return !row.model || ddp_ascii_ieq(row.model->name, opts->model);
 }
 
 uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index) {
-  if (index < 0 || index >= N_ROWS) return 0;
-  const opt_row_t *row = &k_rows[index];
-  const char *field = (const char *)opts + row->offset;
+  row_ref_t row;
+  if (get_row(index, &row) != 0) return 0;
+  const char *field = (const char *)opts + row.r.offset;
   /* strings up to their NUL (bytes after it are not part of the value) */
-  const size_t n = row->kind == OPT_STRING ? strnlen(field, row->size) : row->size;
+  const size_t n = row.r.kind == OPT_STRING ? strnlen(field, row.r.size) : row.r.size;
   return ddp_fnv1a64(DDP_FNV1A64_INIT, field, n);
 }
 
 int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t len) {
-  if (index < 0 || index >= N_ROWS || !buf || !len) return -1;
-  const opt_row_t *row = &k_rows[index];
-  const char *field = (const char *)opts + row->offset;
+  row_ref_t row;
+  if (get_row(index, &row) != 0 || !buf || !len) return -1;
+  const char *field = (const char *)opts + row.r.offset;
   int n = -1;
-  switch (row->kind) {
+  switch (row.r.kind) {
     case OPT_INT:
       n = snprintf(buf, len, "%lld", (long long)*(const int64_t *)field);
       break;
@@ -284,7 +349,7 @@ int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t l
       n = snprintf(buf, len, "%.17g", *(const double *)field);
       break;
     case OPT_STRING:
-      n = snprintf(buf, len, "%.*s", (int)strnlen(field, row->size), field);
+      n = snprintf(buf, len, "%.*s", (int)strnlen(field, row.r.size), field);
       break;
     case OPT_ACTION:
       n = snprintf(buf, len, "%d", *(const int *)field);
@@ -294,18 +359,26 @@ int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t l
 }
 
 int ddp_options_count(void) {
-  return N_ROWS;
+  return n_rows();
 }
 
 const char *ddp_options_name(int index) {
-  return index >= 0 && index < N_ROWS ? k_rows[index].name : NULL;
+  row_ref_t row;
+  return get_row(index, &row) == 0 ? row.r.name : NULL;
 }
 
 /* User errors: one line, no source location (the user's input is at fault,
  * not a line of ours). */
 #define USAGE_ERROR(...) ddp_log_at(DDP_LOG_LEVEL_ERROR, NULL, 0, __VA_ARGS__)
 
-static ddp_status_t set_value(ddp_options_t *opts, const opt_row_t *row, const char *text) {
+static int one_of(const char *value, const char *const *choices) {
+  for (int i = 0; choices[i]; ++i)
+    if (ddp_ascii_ieq(value, choices[i])) return 1;
+  return 0;
+}
+
+static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const char *text) {
+  const opt_row_t *row = &ref->r;
   char *field = (char *)opts + row->offset;
   char *end = NULL;
   switch (row->kind) {
@@ -344,7 +417,8 @@ static ddp_status_t set_value(ddp_options_t *opts, const opt_row_t *row, const c
         USAGE_ERROR("option --%s: value is longer than %zu characters", row->name, row->size - 1);
         return DDP_ERR_INVALID_ARG;
       }
-      if (row->validate && row->validate(text) != DDP_OK) {
+      if ((row->validate && row->validate(text) != DDP_OK) ||
+          (ref->choices && !one_of(text, ref->choices))) {
         USAGE_ERROR("option --%s: '%s' is not valid (%s)", row->name, text, row->help);
         return DDP_ERR_INVALID_ARG;
       }
@@ -359,9 +433,11 @@ static ddp_status_t set_value(ddp_options_t *opts, const opt_row_t *row, const c
 
 ddp_status_t ddp_options_defaults(ddp_options_t *opts) {
   memset(opts, 0, sizeof *opts);
-  for (int i = 0; i < N_ROWS; ++i) {
-    if (k_rows[i].def && set_value(opts, &k_rows[i], k_rows[i].def) != DDP_OK)
-      return DDP_ERR_INTERNAL;
+  const int n = n_rows();
+  row_ref_t row;
+  for (int i = 0; i < n; ++i) {
+    if (get_row(i, &row) != 0) return DDP_ERR_INTERNAL;
+    if (row.r.def && set_value(opts, &row, row.r.def) != DDP_OK) return DDP_ERR_INTERNAL;
   }
   return DDP_OK;
 }
@@ -384,53 +460,76 @@ static int edit_distance(const char *a, size_t la, const char *b) {
   return prev[lb];
 }
 
-static const opt_row_t *find_long(const char *name, size_t len) {
-  for (int i = 0; i < N_ROWS; ++i)
-    if (strlen(k_rows[i].name) == len && strncmp(k_rows[i].name, name, len) == 0) return &k_rows[i];
-  return NULL;
+/* The row with this long name into *out: its index, or -1. */
+static int find_long(const char *name, size_t len, row_ref_t *out) {
+  const int n = n_rows();
+  for (int i = 0; i < n; ++i)
+    if (get_row(i, out) == 0 && strlen(out->r.name) == len && strncmp(out->r.name, name, len) == 0)
+      return i;
+  return -1;
 }
 
 static void report_unknown(const char *arg, const char *name, size_t len) {
-  const opt_row_t *best = NULL;
+  const char *best = NULL;
   int best_d = 3;
-  for (int i = 0; i < N_ROWS; ++i) {
-    int d = edit_distance(name, len, k_rows[i].name);
+  const int n = n_rows();
+  row_ref_t row;
+  for (int i = 0; i < n; ++i) {
+    if (get_row(i, &row) != 0) continue;
+    int d = edit_distance(name, len, row.r.name);
     if (d < best_d) {
       best_d = d;
-      best = &k_rows[i];
+      best = row.r.name;
     }
   }
   if (best)
-    USAGE_ERROR("unknown option '%s'; did you mean '--%s'? (see --help)", arg, best->name);
+    USAGE_ERROR("unknown option '%s'; did you mean '--%s'? (see --help)", arg, best);
   else
     USAGE_ERROR("unknown option '%s' (see --help)", arg);
+}
+
+/* A model's flag is accepted only for the model it belongs to: anything
+ * else would be silently ignored, and a user who typed it meant something. */
+static ddp_status_t check_model_flags(const ddp_options_t *opts) {
+  const int n = n_rows();
+  row_ref_t row;
+  for (int i = N_CORE; i < n; ++i) {
+    if (get_row(i, &row) != 0 || !opts->model_values[row.slot].given) continue;
+    if (!ddp_ascii_ieq(row.model->name, opts->model)) {
+      USAGE_ERROR("option --%s belongs to --model %s; this run trains --model %s", row.r.name,
+                  row.model->name, opts->model);
+      return DDP_ERR_INVALID_ARG;
+    }
+  }
+  return DDP_OK;
 }
 
 ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     const char *arg = argv[i];
-    const opt_row_t *row = NULL;
+    row_ref_t row;
+    int found = -1;
     const char *value = NULL;
     if (arg[0] == '-' && arg[1] == '-' && arg[2] != '\0') {
       const char *name = arg + 2;
       const char *eq = strchr(name, '=');
       size_t len = eq ? (size_t)(eq - name) : strlen(name);
-      row = find_long(name, len);
-      if (!row) {
+      found = find_long(name, len, &row);
+      if (found < 0) {
         report_unknown(arg, name, len);
         return DDP_ERR_INVALID_ARG;
       }
       if (eq) {
-        if (row->kind == OPT_ACTION) {
-          USAGE_ERROR("option --%s takes no value", row->name);
+        if (row.r.kind == OPT_ACTION) {
+          USAGE_ERROR("option --%s takes no value", row.r.name);
           return DDP_ERR_INVALID_ARG;
         }
         value = eq + 1;
       }
     } else if (arg[0] == '-' && arg[1] != '\0' && arg[2] == '\0') {
-      for (int r = 0; r < N_ROWS && !row; ++r)
-        if (k_rows[r].short_name == arg[1]) row = &k_rows[r];
-      if (!row) {
+      for (int r = 0; r < N_CORE && found < 0; ++r)
+        if (k_rows[r].short_name == arg[1]) found = get_row(r, &row) == 0 ? r : -1;
+      if (found < 0) {
         USAGE_ERROR("unknown option '%s' (see --help)", arg);
         return DDP_ERR_INVALID_ARG;
       }
@@ -438,42 +537,115 @@ ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
       USAGE_ERROR("unexpected argument '%s': ddptrain takes only options (see --help)", arg);
       return DDP_ERR_INVALID_ARG;
     }
-    if (row->kind != OPT_ACTION && !value) {
+    if (row.r.kind != OPT_ACTION && !value) {
       if (i + 1 >= argc) {
-        USAGE_ERROR("option --%s needs a value (%s)", row->name, row->metavar);
+        USAGE_ERROR("option --%s needs a value (%s)", row.r.name, row.r.metavar);
         return DDP_ERR_INVALID_ARG;
       }
       value = argv[++i];
     }
-    ddp_status_t st = set_value(opts, row, value ? value : "");
+    ddp_status_t st = set_value(opts, &row, value ? value : "");
     if (st != DDP_OK) return st;
+    if (row.model) opts->model_values[row.slot].given = 1;
   }
+  return check_model_flags(opts);
+}
+
+/* ---- reading values by name ---------------------------------------------------- */
+
+/* The value field of the flag `name` and its kind (*kind). */
+static ddp_status_t lookup(const ddp_options_t *opts, const char *name, const char **field,
+                           opt_kind_t *kind) {
+  row_ref_t row;
+  if (!opts || !name || find_long(name, strlen(name), &row) < 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "options: no flag --%s", name ? name : "(null)");
+  *field = (const char *)opts + row.r.offset;
+  *kind = row.r.kind;
   return DDP_OK;
 }
 
-void ddp_options_print_help(FILE *out) {
+#define WRONG_KIND(name, what) \
+  DDP_FAIL(DDP_ERR_INVALID_ARG, "options: --%s is not %s flag", name, what)
+
+ddp_status_t ddp_options_get_int(const ddp_options_t *opts, const char *name, int64_t *value) {
+  const char *f;
+  opt_kind_t kind;
+  DDP_CHECK(lookup(opts, name, &f, &kind));
+  if (kind != OPT_INT) WRONG_KIND(name, "an integer");
+  *value = *(const int64_t *)f;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_options_get_float(const ddp_options_t *opts, const char *name, double *value) {
+  const char *f;
+  opt_kind_t kind;
+  DDP_CHECK(lookup(opts, name, &f, &kind));
+  if (kind != OPT_INT && kind != OPT_FLOAT) WRONG_KIND(name, "a number");
+  *value = kind == OPT_INT ? (double)*(const int64_t *)f : *(const double *)f;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_options_get_string(const ddp_options_t *opts, const char *name,
+                                    const char **value) {
+  const char *f;
+  opt_kind_t kind;
+  DDP_CHECK(lookup(opts, name, &f, &kind));
+  if (kind != OPT_STRING) WRONG_KIND(name, "a text");
+  *value = f;
+  return DDP_OK;
+}
+
+/* ---- --help ------------------------------------------------------------------ */
+
+static void print_row(FILE *out, const row_ref_t *ref) {
+  const opt_row_t *r = &ref->r;
+  char left[48];
+  if (r->short_name)
+    snprintf(left, sizeof left, "-%c, --%s%s%s", r->short_name, r->name, r->metavar ? " " : "",
+             r->metavar ? r->metavar : "");
+  else
+    snprintf(left, sizeof left, "    --%s%s%s", r->name, r->metavar ? " " : "",
+             r->metavar ? r->metavar : "");
+  fprintf(out, "  %-26s %s", left, r->help);
+  if (ref->choices) {
+    fprintf(out, " (");
+    for (int i = 0; ref->choices[i]; ++i) fprintf(out, "%s%s", i ? ", " : "", ref->choices[i]);
+    fprintf(out, ")");
+  }
+  if (r->def) fprintf(out, " [%s]", r->def);
+  fputc('\n', out);
+}
+
+/* Each registered model's own section, right after the runtime's "Model". */
+static void print_model_sections(FILE *out) {
+  int index = N_CORE;
+  for (int m = 0; m < ddp_model_count(); ++m) {
+    const ddp_model_ops_t *ops = ddp_model_at(m);
+    fprintf(out, "\nModel %s (--model %s): %s\n", ops->name, ops->name, ops->summary);
+    if (ops->n_options == 0) fprintf(out, "  (no flags of its own)\n");
+    row_ref_t row;
+    for (int i = 0; i < ops->n_options; ++i, ++index)
+      if (get_row(index, &row) == 0) print_row(out, &row);
+  }
+}
+
+void ddp_options_print_help_for(FILE *out, const char *program) {
+  const char *prog = program && program[0] ? program : "ddptrain";
   fprintf(out,
-          "Usage: mpirun -np N ddptrain [OPTIONS]\n"
-          "       ddptrain [OPTIONS]            (a single process)\n\n"
-          "ddptrain trains models data-parallel: one process per GPU (or CPU socket),\n"
-          "started by mpirun or srun. Without a GPU it runs on the CPU backend.\n");
+          "Usage: mpirun -np N %s [OPTIONS]\n"
+          "       %s [OPTIONS]            (a single process)\n\n"
+          "%s trains models data-parallel: one process per GPU (or CPU socket),\n"
+          "started by mpirun or srun. Without a GPU it runs on the CPU backend.\n",
+          prog, prog, prog);
   const char *section = NULL;
-  for (int i = 0; i < N_ROWS; ++i) {
-    const opt_row_t *r = &k_rows[i];
-    if (!section || strcmp(section, r->section) != 0) {
-      section = r->section;
+  for (int i = 0; i < N_CORE; ++i) {
+    const row_ref_t ref = {.r = k_rows[i], .slot = -1};
+    if (!section || strcmp(section, ref.r.section) != 0) {
+      if (section && strcmp(section, "Model") == 0) print_model_sections(out);
+      section = ref.r.section;
       fprintf(out, "\n%s:\n", section);
     }
-    char left[48];
-    if (r->short_name)
-      snprintf(left, sizeof left, "-%c, --%s%s%s", r->short_name, r->name, r->metavar ? " " : "",
-               r->metavar ? r->metavar : "");
-    else
-      snprintf(left, sizeof left, "    --%s%s%s", r->name, r->metavar ? " " : "",
-               r->metavar ? r->metavar : "");
-    fprintf(out, "  %-26s %s", left, r->help);
-    if (r->def) fprintf(out, " [%s]", r->def);
-    fputc('\n', out);
+    print_row(out, &ref);
   }
   fputc('\n', out);
   ddp_env_print_help(out);
@@ -482,4 +654,8 @@ void ddp_options_print_help(FILE *out) {
           "(SIGTERM, SIGUSR1 or SIGINT: the step finished and a checkpoint was written),\n"
           "130 a second SIGINT (immediate exit).\n"
           "Errors name the rank that saw them; a fatal error on one rank ends every rank.\n");
+}
+
+void ddp_options_print_help(FILE *out) {
+  ddp_options_print_help_for(out, NULL);
 }

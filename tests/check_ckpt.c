@@ -13,7 +13,7 @@
 
 enum { N = 10 };
 static char g_dir[64];
-static ddp_gpt_tensor_t g_tensors[2];
+static ddp_param_t g_tensors[2];
 static float g_params[N], g_state[2 * N];
 static ddp_options_t g_opts;
 static char *g_config;
@@ -21,10 +21,10 @@ static char *g_config;
 static void setup(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/ddp_ckpt_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(g_dir));
-  g_tensors[0] = (ddp_gpt_tensor_t){
+  g_tensors[0] = (ddp_param_t){
       .name = "a.weight", .ndim = 2, .shape = {2, 3}, .offset = 0, .count = 6, .decay = 1};
   g_tensors[1] =
-      (ddp_gpt_tensor_t){.name = "a.bias", .ndim = 1, .shape = {4, 0}, .offset = 6, .count = 4};
+      (ddp_param_t){.name = "a.bias", .ndim = 1, .shape = {4, 0}, .offset = 6, .count = 4};
   for (int i = 0; i < N; ++i) g_params[i] = 0.5f * (float)i - 1.0f;
   for (int i = 0; i < 2 * N; ++i) g_state[i] = 1e-3f * (float)(i + 1);
   ck_assert_int_eq(ddp_options_defaults(&g_opts), DDP_OK);
@@ -186,7 +186,7 @@ START_TEST(test_ckpt_shape_mismatch_is_named) {
   ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_OK);
   float params[N], state[2 * N];
   ddp_ckpt_image_t img = image(params, state);
-  ddp_gpt_tensor_t other[2] = {g_tensors[0], g_tensors[1]};
+  ddp_param_t other[2] = {g_tensors[0], g_tensors[1]};
   other[0].shape[0] = 3;
   other[0].shape[1] = 2; /* same count, other shape */
   img.tensors = other;

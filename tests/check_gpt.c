@@ -5,7 +5,7 @@
 #include <math.h>
 
 #include "check_util.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 
 static ddp_backend_t *g_be;
 static const ddp_gpt_config_t k_cfg = {
@@ -95,7 +95,7 @@ START_TEST(test_gpt_layout_counts_and_init_statistics) {
   ck_assert_int_eq(ddp_gpt_copy_params_to_host(m, p), DDP_OK);
   size_t next = 0;
   for (int i = 0; i < ddp_gpt_num_tensors(m); ++i) {
-    const ddp_gpt_tensor_t *t = ddp_gpt_tensor(m, i);
+    const ddp_param_t *t = ddp_gpt_tensor(m, i);
     ck_assert_uint_eq(t->offset, next); /* contiguous, in table order */
     next += t->count;
     double s = 0, s2 = 0;
@@ -112,8 +112,10 @@ START_TEST(test_gpt_layout_counts_and_init_statistics) {
        * the smallest tensor here has 256 values, so 4 standard errors is 18%. */
       ck_assert_msg(fabs(sd / want - 1) < 4.0 / sqrt(2.0 * t->count), "%s: sd %.4g vs %.4g",
                     t->name, sd, want);
-      ck_assert_int_eq(t->decay, strstr(t->name, "wpe") == NULL);
+      /* the documented rule: every 2-D weight decays, wpe included */
+      ck_assert_int_eq(t->decay, 1);
     }
+    if (t->ndim == 1) ck_assert_int_eq(t->decay, 0); /* biases, LayerNorm */
   }
   free(p);
   ddp_gpt_destroy(m);
@@ -167,7 +169,7 @@ START_TEST(test_gpt_first_backward_overwrites_later_accumulate) {
    * per tensor, relative to its largest gradient (fp32 sums of a few hundred
    * terms: ~1e-5). */
   for (int t = 0; t < ddp_gpt_num_tensors(m); ++t) {
-    const ddp_gpt_tensor_t *d = ddp_gpt_tensor(m, t);
+    const ddp_param_t *d = ddp_gpt_tensor(m, t);
     float scale = 0;
     for (size_t i = d->offset; i < d->offset + d->count; ++i) scale = fmaxf(scale, fabsf(g1[i]));
     for (size_t i = d->offset; i < d->offset + d->count; ++i)

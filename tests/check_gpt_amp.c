@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "check_util.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 
 static ddp_backend_t *g_be;
 static const ddp_gpt_config_t k_cfg = {

@@ -8,7 +8,7 @@
 #include <math.h>
 
 #include "check_util.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 
 static ddp_backend_t *g_be;
 
@@ -60,7 +60,7 @@ static double two_steps(ddp_gpt_t *m, int fused, const int32_t *in, const int32_
  * (a nonzero one: every tensor gets a gradient). */
 static void assert_grads_close(const ddp_gpt_t *m, const float *ga, const float *gb, float tol) {
   for (int t = 0; t < ddp_gpt_num_tensors(m); ++t) {
-    const ddp_gpt_tensor_t *d = ddp_gpt_tensor(m, t);
+    const ddp_param_t *d = ddp_gpt_tensor(m, t);
     float scale = 0;
     for (size_t i = d->offset; i < d->offset + d->count; ++i) scale = fmaxf(scale, fabsf(ga[i]));
     ck_assert_msg(scale > 0, "%s has no gradient", d->name);

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 #include "ddptrain/optim.h"
 #include "ddptrain/rng.h"
 #include "ddptrain/safetensors.h"
@@ -161,7 +161,7 @@ START_TEST(test_gpt_matches_pytorch_logits_loss_and_gradients) {
                                     DDP_COPY_KIND_DEVICE_TO_HOST, NULL),
                    DDP_OK);
   for (int i = 0; i < ddp_gpt_num_tensors(g_model); ++i) {
-    const ddp_gpt_tensor_t *t = ddp_gpt_tensor(g_model, i);
+    const ddp_param_t *t = ddp_gpt_tensor(g_model, i);
     char key[64];
     snprintf(key, sizeof key, "grad.%s", t->name);
     double d = rel_diff(grads + t->offset, ref_tensor(ref, key, t->count), t->count);
@@ -179,7 +179,7 @@ START_TEST(test_gpt_matches_pytorch_over_ten_adamw_steps) {
   const size_t n = ddp_gpt_num_params(g_model);
   ddp_param_t *segs = calloc((size_t)nt, sizeof *segs);
   for (int i = 0; i < nt; ++i) {
-    const ddp_gpt_tensor_t *t = ddp_gpt_tensor(g_model, i);
+    const ddp_param_t *t = ddp_gpt_tensor(g_model, i);
     segs[i] = (ddp_param_t){.offset = t->offset, .count = t->count, .decay = t->decay};
   }
   ddp_optim_config_t oc = {.kind = DDP_OPTIM_KIND_ADAMW,

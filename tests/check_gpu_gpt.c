@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "check_util.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 #include "ddptrain/optim.h"
 #include "gpu_twin.h"
 
@@ -89,7 +89,7 @@ static double tol_loss(ddp_dtype_t dt) {
 static void assert_grads_close(ddp_gpt_t *mg, ddp_gpt_t *mc, ddp_dtype_t dt) {
   float *gg = fetch_grads(mg, twin_gpu), *gc = fetch_grads(mc, twin_cpu);
   for (int t = 0; t < ddp_gpt_num_tensors(mg); ++t) {
-    const ddp_gpt_tensor_t *x = ddp_gpt_tensor(mg, t);
+    const ddp_param_t *x = ddp_gpt_tensor(mg, t);
     double num = 0.0, den = 0.0;
     for (size_t i = x->offset; i < x->offset + x->count; ++i) {
       ck_assert_msg(isfinite(gg[i]), "%s: %s[%zu] is %g on the GPU", ddp_dtype_name(dt), x->name,
@@ -179,7 +179,7 @@ static float *train_gpu(ddp_dtype_t dt, int steps, uint64_t *loop_allocs, uint64
   ddp_param_t *segs = malloc((size_t)nten * sizeof *segs);
   ck_assert_ptr_nonnull(segs);
   for (int t = 0; t < nten; ++t) {
-    const ddp_gpt_tensor_t *x = ddp_gpt_tensor(m, t);
+    const ddp_param_t *x = ddp_gpt_tensor(m, t);
     segs[t] = (ddp_param_t){.offset = x->offset, .count = x->count, .decay = x->decay};
   }
   const ddp_optim_config_t cfg = {.kind = DDP_OPTIM_KIND_ADAMW,

@@ -207,8 +207,8 @@ END_TEST
 
 /* The reducer end to end on each backend, one rank: tensors of odd sizes,
  * buckets of several kernel blocks. */
-static const ddp_reducer_tensor_t k_tensors[] = {
-    {0, 100}, {100, 5001}, {5101, 300007}, {305108, 20001}, {325109, 3}};
+static const ddp_param_t k_tensors[] = {
+    {.offset = 0, .count = 100}, {.offset = 100, .count = 5001}, {.offset = 5101, .count = 300007}, {.offset = 305108, .count = 20001}, {.offset = 325109, .count = 3}};
 enum { N_TENSORS = 5, N_ELEMS = 325112 };
 
 static void reduce_on(ddp_backend_t *be, ddp_dtype_t dt, const float *g0, float scale, float *out,

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "ddptrain/data.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 #include "gpu_twin.h"
 #include "model/gpt_input.h"
 

@@ -36,8 +36,8 @@
 #endif
 
 /* 6 tensors, 4-byte floats: 100, 50, 300, 1000, 20, 20 elements. */
-static const ddp_reducer_tensor_t k_tensors[] = {{0, 100},    {100, 50},  {150, 300},
-                                                 {450, 1000}, {1450, 20}, {1470, 20}};
+static const ddp_param_t k_tensors[] = {{.offset = 0, .count = 100},    {.offset = 100, .count = 50},  {.offset = 150, .count = 300},
+                                                 {.offset = 450, .count = 1000}, {.offset = 1450, .count = 20}, {.offset = 1470, .count = 20}};
 enum { N_TENSORS = 6, N_ELEMS = 1490 };
 
 static ddp_dist_t dist = {.rank = 0, .world = 1, .local_rank = 0, .local_size = 1};
@@ -158,7 +158,7 @@ START_TEST(test_reducer_rejects_wrong_or_repeated_marks) {
 END_TEST
 
 START_TEST(test_reducer_rejects_tensors_that_do_not_tile) {
-  const ddp_reducer_tensor_t gap[] = {{0, 10}, {12, 10}};
+  const ddp_param_t gap[] = {{.offset = 0, .count = 10}, {.offset = 12, .count = 10}};
   ddp_reducer_config_t cfg = {.grads = grads,
                               .tensors = gap,
                               .n_tensors = 2,

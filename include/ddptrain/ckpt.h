@@ -11,7 +11,7 @@
  *             step      optimizer steps completed = the sampler position
  *                       (the global step the next run starts at)
  *             config    every option of the run, {"flag": "value"}
- *             optimizer {"kind", "t", "slots"}
+ *             optimizer {"kind", "t", "slots", "eps"} (eps: --adam-eps)
  *             sampler   {"kind", "global_step", "world", "accum"}
  *             rng       {"generator", "seed", "step"}: the generator is
  *                       counter-based, so a key and a position are its state
@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ddptrain/gpt.h"
+#include "ddptrain/param.h"
 #include "ddptrain/options.h"
 #include "ddptrain/status.h"
 
@@ -53,6 +53,7 @@ typedef struct ddp_ckpt_meta {
   int world, accum; /* of the run that wrote it */
   uint64_t seed;    /* the RNG key */
   char optimizer[16], sampler[16];
+  double adam_eps; /* --adam-eps of the run (1e-8 in files older than the flag) */
   ddp_ckpt_scaler_t scaler;
 } ddp_ckpt_meta_t;
 
@@ -60,7 +61,7 @@ typedef struct ddp_ckpt_meta {
  * buffers: params[n_params], state[n_slots * n_params] (slot s at
  * s * n_params, the optimizer's own layout). */
 typedef struct ddp_ckpt_image {
-  const ddp_gpt_tensor_t *tensors;
+  const ddp_param_t *tensors; /* the model's parameter table */
   int n_tensors;
   size_t n_params;
   float *params, *state;

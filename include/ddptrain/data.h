@@ -38,6 +38,20 @@ struct ddp_backend; /* ddptrain/backend.h */
 extern "C" {
 #endif
 
+/* ---- batch kinds ------------------------------------------------------------ */
+/* What a model trains on (docs/design.md, batch kinds):
+ *   tokens   rows of token windows of varying length, padded (ddp_batch_t);
+ *            a sample's cost grows with its length, and the sampler buckets
+ *            by length and balances the ranks by cost;
+ *   records  fixed-size samples with a class label (ddp_record_batch_t);
+ *            every record costs the same, so each rank gets the same count.
+ * Either way the loss of a step is divided by the step's global target
+ * count: tokens with a target, or records. */
+typedef enum ddp_batch_kind { DDP_BATCH_TOKENS = 0, DDP_BATCH_RECORDS = 1 } ddp_batch_kind_t;
+
+/* "tokens" / "records" ("unknown" otherwise). */
+const char *ddp_batch_kind_name(ddp_batch_kind_t kind);
+
 /* ---- corpus ---------------------------------------------------------------- */
 
 /* One run of tokens: a memory-mapped shard or an array in host memory.
@@ -222,6 +236,67 @@ ddp_status_t ddp_batch_init(ddp_batch_t *batch, int64_t tokens, int max_rows);
 ddp_status_t ddp_batch_init_host(ddp_batch_t *batch, struct ddp_backend *be, int64_t tokens,
                                  int max_rows);
 void ddp_batch_destroy(ddp_batch_t *batch);
+
+/* ---- records: fixed-size samples with a label ---------------------------------- */
+
+#define DDP_RECORD_MAX_DIMS 4
+
+/* A data set of n records in host memory: features (n, shape...) fp32 and
+ * one int32 label each in 0 .. n_classes - 1. The sampler sees each record
+ * as an item of one target (items[i] = {start i, len 2}), so the token
+ * sampler's plan (shuffle, micro-batches, deal, wrap-around) is the same
+ * code for both kinds: with every cost equal it gives each rank the same
+ * number of records. */
+typedef struct ddp_records {
+  int64_t n;
+  int ndim;                             /* of one record */
+  int64_t shape[DDP_RECORD_MAX_DIMS];   /* unused dimensions are 1 */
+  int64_t floats;                       /* per record: the shape's product */
+  int32_t n_classes;
+  float *x;          /* (n, floats) */
+  int32_t *y;        /* (n) */
+  ddp_window_t *items; /* the sampler's index: n items of one target */
+  char source[256];  /* a path, or what made the records, for messages */
+} ddp_records_t;
+
+/* Copies n records (x: n * product(shape) floats, y: n labels) and builds
+ * the index. Rejects (DDP_ERR_FORMAT/INVALID_ARG, naming `source` and the
+ * record): n < 1, a bad shape, n_classes < 2, a label outside
+ * [0, n_classes), a non-finite feature. */
+ddp_status_t ddp_records_from_arrays(ddp_records_t *r, const float *x, const int32_t *y, int64_t n,
+                                     int ndim, const int64_t *shape, int32_t n_classes,
+                                     const char *source);
+/* Reads a record file: safetensors with "inputs" (F32, shape (n, ...), at
+ * most DDP_RECORD_MAX_DIMS dimensions after n) and "labels" (I32, shape
+ * (n)); the class count is the metadata "n_classes" when present, else the
+ * largest label + 1. Errors name the file and what is wrong; nothing is
+ * kept on failure. */
+ddp_status_t ddp_records_open(ddp_records_t *r, const char *path);
+/* A 64-bit fingerprint of the records (shape, classes, the bytes of x and
+ * y): ranks compare it. */
+uint64_t ddp_records_fingerprint(const ddp_records_t *r);
+void ddp_records_destroy(ddp_records_t *r);
+
+/* A micro-batch of records: B rows of the data set, in host memory. */
+typedef struct ddp_record_batch {
+  float *inputs;   /* (B, floats) */
+  int32_t *labels; /* (B) */
+  int64_t *items;  /* (B) record index of each row */
+  int B;
+  int64_t floats;       /* per record */
+  int64_t n_targets;    /* B: every record is one target */
+  int micro;            /* 0 .. accum - 1 within the step */
+  ddp_step_info_t info; /* the step this micro-batch belongs to */
+  int capacity;         /* rows the buffers hold */
+  struct ddp_backend *host_of; /* inputs/labels from its alloc_host, or NULL */
+} ddp_record_batch_t;
+
+/* Buffers for up to `rows` records of `floats` features, allocated once;
+ * with `be`, inputs and labels come from its host allocator (pinned on
+ * CUDA) for asynchronous copies. */
+ddp_status_t ddp_record_batch_init(ddp_record_batch_t *b, struct ddp_backend *be, int rows,
+                                   int64_t floats);
+void ddp_record_batch_destroy(ddp_record_batch_t *b);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #ifndef DDPTRAIN_OPTIONS_H
 #define DDPTRAIN_OPTIONS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -20,18 +21,56 @@
 extern "C" {
 #endif
 
+/* ---- flags declared by models (ddptrain/model.h) --------------------------
+ * A model lists its own flags as rows of the same kind as the runtime's; they
+ * join the command line when the model is registered, and a program reads
+ * them by name. */
+typedef enum ddp_option_type {
+  DDP_OPTION_INT = 0,
+  DDP_OPTION_FLOAT = 1,
+  DDP_OPTION_STRING = 2
+} ddp_option_type_t;
+
+typedef struct ddp_option_def {
+  const char *name; /* long name without "--" */
+  ddp_option_type_t type;
+  const char *def;  /* default, parsed like user input */
+  double min, max;  /* numbers: inclusive range */
+  const char *metavar;
+  const char *help;
+  /* strings: the accepted values (ASCII case-insensitive), NULL-terminated;
+   * NULL: any text */
+  const char *const *choices;
+  /* nonzero: may differ between ranks (a local setting); every other flag
+   * must agree across the ranks of a job */
+  int per_rank;
+} ddp_option_def_t;
+
+/* Room for the flags of every registered model together, and for one string
+ * value (with its NUL). */
+#define DDP_MODEL_OPTION_SLOTS 64
+#define DDP_OPTION_TEXT_MAX 128
+
+typedef struct ddp_option_value {
+  int64_t i;
+  double f;
+  char s[DDP_OPTION_TEXT_MAX];
+  int given; /* set on the command line (not the default) */
+} ddp_option_value_t;
+
 typedef struct ddp_options {
   /* data */
   char data[1024], val_data[1024];
-  /* model */
-  int64_t seq_len, n_layer, n_head, n_embd;
+  /* model: which one (ddptrain/model.h) and the longest token row */
+  char model[32];
+  int64_t seq_len;
   /* batching */
-  int64_t tokens_per_batch, accum, steps, epochs;
+  int64_t tokens_per_batch, batch_size, accum, steps, epochs;
   char sampler[16];
   int64_t bucket_chunk;
   /* optimisation */
   char optimizer[16];
-  double lr, min_lr, weight_decay, grad_clip, beta1, beta2, momentum;
+  double lr, min_lr, weight_decay, grad_clip, beta1, beta2, adam_eps, momentum;
   int64_t warmup, nesterov;
   /* data parallelism */
   double bucket_mb, first_bucket_mb;
@@ -45,9 +84,7 @@ typedef struct ddp_options {
   /* run control */
   char device[32];
   char tf32[8];      /* "on" | "off" */
-  char recompute[8]; /* "on" | "off" */
-  char nvtx[8];      /* "on" | "off" */
-  char attention[8]; /* "auto" | "flash" | "matrix" */
+  char nvtx[8]; /* "on" | "off" */
   int64_t threads;
   int64_t seed;
   double peak_gflops;
@@ -61,16 +98,37 @@ typedef struct ddp_options {
   /* actions */
   int help, version, build_info, self_test, plan_only, json;
   int64_t world_size;
+  /* the registered models' own flags, in registry order (read them with
+   * ddp_options_get_*) */
+  ddp_option_value_t model_values[DDP_MODEL_OPTION_SLOTS];
 } ddp_options_t;
 
-/* Fills every field with its declared default. */
+/* Fills every field with its declared default (the flags of the models
+ * registered so far included). */
 ddp_status_t ddp_options_defaults(ddp_options_t *opts);
 
 /* Parses argv[1..argc-1] on top of the defaults. Accepts `--flag value` and
- * `--flag=value`. */
+ * `--flag=value`. A model's flag given while --model names another model is
+ * an error naming both. */
 ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv);
 
 void ddp_options_print_help(FILE *out);
+/* The same with `program` in the usage line (a user's program built on the
+ * library). */
+void ddp_options_print_help_for(FILE *out, const char *program);
+
+/* A flag's value by name (core flags and the registered models' own),
+ * after defaults/parse. DDP_ERR_INVALID_ARG, logged, for an unknown name or
+ * a flag of another type (an integer flag also reads as a float). */
+ddp_status_t ddp_options_get_int(const ddp_options_t *opts, const char *name, int64_t *value);
+ddp_status_t ddp_options_get_float(const ddp_options_t *opts, const char *name, double *value);
+ddp_status_t ddp_options_get_string(const ddp_options_t *opts, const char *name,
+                                    const char **value);
+
+/* Whether row `index` applies to the run `opts` describes: every core flag
+ * does; a model's own flag only when --model names that model.
+ * Checkpoints record and compare only the flags that apply. */
+int ddp_options_applies(const ddp_options_t *opts, int index);
 
 /* Whether row `index` must have the same value on every rank (all but
  * per-rank outputs and local hardware settings), and a hash of its value
@@ -83,7 +141,8 @@ uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index);
  * for a bad index or a value longer than len - 1. */
 int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t len);
 
-/* Number of table rows, and a row's long name (for tests). */
+/* Number of rows (the runtime's, then each registered model's own), and a
+ * row's long name. */
 int ddp_options_count(void);
 const char *ddp_options_name(int index);
 

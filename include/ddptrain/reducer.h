@@ -44,6 +44,7 @@
 
 #include "ddptrain/backend.h"
 #include "ddptrain/comm.h"
+#include "ddptrain/param.h"
 #include "ddptrain/status.h"
 
 #ifdef __cplusplus
@@ -52,14 +53,13 @@ extern "C" {
 
 typedef struct ddp_reducer ddp_reducer_t;
 
-typedef struct ddp_reducer_tensor {
-  size_t offset, count; /* elements, in buffer order (backward order) */
-} ddp_reducer_tensor_t;
-
 typedef struct ddp_reducer_config {
   float *grads; /* the flat gradient buffer (backend memory) */
-  const ddp_reducer_tensor_t *tensors;
-  int n_tensors; /* tensors tile the buffer: offsets ascending, no gaps */
+  /* the model's parameter table (ddptrain/param.h), borrowed for the
+   * reducer's life; only offset and count are read. Tensors tile the
+   * buffer: offsets ascending, no gaps, in buffer (backward) order. */
+  const ddp_param_t *tensors;
+  int n_tensors;
   double bucket_bytes, first_bucket_bytes;
   void *stream;      /* the compute stream gradients are produced on (NULL on CPU) */
   ddp_dtype_t dtype; /* type on the wire: fp32 (0, the default), bf16 or fp16 */

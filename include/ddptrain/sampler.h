@@ -74,6 +74,12 @@ typedef struct ddp_sampler ddp_sampler_t;
  * and must outlive the sampler. */
 ddp_status_t ddp_sampler_create(const ddp_corpus_t *corpus, const ddp_sampler_config_t *cfg,
                                 ddp_sampler_t **out);
+/* The same plan over any items with a length (2 .. max_len + 1, i.e. 1 ..
+ * max_len targets): records are items of length 2. Such a sampler has no
+ * corpus to read: ddp_sampler_rows says which items form a micro-batch,
+ * and ddp_sampler_fill refuses. `items` is borrowed. */
+ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items, int max_len,
+                                      const ddp_sampler_config_t *cfg, ddp_sampler_t **out);
 void ddp_sampler_destroy(ddp_sampler_t *s);
 
 /* The rows of a batch buffer that can hold any micro-batch of this plan. */
@@ -105,6 +111,10 @@ ddp_status_t ddp_sampler_step_info(ddp_sampler_t *s, int64_t step, ddp_step_info
  * into `batch` (no allocation), with batch->info set to the step's info. */
 ddp_status_t ddp_sampler_fill(ddp_sampler_t *s, int64_t step, int rank, int micro,
                               ddp_batch_t *batch);
+/* The item indices of that micro-batch (*rows of them, at most `capacity`)
+ * and the step's info, for samplers of any items. */
+ddp_status_t ddp_sampler_rows(ddp_sampler_t *s, int64_t step, int rank, int micro, int64_t *items,
+                              int capacity, int *rows, ddp_step_info_t *info);
 
 #ifdef __cplusplus
 }

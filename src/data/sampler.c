@@ -38,7 +38,10 @@ typedef struct step_stat {
 } step_stat_t;
 
 struct ddp_sampler {
-  const ddp_corpus_t *corpus;
+  const ddp_corpus_t *corpus; /* token samplers: where ddp_sampler_fill reads; NULL for items */
+  const ddp_window_t *items;  /* what the plan deals: the corpus's windows, or records */
+  int64_t n_items;
+  int max_len; /* an item's length is 2 .. max_len + 1 */
   ddp_sampler_config_t cfg;
   int max_rows;   /* effective */
   int fixed_rows; /* random kind: rows per micro-batch */
@@ -107,6 +110,22 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
   *out = NULL;
   if (!c->windows || c->n_windows < 1)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: the corpus has no windows (not indexed?)");
+  DDP_CHECK(ddp_sampler_create_items(c->windows, c->n_windows, c->seq_len, cfg, out));
+  (*out)->corpus = c;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items, int max_len,
+                                      const ddp_sampler_config_t *cfg, ddp_sampler_t **out) {
+  if (!items || !cfg || !out) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_create: NULL argument");
+  *out = NULL;
+  if (n_items < 1) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: nothing to sample (0 items)");
+  if (max_len < 1 || max_len > 1 << 24)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: item length bound %d is outside 1 .. 2^24", max_len);
+  for (int64_t i = 0; i < n_items; ++i)
+    if (items[i].len < 2 || items[i].len > max_len + 1)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: item %lld has length %d, outside 2 .. %d",
+               (long long)i, items[i].len, max_len + 1);
   if ((unsigned)cfg->kind > DDP_SAMPLER_RANDOM)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: unknown kind %d", (int)cfg->kind);
   if (cfg->world < 1 || cfg->accum < 1)
@@ -122,27 +141,29 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
     DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler: cost coefficients %g, %g must not be negative",
              cfg->cost_a, cfg->cost_b);
   const int64_t budget = cfg->tokens_per_batch;
-  const int T_max = c->seq_len;
+  const int T_max = max_len;
   /* A window that cannot fit even alone would fail at whatever step first
    * draws it; find it now and say what to change. */
   int64_t longest = 0;
-  for (int64_t i = 1; i < c->n_windows; ++i)
-    if (c->windows[i].len > c->windows[longest].len) longest = i;
-  const int64_t longest_T = c->windows[longest].len - 1;
+  for (int64_t i = 1; i < n_items; ++i)
+    if (items[i].len > items[longest].len) longest = i;
+  const int64_t longest_T = items[longest].len - 1;
   if (longest_T > budget)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "sampler: window %lld has %lld tokens per row, more than the budget of "
              "--tokens-per-batch %lld; raise it to at least %lld or lower --seq-len",
              (long long)longest, (long long)longest_T, (long long)budget, (long long)longest_T);
   const int rows_cap = cfg->max_rows > 0 && cfg->max_rows < budget ? cfg->max_rows : (int)budget;
-  if ((uint64_t)c->n_windows + (uint64_t)rows_cap >= UINT32_MAX)
+  if ((uint64_t)n_items + (uint64_t)rows_cap >= UINT32_MAX)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "sampler: %lld windows exceed the %u a plan can index; split the data set",
-             (long long)c->n_windows, UINT32_MAX - (unsigned)rows_cap);
+             (long long)n_items, UINT32_MAX - (unsigned)rows_cap);
 
   ddp_sampler_t *s = calloc(1, sizeof *s);
   if (!s) DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory");
-  s->corpus = c;
+  s->items = items;
+  s->n_items = n_items;
+  s->max_len = max_len;
   s->cfg = *cfg;
   if (s->cfg.cost_a == 0 && s->cfg.cost_b == 0) s->cfg.cost_a = 1.0;
   s->max_rows = rows_cap;
@@ -154,7 +175,7 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
     s->fixed_rows = (int)r;
   }
   s->epoch = -1;
-  const size_t n = (size_t)c->n_windows;
+  const size_t n = (size_t)n_items;
   s->order = malloc((n + (size_t)rows_cap) * sizeof *s->order);
   s->scratch = malloc(n * sizeof *s->scratch);
   s->shuffled = malloc(n * sizeof *s->shuffled);
@@ -164,7 +185,7 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
   if (!s->order || !s->scratch || !s->shuffled || !s->counts || !s->epoch_first) {
     ddp_sampler_destroy(s);
     DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for a plan of %lld windows",
-             (long long)c->n_windows);
+             (long long)n_items);
   }
   s->epoch_first[0] = 0;
   *out = s;
@@ -174,7 +195,7 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
 /* ---- building an epoch ------------------------------------------------------ */
 
 static int32_t wlen(const ddp_sampler_t *s, uint32_t w) {
-  return s->corpus->windows[w].len;
+  return s->items[w].len;
 }
 
 static void shuffle_u32(uint32_t *a, int64_t n, ddp_rng_t *rng) {
@@ -189,7 +210,7 @@ static void shuffle_u32(uint32_t *a, int64_t n, ddp_rng_t *rng) {
 /* Stable counting sort of a[0..n) by window length, longest first; tmp
  * holds n. */
 static void sort_by_length(ddp_sampler_t *s, uint32_t *a, int64_t n, uint32_t *tmp) {
-  const int L = s->corpus->seq_len + 1; /* lengths are 2 .. L */
+  const int L = s->max_len + 1; /* lengths are 2 .. L */
   uint32_t *cnt = s->counts;
   memset(cnt, 0, ((size_t)L + 2) * sizeof *cnt);
   for (int64_t i = 0; i < n; ++i) cnt[L - wlen(s, a[i])]++; /* key 0 = longest */
@@ -252,7 +273,7 @@ static int has_room(const ddp_sampler_t *s, uint32_t rows, int32_t T) {
  * (shuffled[]) while the budget allows, T allowed to grow. */
 static int64_t top_up(ddp_sampler_t *s, const uint32_t *shuffled, uint32_t *at, uint32_t *rows,
                       int32_t *T, uint32_t target_rows) {
-  const int64_t n = s->corpus->n_windows;
+  const int64_t n = s->n_items;
   int64_t added = 0;
   for (int64_t i = 0; i < n && *rows < target_rows; ++i) {
     const int32_t t = wlen(s, shuffled[i]) - 1;
@@ -281,7 +302,7 @@ static ddp_status_t close_last(ddp_sampler_t *s, const uint32_t *shuffled, uint3
  * copied to order[at..], sorted there and packed onto itself (packing writes
  * position at + i right after reading it). */
 static ddp_status_t pack_bucket(ddp_sampler_t *s, const uint32_t *shuffled) {
-  const int64_t n = s->corpus->n_windows;
+  const int64_t n = s->n_items;
   uint32_t *pool = s->scratch;
   uint32_t at = 0, first, rows;
   int32_t T;
@@ -308,7 +329,7 @@ static ddp_status_t pack_bucket(ddp_sampler_t *s, const uint32_t *shuffled) {
 }
 
 static ddp_status_t pack_random(ddp_sampler_t *s, const uint32_t *shuffled) {
-  const int64_t n = s->corpus->n_windows;
+  const int64_t n = s->n_items;
   const uint32_t R = (uint32_t)s->fixed_rows;
   uint32_t at = 0;
   for (int64_t i = 0; i < n; i += R) {
@@ -486,7 +507,7 @@ static ddp_status_t build_epoch(ddp_sampler_t *s, int64_t epoch) {
   s->epoch = -1; /* until complete */
   s->n_mb = 0;
   memset(&s->stats, 0, sizeof s->stats);
-  const int64_t n = s->corpus->n_windows;
+  const int64_t n = s->n_items;
   uint32_t *shuffled = s->shuffled;
   for (int64_t i = 0; i < n; ++i) shuffled[i] = (uint32_t)i;
   ddp_rng_t root, rng;
@@ -501,7 +522,7 @@ static ddp_status_t build_epoch(ddp_sampler_t *s, int64_t epoch) {
   s->stats.build_seconds = now_seconds() - t0;
   const int64_t S = (int64_t)s->cfg.world * s->cfg.accum;
   s->stats.plan_bytes = (int64_t)sizeof *s +
-                        (3 * n + s->max_rows + s->corpus->seq_len + 3) * (int64_t)sizeof(uint32_t) +
+                        (3 * n + s->max_rows + s->max_len + 3) * (int64_t)sizeof(uint32_t) +
                         s->mb_cap * (int64_t)sizeof *s->mb +
                         s->steps_cap * (S * (int64_t)sizeof *s->deal + (int64_t)sizeof *s->steps) +
                         s->epoch_first_cap * (int64_t)sizeof *s->epoch_first;
@@ -600,15 +621,26 @@ ddp_status_t ddp_sampler_step_info(ddp_sampler_t *s, int64_t step, ddp_step_info
   return DDP_OK;
 }
 
+/* The micro-batch `micro` of `rank` at global step `step`, and the step's
+ * local index in the cached epoch. */
+static ddp_status_t find_mb(ddp_sampler_t *s, int64_t step, int rank, int micro, const char *who,
+                            const micro_batch_t **mb, int64_t *local) {
+  if (!s) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL sampler", who);
+  if (rank < 0 || rank >= s->cfg.world || micro < 0 || micro >= s->cfg.accum)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: rank %d / micro-step %d outside %d x %d", who, rank, micro,
+             s->cfg.world, s->cfg.accum);
+  DDP_CHECK(locate(s, step, local));
+  *mb = &s->mb[s->deal[(*local * s->cfg.world + rank) * s->cfg.accum + micro]];
+  return DDP_OK;
+}
+
 ddp_status_t ddp_sampler_fill(ddp_sampler_t *s, int64_t step, int rank, int micro, ddp_batch_t *b) {
   if (!b || !b->inputs) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: batch not initialised");
-  if (!s) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: NULL sampler");
-  if (rank < 0 || rank >= s->cfg.world || micro < 0 || micro >= s->cfg.accum)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: rank %d / micro-step %d outside %d x %d", rank,
-             micro, s->cfg.world, s->cfg.accum);
+  if (s && !s->corpus)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_fill: this sampler deals items, not token windows");
   int64_t local;
-  DDP_CHECK(locate(s, step, &local));
-  const micro_batch_t *m = &s->mb[s->deal[(local * s->cfg.world + rank) * s->cfg.accum + micro]];
+  const micro_batch_t *m;
+  DDP_CHECK(find_mb(s, step, rank, micro, "sampler_fill", &m, &local));
   if (b->capacity < (int64_t)m->rows * m->T || b->max_rows < (int)m->rows)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "sampler_fill: the batch holds %lld tokens / %d rows, the plan needs %lld / %u",
@@ -639,6 +671,21 @@ ddp_status_t ddp_sampler_fill(ddp_sampler_t *s, int64_t step, int rank, int micr
   b->n_padded = (int64_t)m->rows * T;
   b->micro = micro;
   info_of(s, step, local, &b->info);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_sampler_rows(ddp_sampler_t *s, int64_t step, int rank, int micro, int64_t *items,
+                              int capacity, int *rows, ddp_step_info_t *info) {
+  if (!items || !rows || !info) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_rows: NULL argument");
+  int64_t local;
+  const micro_batch_t *m;
+  DDP_CHECK(find_mb(s, step, rank, micro, "sampler_rows", &m, &local));
+  if (capacity < (int)m->rows)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_rows: room for %d rows, the plan needs %u", capacity,
+             m->rows);
+  for (uint32_t r = 0; r < m->rows; ++r) items[r] = s->order[m->first + r];
+  *rows = (int)m->rows;
+  info_of(s, step, local, info);
   return DDP_OK;
 }
 

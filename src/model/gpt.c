@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 #include "ddptrain/rng.h"
 #include "hash.h"
 #include "model/gpt_input.h"
@@ -63,7 +63,7 @@ struct ddp_gpt {
   const ddp_nn_ops_t *nn;
   int64_t max_tokens;
   int n_tensors;
-  ddp_gpt_tensor_t *tensors;
+  ddp_param_t *tensors;
   size_t n_params;
   /* The vocabulary padded to a multiple of VOCAB_PAD: the logits' row pitch.
    * wte, last in the flat buffers, is followed by (vpad - V) * C zeros in
@@ -123,15 +123,9 @@ typedef struct slot {
 
 static ddp_status_t add_tensor(ddp_gpt_t *m, slot_t *slots, const char *name, int ndim, int64_t d0,
                                int64_t d1, int decay, void **param, void **grad) {
-  ddp_gpt_tensor_t *t = &m->tensors[m->n_tensors];
-  if (snprintf(t->name, sizeof t->name, "%s", name) >= (int)sizeof t->name)
-    DDP_FAIL(DDP_ERR_INTERNAL, "gpt: tensor name '%s' too long", name);
-  t->ndim = ndim;
-  t->shape[0] = d0;
-  t->shape[1] = ndim == 2 ? d1 : 1;
-  t->count = (size_t)d0 * (size_t)t->shape[1];
-  t->offset = m->n_params;
-  t->decay = decay;
+  const int64_t shape[2] = {d0, d1};
+  ddp_param_t *t = &m->tensors[m->n_tensors];
+  DDP_CHECK(ddp_param_set(t, name, ndim, shape, m->n_params, decay));
   m->n_params += t->count;
   slots[m->n_tensors] = (slot_t){param, grad};
   m->n_tensors++;
@@ -143,7 +137,7 @@ static ddp_status_t add_tensor(ddp_gpt_t *m, slot_t *slots, const char *name, in
  * wte (the embedding backward completes both, wte last). */
 static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
   const int64_t C = m->cfg.n_embd;
-  char name[48];
+  char name[DDP_PARAM_NAME_MAX];
   DDP_CHECK(add_tensor(m, slots, "transformer.ln_f.weight", 1, C, 0, 0, &m->p.lnf_w, &m->g.lnf_w));
   DDP_CHECK(add_tensor(m, slots, "transformer.ln_f.bias", 1, C, 0, 0, &m->p.lnf_b, &m->g.lnf_b));
   for (int l = m->cfg.n_layer - 1; l >= 0; --l) {
@@ -173,7 +167,8 @@ static ddp_status_t build_table(ddp_gpt_t *m, slot_t *slots) {
                            rows[r].pp, rows[r].gg));
     }
   }
-  DDP_CHECK(add_tensor(m, slots, "transformer.wpe.weight", 2, m->cfg.max_seq_len, C, 0, &m->p.wpe,
+  /* every 2-D weight decays, wpe included (nanoGPT's and llm.c's rule) */
+  DDP_CHECK(add_tensor(m, slots, "transformer.wpe.weight", 2, m->cfg.max_seq_len, C, 1, &m->p.wpe,
                        &m->g.wpe));
   DDP_CHECK(
       add_tensor(m, slots, "transformer.wte.weight", 2, m->cfg.vocab, C, 1, &m->p.wte, &m->g.wte));
@@ -425,7 +420,7 @@ size_t ddp_gpt_num_params(const ddp_gpt_t *m) {
 int ddp_gpt_num_tensors(const ddp_gpt_t *m) {
   return m->n_tensors;
 }
-const ddp_gpt_tensor_t *ddp_gpt_tensor(const ddp_gpt_t *m, int i) {
+const ddp_param_t *ddp_gpt_tensor(const ddp_gpt_t *m, int i) {
   return i >= 0 && i < m->n_tensors ? &m->tensors[i] : NULL;
 }
 float *ddp_gpt_params(ddp_gpt_t *m) {
@@ -603,7 +598,7 @@ ddp_status_t ddp_gpt_init_weights(ddp_gpt_t *m, uint64_t seed) {
   ddp_rng_t root;
   ddp_rng_init(&root, seed, 0);
   for (int i = 0; i < m->n_tensors; ++i) {
-    const ddp_gpt_tensor_t *t = &m->tensors[i];
+    const ddp_param_t *t = &m->tensors[i];
     float *dst = host + t->offset;
     const char *leaf = strrchr(t->name, '.') + 1; /* "weight" or "bias" */
     const int is_ln = strstr(t->name, ".ln_") != NULL;
@@ -929,7 +924,7 @@ ddp_status_t ddp_gpt_forward_backward(ddp_gpt_t *m, const int32_t *inputs, const
  * (shown to the watcher first: the hook may start reducing them). */
 static ddp_status_t announce(ddp_gpt_t *m, int notify, int n) {
   for (int i = 0; i < n; ++i, ++m->cursor) {
-    const ddp_gpt_tensor_t *t = &m->tensors[m->cursor];
+    const ddp_param_t *t = &m->tensors[m->cursor];
     DDP_CHECK(watch(m, m->grads + t->offset, DDP_DTYPE_F32, t->count, "backward: gradient of %s",
                     t->name));
     if (notify && m->hook) m->hook(m->hook_ctx, t->offset, t->count);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/gpt.h"
+#include "model/gpt.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/version.h"
 
@@ -20,11 +20,10 @@ ddp_status_t ddp_gpt_export_safetensors(ddp_gpt_t *m, const char *path) {
   if (!host || !t) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "gpt_export: out of host memory");
   DDP_CHECK_GOTO(ddp_gpt_copy_params_to_host(m, host), st, out);
   for (int i = 0; i < nt; ++i) {
-    const ddp_gpt_tensor_t *g = ddp_gpt_tensor(m, i);
+    const ddp_param_t *g = ddp_gpt_tensor(m, i);
     t[i] = (ddp_st_tensor_t){
         .name = g->name, .dtype = DDP_DTYPE_F32, .ndim = g->ndim, .data = host + g->offset};
-    t[i].shape[0] = g->shape[0];
-    t[i].shape[1] = g->shape[1];
+    for (int d = 0; d < g->ndim; ++d) t[i].shape[d] = g->shape[d];
   }
   const ddp_gpt_config_t *c = ddp_gpt_config(m);
   char nl[16], nh[16], ne[16], sl[16], vs[16];

@@ -61,7 +61,7 @@ static ddp_status_t on_watch(void *ctx, const char *what, void *x, ddp_dtype_t d
 }
 
 ddp_status_t ddp_anomaly_init(ddp_anomaly_t *a, const ddp_options_t *o, ddp_backend_t *be,
-                              ddp_gpt_t *model) {
+                              ddp_model_t *model) {
   *a = (ddp_anomaly_t){.be = be, .model = model, .detect = o->detect_anomaly, .fault_step = -1};
   double step = 0;
   DDP_CHECK(ddp_env_get_double(DDP_ENV_FAULT_NAN_STEP, &step));
@@ -73,15 +73,17 @@ ddp_status_t ddp_anomaly_init(ddp_anomaly_t *a, const ddp_options_t *o, ddp_back
       DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s': expected grad:NAME or weight:NAME",
                ddp_env_name(DDP_ENV_FAULT_NAN_TENSOR), spec);
     snprintf(a->fault_name, sizeof a->fault_name, "%s", colon + 1);
-    for (int i = 0; i < ddp_gpt_num_tensors(model) && !a->fault_tensor; ++i)
-      if (strcmp(ddp_gpt_tensor(model, i)->name, a->fault_name) == 0)
-        a->fault_tensor = ddp_gpt_tensor(model, i);
+    const int i = ddp_param_find(model->tensors, model->n_tensors, a->fault_name);
+    if (i >= 0) a->fault_tensor = &model->tensors[i];
     if (!a->fault_tensor)
       DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the model has no parameter '%s'",
                ddp_env_name(DDP_ENV_FAULT_NAN_TENSOR), a->fault_name);
     a->fault_step = (int64_t)step - 1;
   }
-  if (a->detect || a->fault_step >= 0) ddp_gpt_set_watch(model, on_watch, a);
+  if (a->detect || a->fault_step >= 0) {
+    model->watch_fn = on_watch;
+    model->watch_ctx = a;
+  }
   if (a->detect)
     DDP_LOG_INFO("--detect-anomaly: every activation and gradient is checked for NaN/inf (slow)");
   return DDP_OK;
@@ -96,7 +98,7 @@ void ddp_anomaly_destroy(ddp_anomaly_t *a) {
 ddp_status_t ddp_anomaly_begin_step(ddp_anomaly_t *a, int64_t step) {
   a->step = step;
   if (step == a->fault_step && !a->fault_grad)
-    DDP_CHECK(poison(a, ddp_gpt_params(a->model) + a->fault_tensor->offset, a->fault_name));
+    DDP_CHECK(poison(a, a->model->params + a->fault_tensor->offset, a->fault_name));
   return DDP_OK;
 }
 
@@ -105,12 +107,10 @@ ddp_status_t ddp_anomaly_check_grads(ddp_anomaly_t *a, const float *grad_sumsq) 
   const float sumsq = a->host[0];
   if (isfinite(sumsq)) return DDP_OK;
   const char *name = "(none: the norm overflowed)";
-  DDP_CHECK(to_host(a, ddp_gpt_grads(a->model), ddp_gpt_num_params(a->model)));
-  const int64_t bad = first_bad(a, ddp_gpt_num_params(a->model));
-  for (int i = 0; bad >= 0 && i < ddp_gpt_num_tensors(a->model); ++i) {
-    const ddp_gpt_tensor_t *t = ddp_gpt_tensor(a->model, i);
-    if ((size_t)bad >= t->offset && (size_t)bad < t->offset + t->count) name = t->name;
-  }
+  DDP_CHECK(to_host(a, a->model->grads, a->model->n_params));
+  const int64_t bad = first_bad(a, a->model->n_params);
+  const int at = bad >= 0 ? ddp_param_at(a->model->tensors, a->model->n_tensors, (size_t)bad) : -1;
+  if (at >= 0) name = a->model->tensors[at].name;
   DDP_FAIL(DDP_ERR_NUMERIC,
            "step %lld: the gradient is not finite (squared norm %g); first non-finite tensor in "
            "backward order: %s. The weights of this step were not updated and no checkpoint of "

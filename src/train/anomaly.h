@@ -12,18 +12,18 @@
 #ifndef DDPTRAIN_TRAIN_ANOMALY_H
 #define DDPTRAIN_TRAIN_ANOMALY_H
 
-#include "ddptrain/gpt.h"
+#include "ddptrain/model.h"
 #include "ddptrain/options.h"
 
 typedef struct ddp_anomaly {
   ddp_backend_t *be;
-  ddp_gpt_t *model;
+  ddp_model_t *model;
   int detect;
   int64_t step;       /* the step running now (0-based) */
   int64_t fault_step; /* 0-based; -1: no fault */
   int fault_grad;     /* 1: the gradient, 0: the weight */
   char fault_name[64];
-  const ddp_gpt_tensor_t *fault_tensor;
+  const ddp_param_t *fault_tensor;
   float *host; /* scratch for checks */
   size_t host_n;
 } ddp_anomaly_t;
@@ -31,7 +31,7 @@ typedef struct ddp_anomaly {
 /* Reads --detect-anomaly and the fault variables (an unknown tensor name
  * is an error) and installs the model's watcher when either is on. */
 ddp_status_t ddp_anomaly_init(ddp_anomaly_t *a, const ddp_options_t *o, ddp_backend_t *be,
-                              ddp_gpt_t *model);
+                              ddp_model_t *model);
 void ddp_anomaly_destroy(ddp_anomaly_t *a);
 
 /* Before step `step`'s forward (weight fault injection). */

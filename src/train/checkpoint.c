@@ -99,7 +99,7 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
   if (!t || !names) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "checkpoint: out of host memory");
   for (int s = -1, j = 0; s < img->n_slots; ++s)
     for (int i = 0; i < img->n_tensors; ++i, ++j) {
-      const ddp_gpt_tensor_t *g = &img->tensors[i];
+      const ddp_param_t *g = &img->tensors[i];
       const float *base = s < 0 ? img->params : img->state + (size_t)s * img->n_params;
       if (s < 0)
         snprintf(names + 96 * j, 96, "model.%s", g->name);
@@ -109,16 +109,15 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
                                .dtype = DDP_DTYPE_F32,
                                .ndim = g->ndim,
                                .data = base + g->offset};
-      t[j].shape[0] = g->shape[0];
-      t[j].shape[1] = g->shape[1];
+      for (int d = 0; d < g->ndim; ++d) t[j].shape[d] = g->shape[d];
     }
   const ddp_ckpt_meta_t *m = &img->meta;
   snprintf(step, sizeof step, "%lld", (long long)m->step);
   json_t *slots = json_array();
   for (int s = 0; s < img->n_slots; ++s)
     json_array_append_new(slots, json_string(img->slot_names[s]));
-  opt = dump(
-      json_pack("{s:s, s:I, s:o}", "kind", m->optimizer, "t", (json_int_t)m->step, "slots", slots));
+  opt = dump(json_pack("{s:s, s:I, s:o, s:f}", "kind", m->optimizer, "t", (json_int_t)m->step,
+                       "slots", slots, "eps", m->adam_eps));
   smp = dump(json_pack("{s:s, s:I, s:i, s:i}", "kind", m->sampler, "global_step",
                        (json_int_t)m->step, "world", m->world, "accum", m->accum));
   rng = dump(json_pack("{s:s, s:I, s:I}", "generator", "philox4x32-10", "seed", (json_int_t)m->seed,
@@ -219,6 +218,9 @@ static ddp_status_t parse_meta(ddp_ckpt_t *ck) {
     DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, out, "%s: malformed checkpoint metadata", ck->path);
   m->step = step;
   m->seed = (uint64_t)seed;
+  /* "eps" is recorded since --adam-eps exists; older files used 1e-8 */
+  m->adam_eps = 1e-8;
+  if (json_unpack(opt, "{s:F}", "eps", &m->adam_eps) != 0) m->adam_eps = 1e-8;
   m->scaler = (ddp_ckpt_scaler_t){
       .enabled = enabled, .scale = scale, .growth_tracker = growth, .skipped_steps = skipped};
   snprintf(m->optimizer, sizeof m->optimizer, "%s", okind);
@@ -273,16 +275,28 @@ fail:
   return st;
 }
 
-static ddp_status_t load_tensor(const ddp_ckpt_t *ck, const char *name, const ddp_gpt_tensor_t *g,
+/* "[2, 3]" */
+static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
+  size_t at = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < ndim && at < len; ++d)
+    at += (size_t)snprintf(buf + at, len - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (at < len) snprintf(buf + at, len - at, "]");
+}
+
+static ddp_status_t load_tensor(const ddp_ckpt_t *ck, const char *name, const ddp_param_t *g,
                                 float *dst) {
   ddp_st_tensor_t t;
   if (ddp_safetensors_find(ck->st, name, &t) != DDP_OK)
     DDP_FAIL(DDP_ERR_MISMATCH, "%s: holds no tensor %s that this model has", ck->path, name);
-  const int64_t s1 = g->ndim > 1 ? g->shape[1] : 1, t1 = t.ndim > 1 ? t.shape[1] : 1;
-  if (t.dtype != DDP_DTYPE_F32 || t.ndim != g->ndim || t.shape[0] != g->shape[0] || t1 != s1)
-    DDP_FAIL(DDP_ERR_MISMATCH,
-             "%s: tensor %s has shape [%lld, %lld] there and [%lld, %lld] in this model", ck->path,
-             name, (long long)t.shape[0], (long long)t1, (long long)g->shape[0], (long long)s1);
+  int same = t.dtype == DDP_DTYPE_F32 && t.ndim == g->ndim;
+  for (int d = 0; same && d < g->ndim; ++d) same = t.shape[d] == g->shape[d];
+  if (!same) {
+    char there[96], here[96];
+    shape_text(there, sizeof there, t.ndim, t.shape);
+    shape_text(here, sizeof here, g->ndim, g->shape);
+    DDP_FAIL(DDP_ERR_MISMATCH, "%s: tensor %s has shape %s there and %s in this model", ck->path,
+             name, there, here);
+  }
   memcpy(dst + g->offset, t.data, g->count * sizeof(float));
   return DDP_OK;
 }
@@ -291,7 +305,7 @@ ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img) {
   char name[96];
   for (int s = -1; s < img->n_slots; ++s)
     for (int i = 0; i < img->n_tensors; ++i) {
-      const ddp_gpt_tensor_t *g = &img->tensors[i];
+      const ddp_param_t *g = &img->tensors[i];
       if (s < 0)
         snprintf(name, sizeof name, "model.%s", g->name);
       else

@@ -7,10 +7,10 @@
 #include "ddptrain/check.h"
 #include "hash.h"
 
-static uint64_t layout_hash(const ddp_gpt_t *m) {
+static uint64_t layout_hash(const ddp_model_t *m) {
   uint64_t h = DDP_FNV1A64_INIT;
-  for (int i = 0; i < ddp_gpt_num_tensors(m); ++i) {
-    const ddp_gpt_tensor_t *t = ddp_gpt_tensor(m, i);
+  for (int i = 0; i < m->n_tensors; ++i) {
+    const ddp_param_t *t = &m->tensors[i];
     h = ddp_fnv1a64(h, t->name, strlen(t->name) + 1);
     h = ddp_fnv1a64(h, &t->ndim, sizeof t->ndim);
     h = ddp_fnv1a64(h, t->shape, sizeof t->shape);
@@ -20,8 +20,7 @@ static uint64_t layout_hash(const ddp_gpt_t *m) {
 }
 
 ddp_status_t ddp_train_check_agreement(const ddp_dist_t *dist, const ddp_options_t *o,
-                                       const ddp_gpt_t *model, const ddp_corpus_t *train,
-                                       const ddp_corpus_t *val) {
+                                       const ddp_model_t *model, const ddp_train_data_t *data) {
   if (dist->world == 1) return DDP_OK;
   ddp_status_t st = DDP_OK;
   char what[96];
@@ -34,11 +33,17 @@ ddp_status_t ddp_train_check_agreement(const ddp_dist_t *dist, const ddp_options
   if (ddp_dist_agree_u64(dist, "the parameter layout (tensor names, shapes, order)",
                          layout_hash(model)) != DDP_OK)
     st = DDP_ERR_MISMATCH;
-  if (ddp_dist_agree_u64(dist, "the training data (shard names, sizes, token counts)",
-                         ddp_corpus_fingerprint(train)) != DDP_OK)
+  const int tokens = data->kind == DDP_BATCH_TOKENS;
+  if (ddp_dist_agree_u64(dist,
+                         tokens ? "the training data (shard names, sizes, token counts)"
+                                : "the training records (shape, classes, contents)",
+                         ddp_train_data_fingerprint(data, DDP_SPLIT_TRAIN)) != DDP_OK)
     st = DDP_ERR_MISMATCH;
-  if (val && ddp_dist_agree_u64(dist, "the validation data (shard names, sizes, token counts)",
-                                ddp_corpus_fingerprint(val)) != DDP_OK)
+  if (data->have_val &&
+      ddp_dist_agree_u64(dist,
+                         tokens ? "the validation data (shard names, sizes, token counts)"
+                                : "the validation records (shape, classes, contents)",
+                         ddp_train_data_fingerprint(data, DDP_SPLIT_VAL)) != DDP_OK)
     st = DDP_ERR_MISMATCH;
   if (st != DDP_OK)
     DDP_FAIL(st,
@@ -47,8 +52,8 @@ ddp_status_t ddp_train_check_agreement(const ddp_dist_t *dist, const ddp_options
   return DDP_OK;
 }
 
-ddp_status_t ddp_train_params_hash(ddp_gpt_t *model, float *host, uint64_t *hash) {
-  DDP_CHECK(ddp_gpt_copy_params_to_host(model, host));
-  *hash = ddp_fnv1a64(DDP_FNV1A64_INIT, host, ddp_gpt_num_params(model) * sizeof *host);
+ddp_status_t ddp_train_params_hash(ddp_model_t *model, float *host, uint64_t *hash) {
+  DDP_CHECK(ddp_model_params_to_host(model, host));
+  *hash = ddp_fnv1a64(DDP_FNV1A64_INIT, host, model->n_params * sizeof *host);
   return DDP_OK;
 }

@@ -7,20 +7,19 @@
 #ifndef DDPTRAIN_TRAIN_CONSISTENCY_H
 #define DDPTRAIN_TRAIN_CONSISTENCY_H
 
-#include "ddptrain/data.h"
 #include "ddptrain/dist.h"
-#include "ddptrain/gpt.h"
+#include "ddptrain/model.h"
 #include "ddptrain/options.h"
+#include "train/train_data.h"
 
 /* Every flag that must agree (ddp_options_must_agree), the model's tensor
  * names, shapes and order, and the training (and validation) data's
  * fingerprint. All fields are checked before returning, so one run reports
  * every difference. */
 ddp_status_t ddp_train_check_agreement(const ddp_dist_t *dist, const ddp_options_t *o,
-                                       const ddp_gpt_t *model, const ddp_corpus_t *train,
-                                       const ddp_corpus_t *val);
+                                       const ddp_model_t *model, const ddp_train_data_t *data);
 
 /* FNV-1a of the parameters' bytes; `host` holds num_params floats. */
-ddp_status_t ddp_train_params_hash(ddp_gpt_t *model, float *host, uint64_t *hash);
+ddp_status_t ddp_train_params_hash(ddp_model_t *model, float *host, uint64_t *hash);
 
 #endif

@@ -39,7 +39,7 @@ struct ddp_reducer {
   float scale;       /* the epilogue's factor (ddp_reducer_set_scale) */
   int norm_ready;    /* the partials describe the gradients finish() left */
   void *stream;
-  ddp_reducer_tensor_t *tensors;
+  const ddp_param_t *tensors; /* borrowed: the caller's table */
   int n_tensors;
   int *bucket_of;        /* per tensor */
   unsigned char *marked; /* per tensor, this step */
@@ -58,7 +58,7 @@ void ddp_reducer_destroy(ddp_reducer_t *r) {
   if (!r) return;
   if (r->staging) ddp_backend_free(r->be, r->staging);
   if (r->partials) ddp_backend_free(r->be, r->partials);
-  free(r->tensors);
+
   free(r->bucket_of);
   free(r->marked);
   free(r->buckets);
@@ -104,15 +104,14 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
   r->grads = cfg->grads;
   r->stream = cfg->stream;
   r->n_tensors = n;
-  r->tensors = malloc((size_t)n * sizeof *r->tensors);
+  r->tensors = cfg->tensors;
   r->bucket_of = malloc((size_t)n * sizeof *r->bucket_of);
   r->marked = calloc((size_t)n, 1);
   r->buckets = calloc((size_t)n, sizeof *r->buckets); /* at most one per tensor */
-  if (!r->tensors || !r->bucket_of || !r->marked || !r->buckets) {
+  if (!r->bucket_of || !r->marked || !r->buckets) {
     ddp_reducer_destroy(r);
     DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
   }
-  memcpy(r->tensors, cfg->tensors, (size_t)n * sizeof *r->tensors);
   r->dtype = cfg->dtype;
   r->be = cfg->be;
   r->base = cfg->tensors[0].offset;

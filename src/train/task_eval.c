@@ -25,9 +25,10 @@ static int argmax(const float *x, int n) {
 /* Decodes rows[0..n) together; T is the longest prompt + answer. Causal
  * attention means the padding after a row's current end cannot influence
  * the position being decoded, so rows of different lengths share forwards. */
-static ddp_status_t decode_group(ddp_gpt_t *m, const ddp_corpus_t *val, row_t *rows, int n, int T,
-                                 int32_t *inputs, int32_t *docs, float *logits) {
-  const int V = ddp_gpt_config(m)->vocab;
+static ddp_status_t decode_group(ddp_model_t *m, const ddp_corpus_t *val, row_t *rows, int n,
+                                 int T, int32_t *inputs, int32_t *docs, float *logits) {
+  const int V = (int)m->n_outputs;
+  const ddp_batch_t batch = {.inputs = inputs, .targets = NULL, .B = n, .T = T};
   int steps = 0;
   for (int r = 0; r < n; ++r) {
     const ddp_window_t *w = &val->windows[rows[r].doc];
@@ -38,8 +39,8 @@ static ddp_status_t decode_group(ddp_gpt_t *m, const ddp_corpus_t *val, row_t *r
     if (rows[r].answer > steps) steps = rows[r].answer;
   }
   for (int s = 0; s < steps; ++s) {
-    DDP_CHECK(ddp_gpt_forward(m, inputs, NULL, n, T, 0, 0.0f));
-    DDP_CHECK(ddp_gpt_copy_logits_to_host(m, logits, (int64_t)n * T));
+    DDP_CHECK(m->ops->eval_forward(m, &batch));
+    DDP_CHECK(m->ops->copy_outputs(m, logits, (int64_t)n * T));
     for (int r = 0; r < n; ++r) {
       if (!rows[r].ok || s >= rows[r].answer) continue;
       const int pos = rows[r].prompt + s; /* the token being predicted */
@@ -52,14 +53,15 @@ static ddp_status_t decode_group(ddp_gpt_t *m, const ddp_corpus_t *val, row_t *r
   return DDP_OK;
 }
 
-ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp_corpus_t *val,
-                               int max_docs, double *acc, int *n_docs) {
+ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq_len,
+                               const ddp_corpus_t *val, int max_docs, double *acc, int *n_docs) {
   *acc = 0.0;
   *n_docs = 0;
   /* answer_at exists only for the built-in set, whose documents are one
    * window each: document d is windows[d] */
   if (!val->answer_at || val->n_windows != val->n_docs) return DDP_OK;
-  const int T_max = ddp_gpt_config(m)->max_seq_len;
+  if (!m->ops->eval_forward || !m->ops->copy_outputs || m->n_outputs < 1) return DDP_OK;
+  const int T_max = seq_len;
   row_t *rows = calloc((size_t)max_docs, sizeof *rows);
   if (!rows) DDP_FAIL(DDP_ERR_OOM, "task accuracy: out of memory");
   int n = 0, T = 0;
@@ -76,8 +78,8 @@ ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp
   if (group < 1) group = 1;
   int32_t *inputs = malloc(sizeof(int32_t) * (size_t)group * (size_t)(T > 0 ? T : 1));
   int32_t *docs = malloc(sizeof(int32_t) * (size_t)group * (size_t)(T > 0 ? T : 1));
-  float *logits = malloc(sizeof(float) * (size_t)group * (size_t)(T > 0 ? T : 1) *
-                         (size_t)ddp_gpt_config(m)->vocab);
+  float *logits =
+      malloc(sizeof(float) * (size_t)group * (size_t)(T > 0 ? T : 1) * (size_t)m->n_outputs);
   if (!inputs || !docs || !logits)
     DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "task accuracy: out of memory");
   int solved = 0;

@@ -6,12 +6,14 @@
 #define DDPTRAIN_TRAIN_TASK_EVAL_H
 
 #include "ddptrain/data.h"
-#include "ddptrain/gpt.h"
+#include "ddptrain/model.h"
 
 /* Evaluates up to max_docs documents of `val` that carry an answer and fit
- * in the model's sequence length. *n_docs says how many were scored (0 when
- * the corpus has no answers: then *acc is 0 and the caller reports none). */
-ddp_status_t ddp_task_accuracy(ddp_gpt_t *m, int64_t tokens_per_batch, const ddp_corpus_t *val,
-                               int max_docs, double *acc, int *n_docs);
+ * in seq_len tokens, through the token model's eval_forward and
+ * copy_outputs (logits). *n_docs says how many were scored (0 when the
+ * corpus has no answers or the model cannot report outputs: then *acc is 0
+ * and the caller reports none). */
+ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq_len,
+                               const ddp_corpus_t *val, int max_docs, double *acc, int *n_docs);
 
 #endif

@@ -8,19 +8,16 @@
 #include "train/resume.h"
 
 static ddp_status_t make_layout(ddp_train_ckpt_t *tc, const ddp_optim_config_t *ocfg) {
-  const int nt = ddp_gpt_num_tensors(tc->model);
-  tc->tensors = calloc((size_t)nt, sizeof *tc->tensors);
   tc->config = ddp_ckpt_config_json(tc->o);
-  if (!tc->tensors || !tc->config) DDP_FAIL(DDP_ERR_OOM, "checkpoint: out of host memory");
-  for (int i = 0; i < nt; ++i) tc->tensors[i] = *ddp_gpt_tensor(tc->model, i);
+  if (!tc->config) DDP_FAIL(DDP_ERR_OOM, "checkpoint: out of host memory");
   const char *const *slots = NULL;
   int n_slots = ddp_ckpt_slot_names(ddp_optim_kind_name(ocfg->kind), &slots);
   if ((size_t)n_slots != ddp_optim_state_per_param(ocfg))
     DDP_FAIL(DDP_ERR_INTERNAL, "checkpoint: %s keeps %zu state slots, the format names %d",
              ddp_optim_kind_name(ocfg->kind), ddp_optim_state_per_param(ocfg), n_slots);
-  tc->layout = (ddp_ckpt_image_t){.tensors = tc->tensors,
-                                  .n_tensors = nt,
-                                  .n_params = ddp_gpt_num_params(tc->model),
+  tc->layout = (ddp_ckpt_image_t){.tensors = tc->model->tensors,
+                                  .n_tensors = tc->model->n_tensors,
+                                  .n_params = tc->model->n_params,
                                   .n_slots = n_slots,
                                   .slot_names = slots,
                                   .config = tc->config};
@@ -29,6 +26,7 @@ static ddp_status_t make_layout(ddp_train_ckpt_t *tc, const ddp_optim_config_t *
   m->accum = (int)tc->o->accum;
   m->seed = (uint64_t)tc->o->seed;
   snprintf(m->optimizer, sizeof m->optimizer, "%s", ddp_optim_kind_name(ocfg->kind));
+  m->adam_eps = ocfg->eps;
   snprintf(m->sampler, sizeof m->sampler, "%s", tc->o->sampler);
   return DDP_OK;
 }
@@ -42,7 +40,7 @@ static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *star
   ddp_ckpt_meta_t meta = {0};
   int found = 0;
   DDP_CHECK(ddp_train_resume(o, tc->dist, comm, tc->be, automatic ? o->save : o->resume, automatic,
-                             &tc->layout, ddp_gpt_params(tc->model), tc->state, &meta, &found));
+                             &tc->layout, tc->model->params, tc->state, &meta, &found));
   if (!found) return DDP_OK;
   *start_step = meta.step;
   *scaler = meta.scaler;
@@ -59,7 +57,7 @@ static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *star
 
 ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
                                  const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
-                                 ddp_gpt_t *model, float *state, const ddp_optim_config_t *ocfg,
+                                 ddp_model_t *model, float *state, const ddp_optim_config_t *ocfg,
                                  int64_t *start_step, ddp_ckpt_scaler_t *scaler) {
   *tc = (ddp_train_ckpt_t){.o = o, .dist = dist, .be = be, .model = model, .state = state};
   *start_step = 0;
@@ -83,7 +81,7 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
     meta.step = done;
     meta.scaler = *scaler;
     double pause_ms = 0.0;
-    DDP_CHECK(ddp_ckpt_writer_save(tc->writer, tc->be, ddp_gpt_params(tc->model), tc->state, &meta,
+    DDP_CHECK(ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state, &meta,
                                    &pause_ms));
     tc->last_saved = done;
     DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
@@ -96,7 +94,6 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
 
 void ddp_train_ckpt_destroy(ddp_train_ckpt_t *tc) {
   ddp_ckpt_writer_destroy(tc->writer);
-  free(tc->tensors);
   free(tc->config);
   *tc = (ddp_train_ckpt_t){0};
 }

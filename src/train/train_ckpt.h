@@ -7,6 +7,7 @@
 #include "ddptrain/ckpt.h"
 #include "ddptrain/comm.h"
 #include "ddptrain/dist.h"
+#include "ddptrain/model.h"
 #include "ddptrain/optim.h"
 #include "train/checkpoint_writer.h"
 
@@ -14,10 +15,9 @@ typedef struct ddp_train_ckpt {
   const ddp_options_t *o;
   const ddp_dist_t *dist;
   ddp_backend_t *be;
-  ddp_gpt_t *model;
+  ddp_model_t *model;
   float *state; /* optimizer state, backend memory */
-  ddp_gpt_tensor_t *tensors;
-  ddp_ckpt_image_t layout;
+  ddp_ckpt_image_t layout; /* views the model's parameter table */
   char *config;
   ddp_ckpt_writer_t *writer; /* rank 0 with --save */
   int64_t last_saved;        /* steps of the last checkpoint handed to the writer */
@@ -28,7 +28,7 @@ typedef struct ddp_train_ckpt {
  * *scaler = the saved loss-scaler state (untouched for a fresh run). */
 ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
                                  const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
-                                 ddp_gpt_t *model, float *state, const ddp_optim_config_t *ocfg,
+                                 ddp_model_t *model, float *state, const ddp_optim_config_t *ocfg,
                                  int64_t *start_step, ddp_ckpt_scaler_t *scaler);
 
 /* Whether a checkpoint is due after `done` steps (--save-every). */

@@ -1,52 +1,118 @@
-/* Data sources and sampler settings of a training run (see train_data.h). */
+/* Data sources, samplers and micro-batches of a training run (see
+ * train_data.h). */
 #include "train/train_data.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ddptrain/check.h"
 
-ddp_status_t ddp_train_data_load(const ddp_options_t *o, ddp_train_data_t *d) {
-  memset(d, 0, sizeof *d);
+static ddp_status_t load_tokens(const ddp_options_t *o, ddp_train_data_t *d) {
   const int T = (int)o->seq_len;
   if (o->data[0]) {
-    DDP_CHECK(ddp_corpus_open(&d->train, o->data, T));
+    DDP_CHECK(ddp_corpus_open(&d->train.corpus, o->data, T));
     if (o->val_data[0]) {
-      DDP_CHECK(ddp_corpus_open(&d->val, o->val_data, T));
-      if (d->val.vocab != d->train.vocab || d->val.eot != d->train.eot)
+      DDP_CHECK(ddp_corpus_open(&d->val.corpus, o->val_data, T));
+      if (d->val.corpus.vocab != d->train.corpus.vocab || d->val.corpus.eot != d->train.corpus.eot)
         DDP_FAIL(DDP_ERR_FORMAT, "--val-data has vocabulary %d / EOT %d but --data has %d / %d",
-                 d->val.vocab, d->val.eot, d->train.vocab, d->train.eot);
+                 d->val.corpus.vocab, d->val.corpus.eot, d->train.corpus.vocab,
+                 d->train.corpus.eot);
       d->have_val = 1;
     }
-    return DDP_OK;
+  } else {
+    if (o->val_data[0])
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "--val-data needs --data (the built-in set has its own split)");
+    DDP_CHECK(ddp_builtin_corpus(&d->train.corpus, (uint64_t)o->seed, DDP_SPLIT_TRAIN,
+                                 DDP_BUILTIN_TRAIN_DOCS, T, T));
+    DDP_CHECK(ddp_builtin_corpus(&d->val.corpus, (uint64_t)o->seed, DDP_SPLIT_VAL,
+                                 DDP_BUILTIN_VAL_DOCS, T, T));
+    d->have_val = 1;
   }
-  if (o->val_data[0])
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "--val-data needs --data (the built-in set has its own split)");
-  DDP_CHECK(ddp_builtin_corpus(&d->train, (uint64_t)o->seed, DDP_SPLIT_TRAIN,
-                               DDP_BUILTIN_TRAIN_DOCS, T, T));
-  DDP_CHECK(
-      ddp_builtin_corpus(&d->val, (uint64_t)o->seed, DDP_SPLIT_VAL, DDP_BUILTIN_VAL_DOCS, T, T));
-  d->have_val = 1;
+  d->shape.vocab = d->train.corpus.vocab;
+  d->shape.seq_len = T;
   return DDP_OK;
 }
 
+static ddp_status_t load_records(const ddp_options_t *o, const ddp_model_ops_t *model,
+                                 ddp_train_data_t *d) {
+  if (model->load_records) {
+    int have = 0;
+    DDP_CHECK(model->load_records(o, DDP_SPLIT_TRAIN, &d->train.records, &have));
+    if (!have)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s supplied no training records", model->name);
+    DDP_CHECK(model->load_records(o, DDP_SPLIT_VAL, &d->val.records, &d->have_val));
+  } else {
+    if (!o->data[0])
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "model %s trains on records: give --data FILE (safetensors with 'inputs' F32 "
+               "(n, ...) and 'labels' I32 (n))",
+               model->name);
+    DDP_CHECK(ddp_records_open(&d->train.records, o->data));
+    if (o->val_data[0]) {
+      DDP_CHECK(ddp_records_open(&d->val.records, o->val_data));
+      d->have_val = 1;
+    }
+  }
+  const ddp_records_t *t = &d->train.records, *v = &d->val.records;
+  if (d->have_val && (v->floats != t->floats || memcmp(v->shape, t->shape, sizeof t->shape) ||
+                      v->n_classes != t->n_classes))
+    DDP_FAIL(DDP_ERR_FORMAT,
+             "the validation records (%s: %lld features, %d classes) do not match the training "
+             "records (%s: %lld features, %d classes)",
+             v->source, (long long)v->floats, v->n_classes, t->source, (long long)t->floats,
+             t->n_classes);
+  d->shape.record_ndim = t->ndim;
+  memcpy(d->shape.record_shape, t->shape, sizeof t->shape);
+  d->shape.record_floats = t->floats;
+  d->shape.n_classes = t->n_classes;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_train_data_load(const ddp_options_t *o, const ddp_model_ops_t *model,
+                                 ddp_train_data_t *d) {
+  memset(d, 0, sizeof *d);
+  d->kind = model->batch_kind;
+  d->shape.kind = d->kind;
+  return d->kind == DDP_BATCH_TOKENS ? load_tokens(o, d) : load_records(o, model, d);
+}
+
 void ddp_train_data_destroy(ddp_train_data_t *d) {
-  ddp_corpus_destroy(&d->val);
-  ddp_corpus_destroy(&d->train);
+  ddp_corpus_destroy(&d->val.corpus);
+  ddp_corpus_destroy(&d->train.corpus);
+  ddp_records_destroy(&d->val.records);
+  ddp_records_destroy(&d->train.records);
   d->have_val = 0;
 }
 
-ddp_status_t ddp_train_model_config(const ddp_options_t *o, int vocab, ddp_gpt_config_t *mc) {
-  *mc = (ddp_gpt_config_t){.n_layer = (int)o->n_layer,
-                           .n_head = (int)o->n_head,
-                           .n_embd = (int)o->n_embd,
-                           .max_seq_len = (int)o->seq_len,
-                           .vocab = vocab};
-  return ddp_gpt_config_validate(mc);
+void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, char *buf,
+                             size_t len) {
+  if (d->kind == DDP_BATCH_TOKENS) {
+    const ddp_corpus_t *c = &d->train.corpus;
+    snprintf(buf, len, "%lld documents, %lld tokens, vocabulary %d (%s)", (long long)c->n_docs,
+             (long long)c->n_tokens, c->vocab,
+             o->data[0] ? o->data : "built-in tasks: copy, reverse, sort, add");
+    return;
+  }
+  const ddp_records_t *r = &d->train.records;
+  snprintf(buf, len, "%lld records of %lld features, %d classes (%s)%s", (long long)r->n,
+           (long long)r->floats, r->n_classes, r->source,
+           d->have_val ? "" : "; no validation split");
 }
 
-ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_gpt_config_t *mc, int world,
+uint64_t ddp_train_data_fingerprint(const ddp_train_data_t *d, int split) {
+  const ddp_train_split_t *s = split == DDP_SPLIT_VAL ? &d->val : &d->train;
+  return d->kind == DDP_BATCH_TOKENS ? ddp_corpus_fingerprint(&s->corpus)
+                                     : ddp_records_fingerprint(&s->records);
+}
+
+int64_t ddp_train_batch_budget(const ddp_options_t *o, const ddp_train_data_t *d) {
+  return d->kind == DDP_BATCH_TOKENS ? o->tokens_per_batch : o->batch_size;
+}
+
+ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_model_ops_t *model,
+                                      const ddp_train_data_t *d, int world,
                                       ddp_sampler_config_t *cfg) {
-  if (o->tokens_per_batch < o->seq_len)
+  if (d->kind == DDP_BATCH_TOKENS && o->tokens_per_batch < o->seq_len)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "--tokens-per-batch %lld is smaller than --seq-len %lld: a full "
              "sequence would not fit in a micro-batch",
@@ -56,11 +122,69 @@ ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_gpt_conf
   cfg->seed = (uint64_t)o->seed;
   cfg->world = world;
   cfg->accum = (int)o->accum;
-  cfg->tokens_per_batch = o->tokens_per_batch;
-  /* Rows of one token are possible but useless; half the budget bounds the
-   * activation arena's per-row tables without limiting real batches. */
-  cfg->max_rows = (int)(o->tokens_per_batch / 2);
   cfg->chunk = o->bucket_chunk;
-  ddp_gpt_cost_model(mc, &cfg->cost_a, &cfg->cost_b);
+  if (d->kind == DDP_BATCH_TOKENS) {
+    cfg->tokens_per_batch = o->tokens_per_batch;
+    /* Rows of one token are possible but useless; half the budget bounds
+     * the activation arena's per-row tables without limiting real batches. */
+    cfg->max_rows = (int)(o->tokens_per_batch / 2);
+  } else {
+    /* a record is a row of one target: the budget is the row count */
+    cfg->tokens_per_batch = o->batch_size;
+    cfg->max_rows = (int)o->batch_size;
+  }
+  if (model->cost) DDP_CHECK(model->cost(o, &d->shape, &cfg->cost_a, &cfg->cost_b));
   return DDP_OK;
+}
+
+ddp_status_t ddp_train_sampler_create(const ddp_train_data_t *d, int split,
+                                      const ddp_sampler_config_t *cfg, ddp_sampler_t **out) {
+  const ddp_train_split_t *s = split == DDP_SPLIT_VAL ? &d->val : &d->train;
+  if (d->kind == DDP_BATCH_TOKENS) return ddp_sampler_create(&s->corpus, cfg, out);
+  /* records: items of one target each (length 2), so T is 1 */
+  return ddp_sampler_create_items(s->records.items, s->records.n, 1, cfg, out);
+}
+
+ddp_status_t ddp_train_batch_init(ddp_train_batch_t *b, const ddp_train_data_t *d,
+                                  ddp_backend_t *be, const ddp_options_t *o,
+                                  const ddp_sampler_t *s) {
+  memset(b, 0, sizeof *b);
+  b->kind = d->kind;
+  const int rows = ddp_sampler_max_rows(s);
+  if (d->kind == DDP_BATCH_RECORDS)
+    return ddp_record_batch_init(&b->records, be, rows, d->shape.record_floats);
+  return be ? ddp_batch_init_host(&b->tokens, be, o->tokens_per_batch, rows)
+            : ddp_batch_init(&b->tokens, o->tokens_per_batch, rows);
+}
+
+void ddp_train_batch_destroy(ddp_train_batch_t *b) {
+  if (b->kind == DDP_BATCH_TOKENS)
+    ddp_batch_destroy(&b->tokens);
+  else
+    ddp_record_batch_destroy(&b->records);
+}
+
+/* Gathers the records the plan put in this micro-batch. */
+static ddp_status_t fill_records(ddp_record_batch_t *b, const ddp_records_t *r, ddp_sampler_t *s,
+                                 int64_t step, int rank, int micro) {
+  int rows = 0;
+  DDP_CHECK(ddp_sampler_rows(s, step, rank, micro, b->items, b->capacity, &rows, &b->info));
+  const size_t row_bytes = (size_t)r->floats * sizeof *r->x;
+  for (int i = 0; i < rows; ++i) {
+    const int64_t k = b->items[i];
+    memcpy(b->inputs + (size_t)i * (size_t)r->floats, r->x + (size_t)k * (size_t)r->floats,
+           row_bytes);
+    b->labels[i] = r->y[k];
+  }
+  b->B = rows;
+  b->n_targets = rows;
+  b->micro = micro;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_train_batch_fill(ddp_train_batch_t *b, const ddp_train_data_t *d, int split,
+                                  ddp_sampler_t *s, int64_t step, int rank, int micro) {
+  if (b->kind == DDP_BATCH_TOKENS) return ddp_sampler_fill(s, step, rank, micro, &b->tokens);
+  const ddp_train_split_t *sp = split == DDP_SPLIT_VAL ? &d->val : &d->train;
+  return fill_records(&b->records, &sp->records, s, step, rank, micro);
 }

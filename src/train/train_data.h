@@ -1,29 +1,85 @@
-/* The trainer's data (internal): the corpora named by the options (shard
- * globs or the built-in task set) and the sampler configuration derived from
- * the options and the model, shared by training and --plan-only. */
+/* The trainer's data (internal): the training and validation splits of the
+ * model's batch kind, the sampler over each, and the micro-batch buffers the
+ * loader fills, shared by training, evaluation and --plan-only.
+ *
+ * Token models read token shards (--data/--val-data) or the built-in task
+ * set; record models read record files (--data/--val-data) or the data set
+ * their model supplies (load_records). Both kinds go through one sampler
+ * (ddptrain/sampler.h): token windows cost by length, records all alike. */
 #ifndef DDPTRAIN_TRAIN_DATA_H
 #define DDPTRAIN_TRAIN_DATA_H
 
 #include "ddptrain/data.h"
-#include "ddptrain/gpt.h"
+#include "ddptrain/model.h"
 #include "ddptrain/options.h"
 #include "ddptrain/sampler.h"
 
+/* One split: the corpus of a token model or the records of a record model. */
+typedef struct ddp_train_split {
+  ddp_corpus_t corpus;
+  ddp_records_t records;
+} ddp_train_split_t;
+
 typedef struct ddp_train_data {
-  ddp_corpus_t train, val;
+  ddp_batch_kind_t kind;
+  ddp_train_split_t train, val;
   int have_val;
+  ddp_data_shape_t shape; /* what the model is built for */
 } ddp_train_data_t;
 
-/* Loads --data/--val-data (or the built-in splits) indexed for --seq-len. */
-ddp_status_t ddp_train_data_load(const ddp_options_t *o, ddp_train_data_t *d);
+/* Loads the splits for `model` (see above). */
+ddp_status_t ddp_train_data_load(const ddp_options_t *o, const ddp_model_ops_t *model,
+                                 ddp_train_data_t *d);
 void ddp_train_data_destroy(ddp_train_data_t *d);
 
-/* The model configuration of the options with the data's vocabulary. */
-ddp_status_t ddp_train_model_config(const ddp_options_t *o, int vocab, ddp_gpt_config_t *mc);
+/* One line naming the training data, for the start-up log. */
+void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, char *buf,
+                             size_t len);
+/* A fingerprint of split DDP_SPLIT_TRAIN or DDP_SPLIT_VAL (ranks compare it). */
+uint64_t ddp_train_data_fingerprint(const ddp_train_data_t *d, int split);
+
+/* The largest micro-batch in the model's unit: --tokens-per-batch padded
+ * tokens, or --batch-size records. */
+int64_t ddp_train_batch_budget(const ddp_options_t *o, const ddp_train_data_t *d);
 
 /* The training sampler of the options for `world` ranks, costed with the
- * model's FLOP model. */
-ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_gpt_config_t *mc, int world,
+ * model's cost (FLOPs per micro-batch). */
+ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_model_ops_t *model,
+                                      const ddp_train_data_t *d, int world,
                                       ddp_sampler_config_t *cfg);
+/* A sampler over split `split` (DDP_SPLIT_TRAIN / DDP_SPLIT_VAL). */
+ddp_status_t ddp_train_sampler_create(const ddp_train_data_t *d, int split,
+                                      const ddp_sampler_config_t *cfg, ddp_sampler_t **out);
+
+/* ---- micro-batches ---------------------------------------------------------- */
+
+/* A micro-batch of either kind: `tokens` or `records` is in use. */
+typedef struct ddp_train_batch {
+  ddp_batch_kind_t kind;
+  ddp_batch_t tokens;
+  ddp_record_batch_t records;
+} ddp_train_batch_t;
+
+/* Buffers for any micro-batch of sampler s; with `be`, in its host memory
+ * for asynchronous copies (pinned on CUDA). */
+ddp_status_t ddp_train_batch_init(ddp_train_batch_t *b, const ddp_train_data_t *d,
+                                  ddp_backend_t *be, const ddp_options_t *o,
+                                  const ddp_sampler_t *s);
+void ddp_train_batch_destroy(ddp_train_batch_t *b);
+/* Fills micro-batch `micro` of `rank` at global step `step` from split `split`. */
+ddp_status_t ddp_train_batch_fill(ddp_train_batch_t *b, const ddp_train_data_t *d, int split,
+                                  ddp_sampler_t *s, int64_t step, int rank, int micro);
+
+/* What the model's operations take: a ddp_batch_t or a ddp_record_batch_t. */
+static inline const void *ddp_train_batch_input(const ddp_train_batch_t *b) {
+  return b->kind == DDP_BATCH_TOKENS ? (const void *)&b->tokens : (const void *)&b->records;
+}
+/* The step the micro-batch belongs to, and its own targets and padded size. */
+static inline const ddp_step_info_t *ddp_train_batch_info(const ddp_train_batch_t *b) {
+  return b->kind == DDP_BATCH_TOKENS ? &b->tokens.info : &b->records.info;
+}
+static inline int64_t ddp_train_batch_targets(const ddp_train_batch_t *b) {
+  return b->kind == DDP_BATCH_TOKENS ? b->tokens.n_targets : b->records.n_targets;
+}
 
 #endif

@@ -1,5 +1,6 @@
 /* The training loop (see ddptrain/trainer.h): data-parallel over the ranks
- * of the job.
+ * of the job, for any model of the registry (ddptrain/model.h), which it
+ * reaches only through the model interface.
  *
  * Every rank holds a replica of the model. Rank 0's initial weights are
  * broadcast, and the ranks check that they agree on flags, parameter layout
@@ -21,17 +22,17 @@
 #include "ddptrain/check.h"
 #include "ddptrain/comm.h"
 #include "ddptrain/env.h"
-#include "ddptrain/gpt.h"
 #include "ddptrain/loader.h"
+#include "ddptrain/model.h"
 #include "ddptrain/optim.h"
 #include "ddptrain/reducer.h"
-#include "ddptrain/safetensors.h"
 #include "ddptrain/sampler.h"
 #include "ascii.h"
 #include "fault.h"
 #include "train/amp_train.h"
 #include "train/anomaly.h"
 #include "train/consistency.h"
+#include "train/dump_batches.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
 #include "train/task_eval.h"
@@ -47,10 +48,15 @@ typedef struct trainer {
   ddp_backend_t *be;
   ddp_train_data_t data;
   ddp_sampler_t *sampler, *val_sampler;
-  ddp_batch_t val_batch;
+  ddp_train_batch_t val_batch;
+  float *val_outputs; /* record models: a validation micro-batch's outputs, for top-1 */
   ddp_loader_t *loader;
-  ddp_batch_t slots[LOADER_DEPTH];
-  ddp_gpt_t *model;
+  ddp_train_batch_t slots[LOADER_DEPTH];
+  ddp_model_t *model;
+  /* what a step counts: "tok" (token models) or "samples" (record models),
+   * and the metrics key of its rate */
+  const char *unit, *rate_key;
+  int have_flops; /* the model has a cost: MFU can be reported */
   /* comm: host values (agreement checks, the stop vote, allgathers of
    * timings, checkpoints, barriers). grad_comm: the gradients and the
    * initial weights in backend memory, when they need a communicator of
@@ -60,10 +66,8 @@ typedef struct trainer {
   /* the reducer's half-precision epilogue unscales the gradients and takes
    * their norm: its buckets cover exactly the gradients [0, n) */
   int fused_epilogue;
-  ddp_reducer_tensor_t *rtensors;
   ddp_status_t hook_status; /* first reducer error raised inside backward */
   ddp_optim_config_t ocfg;
-  ddp_param_t *segs;
   ddp_optim_plan_t *optim_plan; /* made once, before the step loop */
   float *state, *grad_sumsq;    /* backend memory */
   float *host_params;           /* --check-replicas */
@@ -88,22 +92,26 @@ static double now_seconds(void) {
 
 static ddp_status_t slot_init(void *ctx, int slot, void **item) {
   trainer_t *tr = ctx;
-  /* pinned on a GPU: the model's token copy then runs without the host */
-  DDP_CHECK(ddp_batch_init_host(&tr->slots[slot], tr->be, tr->o->tokens_per_batch,
-                                ddp_sampler_max_rows(tr->sampler)));
+  /* pinned on a GPU: the model's batch copy then runs without the host */
+  DDP_CHECK(ddp_train_batch_init(&tr->slots[slot], &tr->data, tr->be, tr->o, tr->sampler));
   *item = &tr->slots[slot];
   return DDP_OK;
 }
 
 static void slot_destroy(void *ctx, int slot, void *item) {
   (void)item;
-  ddp_batch_destroy(&((trainer_t *)ctx)->slots[slot]);
+  ddp_train_batch_destroy(&((trainer_t *)ctx)->slots[slot]);
+}
+
+/* Micro-batch `seq` of this rank (seq = step * accum + micro). */
+static ddp_status_t fill_batch(trainer_t *tr, int64_t seq, ddp_train_batch_t *b) {
+  const int64_t accum = tr->o->accum;
+  return ddp_train_batch_fill(b, &tr->data, DDP_SPLIT_TRAIN, tr->sampler, seq / accum,
+                              tr->dist->rank, (int)(seq % accum));
 }
 
 static ddp_status_t fill_slot(void *ctx, int64_t seq, void *item) {
-  trainer_t *tr = ctx;
-  const int64_t accum = tr->o->accum;
-  return ddp_sampler_fill(tr->sampler, seq / accum, tr->dist->rank, (int)(seq % accum), item);
+  return fill_batch(ctx, seq, item);
 }
 
 static void on_grad_ready(void *ctx, size_t offset, size_t count) {
@@ -111,7 +119,7 @@ static void on_grad_ready(void *ctx, size_t offset, size_t count) {
   if (tr->hook_status != DDP_OK) return;
   if (offset == 0)
     tr->hook_status =
-        ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step, ddp_gpt_grads(tr->model));
+        ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step, tr->model->grads);
   if (tr->hook_status != DDP_OK) return;
   tr->hook_status = ddp_reducer_mark_ready(tr->reducer, offset, count);
 }
@@ -126,22 +134,15 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
   tr->ocfg = (ddp_optim_config_t){.kind = kind,
                                   .beta1 = (float)o->beta1,
                                   .beta2 = (float)o->beta2,
-                                  .eps = 1e-8f,
+                                  .eps = (float)o->adam_eps,
                                   .weight_decay = (float)o->weight_decay,
                                   .momentum = (float)o->momentum,
                                   .nesterov = (int)o->nesterov,
                                   .max_grad_norm = (float)o->grad_clip};
-  const int nt = ddp_gpt_num_tensors(tr->model);
-  const size_t n = ddp_gpt_num_params(tr->model);
-  tr->segs = calloc((size_t)nt, sizeof *tr->segs);
-  tr->rtensors = calloc((size_t)nt, sizeof *tr->rtensors);
-  if (!tr->segs || !tr->rtensors) DDP_FAIL(DDP_ERR_OOM, "out of host memory");
-  for (int i = 0; i < nt; ++i) {
-    const ddp_gpt_tensor_t *t = ddp_gpt_tensor(tr->model, i);
-    tr->segs[i] = (ddp_param_t){.offset = t->offset, .count = t->count, .decay = t->decay};
-    tr->rtensors[i] = (ddp_reducer_tensor_t){.offset = t->offset, .count = t->count};
-  }
-  DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, tr->segs, nt, n, &tr->optim_plan));
+  const ddp_model_t *m = tr->model;
+  const size_t n = m->n_params;
+  /* the model's parameter table is the optimizer's tensor list as it is */
+  DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, m->tensors, m->n_tensors, n, &tr->optim_plan));
   const size_t state_n = n * ddp_optim_state_per_param(&tr->ocfg);
   if (state_n) {
     DDP_CHECK(ddp_backend_alloc(tr->be, state_n * sizeof(float), (void **)&tr->state));
@@ -197,9 +198,9 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
              "this build has no NCCL communicator and the '%s' communicator is not CUDA-aware. "
              "Run a single rank per GPU job, or --device cpu",
              tr->dist->rank, tr->dist->world, ddp_comm_name(tr->comm));
-  ddp_reducer_config_t rc = {.grads = ddp_gpt_grads(tr->model),
-                             .tensors = tr->rtensors,
-                             .n_tensors = ddp_gpt_num_tensors(tr->model),
+  ddp_reducer_config_t rc = {.grads = tr->model->grads,
+                             .tensors = tr->model->tensors,
+                             .n_tensors = tr->model->n_tensors,
                              .bucket_bytes = o->bucket_mb * 1048576.0,
                              .first_bucket_bytes = o->first_bucket_mb * 1048576.0,
                              .dtype = tr->amp.reduce_dtype,
@@ -209,20 +210,20 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
     size_t first_off, first_n, last_off, last_n;
     ddp_reducer_bucket(tr->reducer, 0, &first_off, &first_n);
     ddp_reducer_bucket(tr->reducer, ddp_reducer_num_buckets(tr->reducer) - 1, &last_off, &last_n);
-    tr->fused_epilogue = first_off == 0 && last_off + last_n == ddp_gpt_num_params(tr->model);
+    tr->fused_epilogue = first_off == 0 && last_off + last_n == tr->model->n_params;
   }
-  ddp_gpt_set_grad_hook(tr->model, on_grad_ready, tr);
-  DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data.train,
-                                      tr->data.have_val ? &tr->data.val : NULL));
+  tr->model->grad_ready_fn = on_grad_ready;
+  tr->model->grad_ready_ctx = tr;
+  DDP_CHECK(ddp_train_check_agreement(tr->dist, o, tr->model, &tr->data));
   if (tr->dist->world > 1) {
     ddp_comm_handle_t h;
-    DDP_CHECK(ddp_comm_broadcast(grad_comm(tr), ddp_gpt_params(tr->model),
-                                 ddp_gpt_num_params(tr->model) * sizeof(float), 0, NULL, &h));
+    DDP_CHECK(ddp_comm_broadcast(grad_comm(tr), tr->model->params,
+                                 tr->model->n_params * sizeof(float), 0, NULL, &h));
     DDP_CHECK(ddp_comm_wait(grad_comm(tr), h));
-    DDP_CHECK(ddp_gpt_refresh_compute_params(tr->model));
+    DDP_CHECK(ddp_model_refresh_compute(tr->model));
   }
   if (o->check_replicas > 0) {
-    tr->host_params = malloc(ddp_gpt_num_params(tr->model) * sizeof(float));
+    tr->host_params = malloc(tr->model->n_params * sizeof(float));
     if (!tr->host_params) DDP_FAIL(DDP_ERR_OOM, "--check-replicas: out of host memory");
   }
   if (tr->dist->world > 1) {
@@ -241,15 +242,21 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
   return DDP_OK;
 }
 
-/* The validation plan: world ranks x 1 micro-batch per step. */
-static ddp_status_t setup_eval(trainer_t *tr, const ddp_gpt_config_t *mc) {
-  if (!tr->data.have_val) return DDP_OK;
+/* The validation plan: world ranks x 1 micro-batch per step; a model
+ * without an evaluation forward gets none. */
+static ddp_status_t setup_eval(trainer_t *tr, const ddp_model_ops_t *mops) {
+  if (!tr->data.have_val || !mops->eval_forward) return DDP_OK;
   ddp_sampler_config_t sc;
-  DDP_CHECK(ddp_train_sampler_config(tr->o, mc, tr->dist->world, &sc));
+  DDP_CHECK(ddp_train_sampler_config(tr->o, mops, &tr->data, tr->dist->world, &sc));
   sc.accum = 1;
-  DDP_CHECK(ddp_sampler_create(&tr->data.val, &sc, &tr->val_sampler));
-  return ddp_batch_init(&tr->val_batch, tr->o->tokens_per_batch,
-                        ddp_sampler_max_rows(tr->val_sampler));
+  DDP_CHECK(ddp_train_sampler_create(&tr->data, DDP_SPLIT_VAL, &sc, &tr->val_sampler));
+  DDP_CHECK(ddp_train_batch_init(&tr->val_batch, &tr->data, NULL, tr->o, tr->val_sampler));
+  if (tr->data.kind == DDP_BATCH_RECORDS && mops->copy_outputs && tr->model->n_outputs > 0) {
+    const size_t n = (size_t)ddp_sampler_max_rows(tr->val_sampler) * (size_t)tr->model->n_outputs;
+    tr->val_outputs = malloc(n * sizeof *tr->val_outputs);
+    if (!tr->val_outputs) DDP_FAIL(DDP_ERR_OOM, "evaluation: out of host memory");
+  }
+  return DDP_OK;
 }
 
 /* The loss scaler's state for checkpoints (saved as disabled when the run
@@ -284,7 +291,26 @@ static ddp_status_t restore_loss_scaler(trainer_t *tr, const ddp_ckpt_scaler_t *
                  s->scale);
   }
   /* the compute copy of the weights (bf16/fp16) from the loaded masters */
-  return ddp_gpt_refresh_compute_params(tr->model);
+  return ddp_model_refresh_compute(tr->model);
+}
+
+/* The model of --model, created for the data, in the run's precision,
+ * with its initial weights. */
+static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
+  const ddp_options_t *o = tr->o;
+  const ddp_model_setup_t ms = {.be = tr->be,
+                                .opts = o,
+                                .data = tr->data.shape,
+                                .max_batch = ddp_train_batch_budget(o, &tr->data)};
+  DDP_CHECK(ddp_model_create(mops, &ms, &tr->model));
+  const ddp_dtype_t dtype = ddp_precision_dtype(tr->amp.precision);
+  if (dtype != DDP_DTYPE_F32) {
+    if (!mops->set_precision)
+      DDP_FAIL(DDP_ERR_UNSUPPORTED, "--precision %s: model %s computes in fp32 only",
+               ddp_precision_name(tr->amp.precision), mops->name);
+    DDP_CHECK(mops->set_precision(tr->model, dtype));
+  }
+  return mops->init_weights(tr->model, (uint64_t)o->seed);
 }
 
 static ddp_status_t setup(trainer_t *tr) {
@@ -294,30 +320,23 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_nvtx_enable(ddp_ascii_ieq(o->nvtx, "on")));
   if (ddp_nvtx_enabled())
     DDP_LOG_INFO("NVTX ranges on (--nvtx): steps, blocks, buckets, optimizer");
-  ddp_gpt_config_t mc;
-  DDP_CHECK(ddp_train_model_config(o, 2, &mc)); /* before loading: cheap errors first */
-  DDP_CHECK(ddp_train_data_load(o, &tr->data));
-  DDP_CHECK(ddp_train_model_config(o, tr->data.train.vocab, &mc));
+  const ddp_model_ops_t *mops = ddp_model_find(o->model);
+  if (!mops) DDP_FAIL(DDP_ERR_INVALID_ARG, "--model %s is not registered", o->model);
+  if (mops->validate) DDP_CHECK(mops->validate(o)); /* before loading: cheap errors first */
+  DDP_CHECK(ddp_train_data_load(o, mops, &tr->data));
+  const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
+  tr->unit = tokens ? "tok" : "samples";
+  tr->rate_key = tokens ? "tok_per_s" : "samples_per_s";
+  tr->have_flops = mops->cost != NULL;
   ddp_sampler_config_t sc;
-  DDP_CHECK(ddp_train_sampler_config(o, &mc, tr->dist->world, &sc));
-  DDP_CHECK(ddp_sampler_create(&tr->data.train, &sc, &tr->sampler));
+  DDP_CHECK(ddp_train_sampler_config(o, mops, &tr->data, tr->dist->world, &sc));
+  DDP_CHECK(ddp_train_sampler_create(&tr->data, DDP_SPLIT_TRAIN, &sc, &tr->sampler));
   ddp_epoch_stats_t es;
   DDP_CHECK(ddp_sampler_epoch_stats(tr->sampler, 0, &es));
   tr->steps = o->steps;
   if (tr->steps == 0) tr->steps = (o->epochs > 0 ? o->epochs : 1) * es.steps;
-  DDP_CHECK(ddp_gpt_create(&tr->model, tr->be, &mc, o->tokens_per_batch));
   DDP_CHECK(ddp_amp_setup(&tr->amp, o, tr->dist->rank));
-  DDP_CHECK(ddp_gpt_set_precision(tr->model, ddp_precision_dtype(tr->amp.precision)));
-  /* The trainer always runs the fused classifier (one call per micro-step),
-   * so only a chunk of logits is ever held. */
-  const ddp_gpt_exec_t exec = {
-      .recompute = ddp_ascii_ieq(o->recompute, "on"),
-      .fused_classifier = 1,
-      .attention = ddp_ascii_ieq(o->attention, "flash")    ? DDP_GPT_ATTENTION_FLASH
-                   : ddp_ascii_ieq(o->attention, "matrix") ? DDP_GPT_ATTENTION_MATRIX
-                                                           : DDP_GPT_ATTENTION_AUTO};
-  DDP_CHECK(ddp_gpt_set_exec(tr->model, &exec));
-  DDP_CHECK(ddp_gpt_init_weights(tr->model, (uint64_t)o->seed));
+  DDP_CHECK(setup_model(tr, mops));
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
   ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
@@ -325,7 +344,7 @@ static ddp_status_t setup(trainer_t *tr) {
                                 &tr->ocfg, &tr->start_step, &scaler));
   DDP_CHECK(restore_loss_scaler(tr, &scaler));
   DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
-  DDP_CHECK(setup_eval(tr, &mc));
+  DDP_CHECK(setup_eval(tr, mops));
 
   int sync = 0;
   DDP_CHECK(ddp_env_get_bool(DDP_ENV_LOADER_SYNC, &sync));
@@ -342,50 +361,75 @@ static ddp_status_t setup(trainer_t *tr) {
     /* On a GPU the rate of the run's own GEMM type (bf16/fp16 tensor cores
      * in half precision); the CPU computes every GEMM in fp32. */
     DDP_CHECK(ddp_backend_measure_gemm_gflops_dtype(
-        tr->be, tr->be->device < 0 ? DDP_DTYPE_F32 : ddp_gpt_precision(tr->model),
+        tr->be, tr->be->device < 0 ? DDP_DTYPE_F32 : tr->model->precision,
         tr->be->device < 0 ? 512 : 4096, 0.25, &tr->peak_gflops));
-  DDP_LOG_INFO("data: %lld documents, %lld tokens, vocabulary %d (%s)",
-               (long long)tr->data.train.n_docs, (long long)tr->data.train.n_tokens,
-               tr->data.train.vocab,
-               o->data[0] ? o->data : "built-in tasks: copy, reverse, sort, add");
+  char line[512];
+  ddp_train_data_describe(o, &tr->data, line, sizeof line);
+  DDP_LOG_INFO("data: %s", line);
   DDP_LOG_INFO(
       "plan: %s sampler, %lld steps per epoch of %d ranks x %lld micro-batches of <= %lld "
-      "tokens; padding %.1f%%, imbalance mean %.3f worst %.3f (built in %.2f s)",
+      "%s; padding %.1f%%, imbalance mean %.3f worst %.3f (built in %.2f s)",
       o->sampler, (long long)es.steps, tr->dist->world, (long long)o->accum,
-      (long long)o->tokens_per_batch, 100.0 * es.pad_frac, es.imbalance_mean, es.imbalance_max,
-      es.build_seconds);
-  DDP_LOG_INFO(
-      "model: GPT L%d H%d C%d T%d, %.2fM parameters, %.1f MiB activations%s, %s attention; %s, "
-      "%lld steps; "
-      "peak %.1f GFLOP/s per rank",
-      mc.n_layer, mc.n_head, mc.n_embd, mc.max_seq_len, ddp_gpt_num_params(tr->model) / 1e6,
-      ddp_gpt_activation_bytes(tr->model) / 1048576.0,
-      ddp_gpt_exec(tr->model)->recompute ? " (recomputing LayerNorm and GELU)" : "",
-      ddp_gpt_attention_name(tr->model), ddp_optim_kind_name(tr->ocfg.kind), (long long)tr->steps,
-      tr->peak_gflops);
+      (long long)ddp_train_batch_budget(o, &tr->data), tokens ? "tokens" : "records",
+      100.0 * es.pad_frac, es.imbalance_mean, es.imbalance_max, es.build_seconds);
+  ddp_model_describe(tr->model, line, sizeof line);
+  DDP_LOG_INFO("model: %s; %s, %lld steps; peak %.1f GFLOP/s per rank", line,
+               ddp_optim_kind_name(tr->ocfg.kind), (long long)tr->steps, tr->peak_gflops);
   return DDP_OK;
 }
 
 /* ---- evaluation ---------------------------------------------------------------- */
 
+/* What an evaluation gives: the validation loss and a held-out accuracy. */
+typedef struct eval_result {
+  double val_loss; /* NAN: no validation */
+  double acc;      /* token models: task accuracy; record models: top-1 */
+  int64_t n;       /* documents or records the accuracy was measured on; 0: none */
+} eval_result_t;
+
+/* Top-1 hits of the last evaluation forward over the batch's records. */
+static ddp_status_t count_top1(trainer_t *tr, const ddp_record_batch_t *b, double *hits) {
+  ddp_model_t *m = tr->model;
+  DDP_CHECK(m->ops->copy_outputs(m, tr->val_outputs, b->B));
+  for (int r = 0; r < b->B; ++r) {
+    const float *row = tr->val_outputs + (size_t)r * (size_t)m->n_outputs;
+    int64_t best = 0;
+    for (int64_t k = 1; k < m->n_outputs; ++k)
+      if (row[k] > row[best]) best = k;
+    *hits += best == b->labels[r];
+  }
+  return DDP_OK;
+}
+
 /* Validation loss over at least --eval-tokens targets, the micro-batches
  * shared out among the ranks (a plan of world ranks x 1 on the validation
- * data) and the sums combined: the same number on every rank. */
-static ddp_status_t evaluate(trainer_t *tr, double *val_loss) {
-  *val_loss = NAN;
-  if (!tr->data.have_val) return DDP_OK;
+ * data) and the sums combined: the same number on every rank. Record
+ * models that report outputs also get their top-1 accuracy on the records
+ * scored. */
+static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
+  *r = (eval_result_t){.val_loss = NAN};
+  if (!tr->val_sampler) return DDP_OK;
   int64_t steps = 0, targets = 0;
-  ddp_batch_t *b = &tr->val_batch;
+  double sums[3] = {0.0, 0.0, 0.0}; /* loss, top-1 hits, records scored */
+  ddp_train_batch_t *b = &tr->val_batch;
   DDP_CHECK(ddp_sampler_steps_in_epoch(tr->val_sampler, 0, &steps));
   for (int64_t i = 0; i < steps && targets < tr->o->eval_tokens; ++i) {
-    DDP_CHECK(ddp_sampler_fill(tr->val_sampler, i, tr->dist->rank, 0, b));
-    DDP_CHECK(ddp_gpt_forward(tr->model, b->inputs, b->targets, b->B, b->T, 0, 0.0f));
-    targets += b->info.n_targets;
+    DDP_CHECK(ddp_train_batch_fill(b, &tr->data, DDP_SPLIT_VAL, tr->val_sampler, i, tr->dist->rank,
+                                   0));
+    DDP_CHECK(tr->model->ops->eval_forward(tr->model, ddp_train_batch_input(b)));
+    targets += ddp_train_batch_info(b)->n_targets;
+    if (tr->val_outputs) {
+      DDP_CHECK(count_top1(tr, &b->records, &sums[1]));
+      sums[2] += b->records.B;
+    }
   }
-  double loss = 0.0;
-  DDP_CHECK(ddp_gpt_take_loss(tr->model, &loss));
-  DDP_CHECK(ddp_dist_sum_double(tr->dist, &loss));
-  *val_loss = targets ? loss / (double)targets : NAN;
+  DDP_CHECK(tr->model->ops->take_loss(tr->model, &sums[0]));
+  for (int k = 0; k < 3; ++k) DDP_CHECK(ddp_dist_sum_double(tr->dist, &sums[k]));
+  r->val_loss = targets ? sums[0] / (double)targets : NAN;
+  if (sums[2] > 0) {
+    r->acc = sums[1] / sums[2];
+    r->n = (int64_t)sums[2];
+  }
   return DDP_OK;
 }
 
@@ -434,21 +478,24 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     const double a0 = now_seconds();
     DDP_CHECK(ddp_loader_acquire(tr->loader, step * accum + k, &item));
     wait_s += now_seconds() - a0;
-    ddp_batch_t *b = item;
-    info = b->info;
+    const ddp_train_batch_t *b = item;
+    info = *ddp_train_batch_info(b);
     if (info.n_targets <= 0)
-      DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no target tokens", (long long)step);
+      DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no targets", (long long)step);
     const float dloss = ddp_amp_loss_scale(&tr->amp) / (float)info.n_targets;
-    DDP_NVTX_PUSH("micro-step %lld (%d x %d tokens)", (long long)k, b->B, b->T);
-    DDP_CHECK(ddp_gpt_forward_backward(tr->model, b->inputs, b->targets, b->B, b->T, dloss, k > 0,
-                                       k == accum - 1));
+    DDP_NVTX_PUSH("micro-step %lld (%lld targets)", (long long)k,
+                  (long long)ddp_train_batch_targets(b));
+    DDP_CHECK(tr->model->ops->forward_backward(tr->model, ddp_train_batch_input(b), dloss, k > 0,
+                                               k == accum - 1));
     DDP_NVTX_POP();
     DDP_CHECK(tr->hook_status);
-    /* after backward: the embedding backward reads the batch's tokens */
+    /* after backward: a model's backward may read the batch (the GPT's
+     * embedding backward reads its tokens) */
     DDP_CHECK(ddp_loader_release(tr->loader, item));
   }
   const double compute_end = now_seconds();
-  const size_t n = ddp_gpt_num_params(tr->model);
+  ddp_model_t *m = tr->model;
+  const size_t n = m->n_params;
   const float unscale = ddp_amp_unscale(&tr->amp);
   /* A half reduce dtype widens the reduced gradients in a fused epilogue
    * that also unscales them and takes their squared norm, bucket by bucket
@@ -475,8 +522,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   if (fused)
     DDP_CHECK(ddp_reducer_grad_sumsq(tr->reducer, tr->grad_sumsq));
   else
-    DDP_CHECK(
-        ddp_optim_grad_sumsq(tr->be, tr->grad_sumsq, ddp_gpt_grads(tr->model), n, unscale, NULL));
+    DDP_CHECK(ddp_optim_grad_sumsq(tr->be, tr->grad_sumsq, m->grads, n, unscale, NULL));
   /* With a loss scaler an inf/NaN is an overflow: the step is skipped, not an error.
    * Without one it is an error: checked here on the CPU (a free read) and
    * under --detect-anomaly; on a GPU the optimizer skips such a step on the
@@ -486,18 +532,18 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   if (!tr->amp.scaler.enabled && !checked_later)
     DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
-                             .params = ddp_gpt_params(tr->model),
-                             .grads = ddp_gpt_grads(tr->model),
+                             .params = m->params,
+                             .grads = m->grads,
                              .state = tr->state,
-                             .tensors = tr->segs,
-                             .n_tensors = ddp_gpt_num_tensors(tr->model),
+                             .tensors = m->tensors,
+                             .n_tensors = m->n_tensors,
                              .n = n,
                              .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,
                              .grad_scale = fused ? 1.0f : unscale, /* fused: unscaled */
                              .grad_sumsq = tr->grad_sumsq,
-                             .compute_params = ddp_gpt_compute_params(tr->model),
-                             .compute_dtype = ddp_gpt_precision(tr->model),
+                             .compute_params = m->compute_params,
+                             .compute_dtype = m->precision,
                              .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
   DDP_NVTX_PUSH("optimizer");
   DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
@@ -534,7 +580,7 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
                                  totals_t *tot) {
   double loss_sum = 0.0;
   float sumsq = 0.0f;
-  DDP_CHECK(ddp_gpt_take_loss(tr->model, &loss_sum));
+  DDP_CHECK(tr->model->ops->take_loss(tr->model, &loss_sum));
   DDP_CHECK(ddp_dist_sum_double(tr->dist, &loss_sum));
   if (!tr->amp.scaler.enabled) {
     /* steps the optimizer skipped on the device for a non-finite gradient
@@ -584,24 +630,26 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
     DDP_FAIL(DDP_ERR_NUMERIC, "step %lld: the loss is %g; lower --lr or enable --grad-clip",
              (long long)step + 1, loss);
   const ddp_loss_scaler_state_t *ls_state = &tr->amp.scaler.state;
-  char scale_note[64] = "";
+  char scale_note[64] = "", mfu_note[32] = "";
   if (tr->amp.scaler.enabled)
     snprintf(scale_note, sizeof scale_note, " | loss scale %g (%lld skipped)",
              (double)ls_state->scale, (long long)ls_state->skipped_steps);
+  if (tr->have_flops) snprintf(mfu_note, sizeof mfu_note, " | MFU %.1f%%", 100.0 * mfu);
   DDP_LOG_INFO(
-      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f%s | %.0f tok/s | %.1f ms/step | "
-      "MFU %.1f%% | pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms",
-      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, scale_note, tok_s, ms,
-      100.0 * mfu, 100.0 * pad, imb, comm_ms, exposed, wait_ms);
+      "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f%s | %.0f %s/s | %.1f ms/step%s | "
+      "pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms",
+      (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, scale_note, tok_s, tr->unit, ms,
+      mfu_note, 100.0 * pad, imb, comm_ms, exposed, wait_ms);
   DDP_CHECK(ddp_metrics_write(
       &tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr", (double)lr, "grad_norm", gnorm,
-      "tokens", (double)tot->useful, "tok_per_s", tok_s, "ms_per_step", ms, "mfu", mfu, "pad_frac",
-      pad, "imbalance", imb, "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms",
-      exposed, "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
-      "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
-      (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
-      "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "host_issue_ms",
-      1e3 * (w->compute_s - w->host_wait_s) / ns, NULL));
+      tr->data.kind == DDP_BATCH_TOKENS ? "tokens" : "samples", (double)tot->useful, tr->rate_key,
+      tok_s, "ms_per_step", ms, "mfu", tr->have_flops ? mfu : NAN, "pad_frac", pad, "imbalance", imb,
+      "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms", exposed, "compute_ms_max",
+      cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest, "allreduce_per_step",
+      (double)cs.n_allreduce / ns, "loss_scale", (double)ddp_amp_loss_scale(&tr->amp),
+      "skipped_steps", (double)ls_state->skipped_steps, "peak_mem_mb",
+      ddp_backend_peak_mem_mb(tr->be), "host_issue_ms", 1e3 * (w->compute_s - w->host_wait_s) / ns,
+      NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }
@@ -626,7 +674,7 @@ static ddp_status_t maybe_perturb(trainer_t *tr) {
   DDP_CHECK(ddp_env_get_double(DDP_ENV_FAULT_PERTURB_RANK, &rank));
   if ((int)rank != tr->dist->rank) return DDP_OK;
   float v;
-  float *p = ddp_gpt_params(tr->model);
+  float *p = tr->model->params;
   DDP_CHECK(ddp_backend_copy(tr->be, &v, p, sizeof v, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   v += 1e-3f;
   DDP_CHECK(ddp_backend_copy(tr->be, p, &v, sizeof v, DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
@@ -634,65 +682,21 @@ static ddp_status_t maybe_perturb(trainer_t *tr) {
   return DDP_OK;
 }
 
-/* --dump-batches: this rank's micro-batches of the run (a path with ".rankN"
- * appended when there are several ranks), rebuilt from the plan. */
-static ddp_status_t dump_batches(trainer_t *tr, const char *path) {
-  const int64_t n = tr->steps * tr->o->accum;
-  ddp_st_tensor_t *t = calloc((size_t)(2 * n), sizeof *t);
-  char *names = calloc((size_t)(2 * n), 48);
-  int32_t **data = calloc((size_t)(2 * n), sizeof *data);
-  char file[1100];
-  if (tr->dist->world > 1)
-    snprintf(file, sizeof file, "%s.rank%d", path, tr->dist->rank);
-  else
-    snprintf(file, sizeof file, "%s", path);
-  ddp_batch_t b = {0};
-  ddp_status_t st = DDP_OK;
-  if (!t || !names || !data) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
-  DDP_CHECK_GOTO(ddp_batch_init(&b, tr->o->tokens_per_batch, ddp_sampler_max_rows(tr->sampler)), st,
-                 out);
-  for (int64_t i = 0; i < n; ++i) {
-    DDP_CHECK_GOTO(fill_slot(tr, i, &b), st, out);
-    for (int k = 0; k < 2; ++k) {
-      const int64_t j = 2 * i + k;
-      const size_t bytes = sizeof(int32_t) * (size_t)b.B * (size_t)b.T;
-      if (!(data[j] = malloc(bytes)))
-        DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
-      memcpy(data[j], k ? b.targets : b.inputs, bytes);
-      snprintf(names + 48 * j, 48, "batch.%lld.%s", (long long)i, k ? "targets" : "inputs");
-      t[j] = (ddp_st_tensor_t){.name = names + 48 * j,
-                               .dtype = DDP_DTYPE_I32,
-                               .ndim = 2,
-                               .shape = {b.B, b.T},
-                               .data = data[j]};
-    }
-  }
-  char accum[24];
-  snprintf(accum, sizeof accum, "%lld", (long long)tr->o->accum);
-  const char *meta[] = {"accum", accum, NULL};
-  DDP_CHECK_GOTO(ddp_safetensors_write(file, t, (int)(2 * n), meta), st, out);
-  DDP_LOG_INFO("wrote %lld micro-batches to %s", (long long)n, file);
-out:
-  ddp_batch_destroy(&b);
-  for (int64_t j = 0; data && j < 2 * n; ++j) free(data[j]);
-  free(data);
-  free(names);
-  free(t);
-  return st;
-}
-
-static void print_summary(const trainer_t *tr, const totals_t *t, double val_loss, double acc,
-                          int n_acc) {
+static void print_summary(const trainer_t *tr, const totals_t *t, const eval_result_t *fe) {
   const double dt = t->t_end - t->t0, ns = (double)(t->steps ? t->steps : 1);
   const double tok_s = (double)t->useful / dt;
   const double step_ms = 1e3 * t->compute_s / ns + t->exposed_ms / ns;
+  const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
+  char mfu_note[32] = "";
+  if (tr->have_flops)
+    snprintf(mfu_note, sizeof mfu_note, " | MFU %.1f%%",
+             100.0 * t->flops / dt / (tr->peak_gflops * 1e9 * tr->dist->world));
   DDP_LOG_INFO(
-      "summary: %lld steps in %.1f s on %d rank%s | %lld useful tokens | %.0f tok/s "
-      "(%.0f per rank) | MFU %.1f%% | peak mem %.1f MiB",
+      "summary: %lld steps in %.1f s on %d rank%s | %lld useful %s | %.0f %s/s "
+      "(%.0f per rank)%s | peak mem %.1f MiB",
       (long long)t->steps, dt, tr->dist->world, tr->dist->world == 1 ? "" : "s",
-      (long long)t->useful, tok_s, tok_s / tr->dist->world,
-      100.0 * t->flops / dt / (tr->peak_gflops * 1e9 * tr->dist->world),
-      ddp_backend_peak_mem_mb(tr->be));
+      (long long)t->useful, tokens ? "tokens" : "samples", tok_s, tr->unit,
+      tok_s / tr->dist->world, mfu_note, ddp_backend_peak_mem_mb(tr->be));
   DDP_LOG_INFO(
       "summary: per step %.1f ms compute, %.1f ms in collectives, %.2f ms exposed "
       "(%.1f%% of the step), %.2f ms waiting for data",
@@ -718,13 +722,13 @@ static void print_summary(const trainer_t *tr, const totals_t *t, double val_los
         "summary: the step loop made %lld backend allocations (%lld raw device "
         "allocations) after the first step",
         (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
-  if (n_acc)
+  if (fe->n)
     DDP_LOG_INFO(
-        "summary: final train loss %.4f | val loss %.4f | task accuracy %.1f%% on %d "
-        "held-out documents",
-        tr->train_loss, val_loss, 100.0 * acc, n_acc);
-  else if (tr->data.have_val)
-    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, val_loss);
+        "summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s",
+        tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy",
+        100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records");
+  else if (tr->val_sampler)
+    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, fe->val_loss);
   else
     DDP_LOG_INFO("summary: final train loss %.4f", tr->train_loss);
 }
@@ -750,7 +754,7 @@ static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo)
 static ddp_status_t run(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   DDP_CHECK(setup(tr));
-  double val_loss = NAN;
+  eval_result_t ev = {.val_loss = NAN};
   totals_t tot = {.t0 = now_seconds(), .loop_allocs = -1, .loop_raw_allocs = -1};
   /* --stop-at ends this run early; the schedule still spans --steps. */
   int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
@@ -778,9 +782,12 @@ static ddp_status_t run(trainer_t *tr) {
       DDP_CHECK(check_replicas(tr, step));
     if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && !last) {
       const double e0 = now_seconds();
-      DDP_CHECK(evaluate(tr, &val_loss));
-      if (tr->data.have_val)
-        DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, val_loss);
+      DDP_CHECK(evaluate(tr, &ev));
+      if (tr->val_sampler && !ev.n)
+        DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, ev.val_loss);
+      else if (tr->val_sampler)
+        DDP_LOG_INFO("step %5lld | val loss %.4f | top-1 %.1f%%", (long long)step + 1, ev.val_loss,
+                     100.0 * ev.acc);
       const double spent = now_seconds() - e0; /* evaluation time is not training time */
       w.t0 += spent;
       tot.t0 += spent;
@@ -796,27 +803,33 @@ static ddp_status_t run(trainer_t *tr) {
   if (end < tr->steps)
     DDP_LOG_INFO("--stop-at: stopped after step %lld of %lld", (long long)end,
                  (long long)tr->steps);
-  DDP_CHECK(evaluate(tr, &val_loss));
-  double acc = 0.0;
-  int n_acc = 0;
-  if (tr->data.have_val)
-    DDP_CHECK(ddp_task_accuracy(tr->model, o->tokens_per_batch, &tr->data.val, TASK_EVAL_DOCS, &acc,
-                                &n_acc));
-  print_summary(tr, &tot, val_loss, acc, n_acc);
-  if (n_acc)
-    DDP_CHECK(ddp_metrics_write(
-        &tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss, "task_acc", acc,
-        "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0), "peak_mem_mb",
-        ddp_backend_peak_mem_mb(tr->be), "loop_allocs", (double)tot.loop_allocs, NULL));
+  eval_result_t fe;
+  DDP_CHECK(evaluate(tr, &fe));
+  if (tr->val_sampler && tr->data.kind == DDP_BATCH_TOKENS) {
+    int n_docs = 0;
+    DDP_CHECK(ddp_task_accuracy(tr->model, o->tokens_per_batch, (int)o->seq_len,
+                                &tr->data.val.corpus, TASK_EVAL_DOCS, &fe.acc, &n_docs));
+    fe.n = n_docs;
+  }
+  print_summary(tr, &tot, &fe);
+  const double rate = (double)tot.useful / (tot.t_end - tot.t0);
+  if (fe.n)
+    DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss",
+                                fe.val_loss,
+                                tr->data.kind == DDP_BATCH_TOKENS ? "task_acc" : "top1_acc", fe.acc,
+                                tr->rate_key, rate, "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be),
+                                "loop_allocs", (double)tot.loop_allocs, NULL));
   else
-    DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss", val_loss,
-                                "tok_per_s", (double)tot.useful / (tot.t_end - tot.t0),
-                                "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "loop_allocs",
+    DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss",
+                                fe.val_loss, tr->rate_key, rate, "peak_mem_mb",
+                                ddp_backend_peak_mem_mb(tr->be), "loop_allocs",
                                 (double)tot.loop_allocs, NULL));
-  if (o->dump_batches[0]) DDP_CHECK(dump_batches(tr, o->dump_batches));
+  if (o->dump_batches[0])
+    DDP_CHECK(ddp_train_dump_batches(o->dump_batches, tr->dist, o->accum, tr->steps * o->accum,
+                                     &tr->data, tr->sampler, o));
   if (o->export_path[0] && tr->dist->rank == 0) {
-    DDP_CHECK(ddp_gpt_export_safetensors(tr->model, o->export_path));
-    DDP_LOG_INFO("exported %zu parameters to %s", ddp_gpt_num_params(tr->model), o->export_path);
+    DDP_CHECK(ddp_model_export(tr->model, o->export_path));
+    DDP_LOG_INFO("exported %zu parameters to %s", tr->model->n_params, o->export_path);
   }
   return DDP_OK;
 }
@@ -837,12 +850,11 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_backend_free(be, tr.grad_sumsq);
   ddp_backend_free(be, tr.state);
   ddp_optim_plan_destroy(tr.optim_plan);
-  free(tr.segs);
-  free(tr.rtensors);
-  ddp_gpt_destroy(tr.model);
+  ddp_model_destroy(tr.model);
   ddp_sampler_destroy(tr.sampler);
   ddp_sampler_destroy(tr.val_sampler);
-  ddp_batch_destroy(&tr.val_batch);
+  ddp_train_batch_destroy(&tr.val_batch);
+  free(tr.val_outputs);
   ddp_train_data_destroy(&tr.data);
   return st;
 }

@@ -14,7 +14,7 @@ Usage: gpt_reference.py WEIGHTS BATCH OUT [--adamw-steps K --lr ... ]
   OUT      safetensors written here: "logits" (B*T, V), "loss_sum" (1),
            "grad.<name>" = d(loss_sum / n_targets)/d<name> for every parameter,
            and "adamw_losses" (K): the mean loss before each of K AdamW steps on
-           the same batch (decay on 2-D weights except wpe, as ddptrain).
+           the same batch (decay on every 2-D weight, as ddptrain).
 
 safetensors files are read and written here with the standard library and
 torch only: the format is an 8-byte length, a JSON header and raw
@@ -147,8 +147,8 @@ def main():
     for name, p in model.named_parameters():
         out["grad." + name] = p.grad
 
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "wpe" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "wpe" not in n)]
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)

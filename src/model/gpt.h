@@ -1,4 +1,7 @@
-/* The GPT-2 decoder: parameters, forward, backward and eval.
+/* The GPT-2 decoder: parameters, forward, backward and eval. This is the
+ * model's own interface, used by its adapter to the runtime's model
+ * interface (src/model/gpt_model.c, registered as --model gpt) and by the
+ * model's tests; nothing else in the runtime includes it.
  *
  * Architecture (must match tests/reference/gpt_reference.py exactly): token +
  * learned position embeddings; n_layer pre-LayerNorm blocks (eps 1e-5) of
@@ -20,8 +23,8 @@
  * The loss of a micro-batch is the SUM of its token cross-entropies; the
  * trainer passes dloss = 1 / (target tokens of the whole optimizer step), so
  * gradients of all micro-steps (and ranks) add up to the gradient of the mean. */
-#ifndef DDPTRAIN_GPT_H
-#define DDPTRAIN_GPT_H
+#ifndef DDPTRAIN_MODEL_GPT_H
+#define DDPTRAIN_MODEL_GPT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +33,7 @@
 #include "ddptrain/arena.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/nn.h"
+#include "ddptrain/param.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,16 +51,6 @@ typedef struct ddp_gpt_config {
 
 /* Checks the configuration: positive sizes, n_embd % n_head == 0, ... */
 ddp_status_t ddp_gpt_config_validate(const ddp_gpt_config_t *cfg);
-
-/* One parameter tensor in the flat buffers. */
-typedef struct ddp_gpt_tensor {
-  char name[48]; /* PyTorch state_dict key, e.g. "transformer.h.0.attn.c_attn.weight" */
-  int ndim;
-  int64_t shape[2];
-  size_t offset; /* elements into the flat buffers */
-  size_t count;
-  int decay; /* 2-D weights other than wpe: weight decay applies */
-} ddp_gpt_tensor_t;
 
 typedef void (*ddp_grad_ready_fn)(void *ctx, size_t offset, size_t count);
 
@@ -77,7 +71,10 @@ size_t ddp_gpt_num_params(const ddp_gpt_t *m);
 size_t ddp_gpt_config_params(const ddp_gpt_config_t *cfg);
 void ddp_gpt_cost_model(const ddp_gpt_config_t *cfg, double *a, double *b);
 int ddp_gpt_num_tensors(const ddp_gpt_t *m);
-const ddp_gpt_tensor_t *ddp_gpt_tensor(const ddp_gpt_t *m, int index);
+/* Entry `index` of the parameter table (ddptrain/param.h); the entries are
+ * one array, so ddp_gpt_tensor(m, 0) is the whole table. Every 2-D weight
+ * (wte, wpe and the blocks' Linear weights) has decay set. */
+const ddp_param_t *ddp_gpt_tensor(const ddp_gpt_t *m, int index);
 /* Flat buffers in backend memory. */
 float *ddp_gpt_params(ddp_gpt_t *m);
 float *ddp_gpt_grads(ddp_gpt_t *m);

@@ -1,0 +1,262 @@
+/* The model registry and what the runtime does with any model (see
+ * ddptrain/model.h): creation with the contract checked, the compute copy,
+ * host copies of the weights, and the generic export and description. */
+#include "ddptrain/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ascii.h"
+#include "ddptrain/check.h"
+#include "ddptrain/safetensors.h"
+#include "ddptrain/version.h"
+#include "model/builtin.h"
+
+/* ---- the registry ------------------------------------------------------------ */
+
+enum { MAX_MODELS = 32 };
+
+const ddp_model_ops_t *const *ddp_builtin_models(void) {
+  static const ddp_model_ops_t *const k_models[] = {&ddp_gpt_model_ops, NULL};
+  return k_models;
+}
+
+static const ddp_model_ops_t *g_models[MAX_MODELS];
+static int g_n_models = -1; /* -1: the built-in models are not in yet */
+
+/* The built-in models come first, so their flags keep their rows. */
+static void ensure_builtins(void) {
+  if (g_n_models >= 0) return;
+  g_n_models = 0;
+  const ddp_model_ops_t *const *b = ddp_builtin_models();
+  for (int i = 0; b[i]; ++i)
+    if (ddp_model_register(b[i]) != DDP_OK) /* a defect of ours: say so loudly */
+      DDP_LOG_ERROR("the built-in model '%s' does not register (see above)", b[i]->name);
+}
+
+int ddp_model_count(void) {
+  ensure_builtins();
+  return g_n_models;
+}
+
+const ddp_model_ops_t *ddp_model_at(int index) {
+  ensure_builtins();
+  return index >= 0 && index < g_n_models ? g_models[index] : NULL;
+}
+
+const ddp_model_ops_t *ddp_model_find(const char *name) {
+  ensure_builtins();
+  for (int i = 0; name && i < g_n_models; ++i)
+    if (ddp_ascii_ieq(g_models[i]->name, name)) return g_models[i];
+  return NULL;
+}
+
+static int valid_name(const char *name, size_t max) {
+  if (!name || !name[0] || strlen(name) >= max) return 0;
+  for (const char *c = name; *c; ++c)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+      return 0;
+  return 1;
+}
+
+/* A flag name any row of the whole table (core or a model's) already has. */
+static int flag_taken(const char *name) {
+  for (int i = 0; i < ddp_options_count(); ++i)
+    if (strcmp(ddp_options_name(i), name) == 0) return 1;
+  return 0;
+}
+
+static ddp_status_t check_ops(const ddp_model_ops_t *ops) {
+  if (!ops) DDP_FAIL(DDP_ERR_INVALID_ARG, "model_register: NULL model");
+  const char *name = ops->name ? ops->name : "(unnamed)";
+  if (!valid_name(ops->name, sizeof(((ddp_options_t *)0)->model)))
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "model '%s': a model name is 1 to %zu characters of a-z, 0-9, '-' and '_'", name,
+             sizeof(((ddp_options_t *)0)->model) - 1);
+  if (!ops->summary) DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: no summary for --help", name);
+  if (ops->batch_kind != DDP_BATCH_TOKENS && ops->batch_kind != DDP_BATCH_RECORDS)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: unknown batch kind %d", name, (int)ops->batch_kind);
+  const unsigned known = DDP_MODEL_ON(DDP_DEVICE_KIND_CPU) | DDP_MODEL_ON(DDP_DEVICE_KIND_CUDA);
+  if (!ops->devices || (ops->devices & ~known))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: devices 0x%x name no known backend", name,
+             ops->devices);
+  const struct {
+    const void *fn;
+    const char *slot;
+  } required[] = {{(const void *)ops->create, "create"},
+                  {(const void *)ops->destroy, "destroy"},
+                  {(const void *)ops->init_weights, "init_weights"},
+                  {(const void *)ops->forward_backward, "forward_backward"},
+                  {(const void *)ops->take_loss, "take_loss"}};
+  for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
+    if (!required[i].fn)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: the required operation %s is missing", name,
+               required[i].slot);
+  if (ops->load_records && ops->batch_kind != DDP_BATCH_RECORDS)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: load_records is for record models only", name);
+  if (ops->n_options < 0 || (ops->n_options > 0 && !ops->options))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: %d flags but no table", name, ops->n_options);
+  int used = 0; /* the models' flag slots taken so far */
+  for (int m = 0; m < g_n_models; ++m) used += g_models[m]->n_options;
+  if (used + ops->n_options > DDP_MODEL_OPTION_SLOTS)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "model %s: %d flags do not fit (the models' flags share %d slots, %d in use)", name,
+             ops->n_options, DDP_MODEL_OPTION_SLOTS, used);
+  for (int i = 0; i < ops->n_options; ++i) {
+    const ddp_option_def_t *d = &ops->options[i];
+    if (!valid_name(d->name, 40) || !d->help || !d->def)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: flag %d needs a name (a-z, 0-9, '-'), help and a default",
+               name, i);
+    if (d->type != DDP_OPTION_INT && d->type != DDP_OPTION_FLOAT && d->type != DDP_OPTION_STRING)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: flag --%s has an unknown type", name, d->name);
+    if (flag_taken(d->name))
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: flag --%s exists already", name, d->name);
+    for (int j = 0; j < i; ++j)
+      if (strcmp(ops->options[j].name, d->name) == 0)
+        DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: flag --%s is declared twice", name, d->name);
+  }
+  return DDP_OK;
+}
+
+ddp_status_t ddp_model_register(const ddp_model_ops_t *ops) {
+  ensure_builtins();
+  DDP_CHECK(check_ops(ops));
+  if (ddp_model_find(ops->name))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s is registered already", ops->name);
+  if (g_n_models == MAX_MODELS)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: the registry holds %d models at most", ops->name,
+             MAX_MODELS);
+  g_models[g_n_models++] = ops;
+  /* Defaults parse like user input: a default its own row rejects is a
+   * defect of the model, reported now rather than at the first run. */
+  ddp_options_t *probe = malloc(sizeof *probe);
+  ddp_status_t st = probe ? ddp_options_defaults(probe) : DDP_ERR_OOM;
+  free(probe);
+  if (st == DDP_OK) {
+    for (const char *const *k = ops->ckpt_keys; k && *k; ++k)
+      if (!flag_taken(*k)) {
+        DDP_LOG_ERROR("model %s: checkpoint key --%s is not a flag", ops->name, *k);
+        st = DDP_ERR_INVALID_ARG;
+      }
+  }
+  if (st != DDP_OK) {
+    g_models[--g_n_models] = NULL;
+    DDP_FAIL(st == DDP_ERR_OOM ? st : DDP_ERR_INVALID_ARG,
+             "model %s: not registered (a flag's default or checkpoint key is invalid, see above)",
+             ops->name);
+  }
+  return DDP_OK;
+}
+
+/* ---- instances ---------------------------------------------------------------- */
+
+void ddp_model_destroy(ddp_model_t *m) {
+  if (!m) return;
+  m->ops->destroy(m);
+  free(m);
+}
+
+ddp_status_t ddp_model_create(const ddp_model_ops_t *ops, const ddp_model_setup_t *setup,
+                              ddp_model_t **out) {
+  if (!ops || !setup || !setup->be || !setup->opts || !out)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model_create: NULL argument");
+  *out = NULL;
+  if (!(ops->devices & DDP_MODEL_ON(setup->be->ops->kind)))
+    DDP_FAIL(DDP_ERR_UNSUPPORTED, "model %s does not run on the %s backend", ops->name,
+             setup->be->ops->name);
+  if (setup->data.kind != ops->batch_kind)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s trains on %s, the data are %s", ops->name,
+             ddp_batch_kind_name(ops->batch_kind), ddp_batch_kind_name(setup->data.kind));
+  ddp_model_t *m = calloc(1, sizeof *m);
+  if (!m) DDP_FAIL(DDP_ERR_OOM, "model %s: out of host memory", ops->name);
+  *m = (ddp_model_t){.ops = ops, .be = setup->be, .opts = setup->opts, .precision = DDP_DTYPE_F32};
+  ddp_status_t st = ops->create(m, setup);
+  if (st == DDP_OK && (!m->params || !m->grads || !m->n_params))
+    DDP_FAIL_GOTO(st, DDP_ERR_INTERNAL, fail, "model %s: create left no parameter buffers",
+                  ops->name);
+  if (st == DDP_OK) st = ddp_param_table_check(m->tensors, m->n_tensors, m->n_params, ops->name);
+  if (st != DDP_OK) goto fail;
+  *out = m;
+  return DDP_OK;
+fail:
+  ddp_model_destroy(m);
+  return st;
+}
+
+ddp_status_t ddp_model_refresh_compute(ddp_model_t *m) {
+  if (!m->compute_params) return DDP_OK;
+  return m->be->ops->convert(m->be, m->compute_params, m->precision, m->params, DDP_DTYPE_F32,
+                             m->n_params, NULL);
+}
+
+ddp_status_t ddp_model_params_to_host(ddp_model_t *m, float *host) {
+  DDP_CHECK(ddp_backend_copy(m->be, host, m->params, m->n_params * sizeof(float),
+                             DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  return ddp_backend_sync(m->be, NULL);
+}
+
+ddp_status_t ddp_model_params_from_host(ddp_model_t *m, const float *host) {
+  DDP_CHECK(ddp_backend_copy(m->be, m->params, host, m->n_params * sizeof(float),
+                             DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  DDP_CHECK(ddp_model_refresh_compute(m));
+  return ddp_backend_sync(m->be, NULL);
+}
+
+/* ---- generic export and description ------------------------------------------- */
+
+enum { META_MAX = 2 * (4 + DDP_MODEL_OPTION_SLOTS) + 1 };
+
+/* Every tensor of the table under its name, fp32; the metadata names the
+ * producer, the model and each of the model's own flags. */
+static ddp_status_t export_generic(ddp_model_t *m, const char *path) {
+  const int nt = m->n_tensors;
+  ddp_status_t st = DDP_OK;
+  float *host = malloc(m->n_params * sizeof *host);
+  ddp_st_tensor_t *t = calloc((size_t)nt, sizeof *t);
+  char(*values)[DDP_OPTION_TEXT_MAX + 32] = calloc(DDP_MODEL_OPTION_SLOTS, sizeof *values);
+  const char *meta[META_MAX];
+  if (!host || !t || !values) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "export: out of host memory");
+  DDP_CHECK_GOTO(ddp_model_params_to_host(m, host), st, out);
+  for (int i = 0; i < nt; ++i) {
+    const ddp_param_t *p = &m->tensors[i];
+    t[i] = (ddp_st_tensor_t){.name = p->name, .dtype = DDP_DTYPE_F32, .ndim = p->ndim,
+                             .data = host + p->offset};
+    for (int d = 0; d < p->ndim; ++d) t[i].shape[d] = p->shape[d];
+  }
+  int k = 0;
+  meta[k++] = "format", meta[k++] = "pt";
+  meta[k++] = "producer", meta[k++] = "ddptrain";
+  meta[k++] = "ddptrain_version", meta[k++] = ddp_version();
+  meta[k++] = "ddptrain_model", meta[k++] = m->ops->name;
+  for (int i = 0, v = 0; i < ddp_options_count() && m->opts; ++i) {
+    if (!ddp_options_applies(m->opts, i)) continue;
+    const char *flag = ddp_options_name(i);
+    int own = 0;
+    for (int j = 0; j < m->ops->n_options && !own; ++j)
+      own = strcmp(m->ops->options[j].name, flag) == 0;
+    if (!own || ddp_options_format(m->opts, i, values[v], sizeof values[v]) != 0) continue;
+    meta[k++] = flag, meta[k++] = values[v++];
+  }
+  meta[k] = NULL;
+  st = ddp_safetensors_write(path, t, nt, meta);
+out:
+  free(values);
+  free(t);
+  free(host);
+  return st;
+}
+
+ddp_status_t ddp_model_export(ddp_model_t *m, const char *path) {
+  if (!m || !path) DDP_FAIL(DDP_ERR_INVALID_ARG, "model_export: NULL argument");
+  return m->ops->export_weights ? m->ops->export_weights(m, path) : export_generic(m, path);
+}
+
+void ddp_model_describe(const ddp_model_t *m, char *buf, size_t len) {
+  if (m->ops->describe) {
+    m->ops->describe(m, buf, len);
+    return;
+  }
+  snprintf(buf, len, "%s, %.3fM parameters in %d tensors", m->ops->name, (double)m->n_params / 1e6,
+           m->n_tensors);
+}
