@@ -287,24 +287,24 @@ static int get_row(int index, row_ref_t *out) {
     const size_t base =
         offsetof(ddp_options_t, model_values) + (size_t)global * sizeof(ddp_option_value_t);
     out->r = (opt_row_t){.name = d->name,
-                       .kind = d->type == DDP_OPTION_INT     ? OPT_INT
-                               : d->type == DDP_OPTION_FLOAT ? OPT_FLOAT
-                                                             : OPT_STRING,
-                       .def = d->def,
-                       .min = d->min,
-                       .max = d->max,
-                       .metavar = d->metavar,
-                       .section = ops->name,
-                       .help = d->help,
-                       .per_rank = d->per_rank};
+                         .kind = d->type == DDP_OPTION_INT     ? OPT_INT
+                                 : d->type == DDP_OPTION_FLOAT ? OPT_FLOAT
+                                                               : OPT_STRING,
+                         .def = d->def,
+                         .min = d->min,
+                         .max = d->max,
+                         .metavar = d->metavar,
+                         .section = ops->name,
+                         .help = d->help,
+                         .per_rank = d->per_rank};
     out->model = ops;
     out->slot = global;
     out->choices = d->choices;
     out->r.offset = base + (d->type == DDP_OPTION_INT     ? offsetof(ddp_option_value_t, i)
-                          : d->type == DDP_OPTION_FLOAT ? offsetof(ddp_option_value_t, f)
-                                                        : offsetof(ddp_option_value_t, s));
-    out->r.size = d->type == DDP_OPTION_STRING ? DDP_OPTION_TEXT_MAX
-                                             : sizeof(((ddp_option_value_t *)0)->i);
+                            : d->type == DDP_OPTION_FLOAT ? offsetof(ddp_option_value_t, f)
+                                                          : offsetof(ddp_option_value_t, s));
+    out->r.size =
+        d->type == DDP_OPTION_STRING ? DDP_OPTION_TEXT_MAX : sizeof(((ddp_option_value_t *)0)->i);
     return 0;
   }
   return -1;

@@ -162,7 +162,7 @@ START_TEST(test_gpt_matches_pytorch_logits_loss_and_gradients) {
                    DDP_OK);
   for (int i = 0; i < ddp_gpt_num_tensors(g_model); ++i) {
     const ddp_param_t *t = ddp_gpt_tensor(g_model, i);
-    char key[64];
+    char key[DDP_PARAM_NAME_MAX + 8];
     snprintf(key, sizeof key, "grad.%s", t->name);
     double d = rel_diff(grads + t->offset, ref_tensor(ref, key, t->count), t->count);
     ck_assert_msg(d <= 1e-4, "gradient of %s differs by %.3g", t->name, d);

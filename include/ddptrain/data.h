@@ -218,12 +218,12 @@ typedef struct ddp_batch {
   int32_t *targets; /* (B,T) */
   int64_t *windows; /* (B) corpus window index of each row */
   int B, T;
-  int64_t n_targets;    /* targets != -1 */
-  int64_t n_padded;     /* B * T: the tokens the model computes on */
-  int micro;            /* 0 .. accum - 1 within the step */
-  ddp_step_info_t info; /* the step this micro-batch belongs to */
-  int64_t capacity;     /* tokens each of inputs/targets can hold */
-  int max_rows;         /* rows `windows` can hold */
+  int64_t n_targets;           /* targets != -1 */
+  int64_t n_padded;            /* B * T: the tokens the model computes on */
+  int micro;                   /* 0 .. accum - 1 within the step */
+  ddp_step_info_t info;        /* the step this micro-batch belongs to */
+  int64_t capacity;            /* tokens each of inputs/targets can hold */
+  int max_rows;                /* rows `windows` can hold */
   struct ddp_backend *host_of; /* inputs/targets from its alloc_host, or NULL */
 } ddp_batch_t;
 
@@ -249,14 +249,14 @@ void ddp_batch_destroy(ddp_batch_t *batch);
  * number of records. */
 typedef struct ddp_records {
   int64_t n;
-  int ndim;                             /* of one record */
-  int64_t shape[DDP_RECORD_MAX_DIMS];   /* unused dimensions are 1 */
-  int64_t floats;                       /* per record: the shape's product */
+  int ndim;                           /* of one record */
+  int64_t shape[DDP_RECORD_MAX_DIMS]; /* unused dimensions are 1 */
+  int64_t floats;                     /* per record: the shape's product */
   int32_t n_classes;
-  float *x;          /* (n, floats) */
-  int32_t *y;        /* (n) */
+  float *x;            /* (n, floats) */
+  int32_t *y;          /* (n) */
   ddp_window_t *items; /* the sampler's index: n items of one target */
-  char source[256];  /* a path, or what made the records, for messages */
+  char source[256];    /* a path, or what made the records, for messages */
 } ddp_records_t;
 
 /* Copies n records (x: n * product(shape) floats, y: n labels) and builds
@@ -283,11 +283,11 @@ typedef struct ddp_record_batch {
   int32_t *labels; /* (B) */
   int64_t *items;  /* (B) record index of each row */
   int B;
-  int64_t floats;       /* per record */
-  int64_t n_targets;    /* B: every record is one target */
-  int micro;            /* 0 .. accum - 1 within the step */
-  ddp_step_info_t info; /* the step this micro-batch belongs to */
-  int capacity;         /* rows the buffers hold */
+  int64_t floats;              /* per record */
+  int64_t n_targets;           /* B: every record is one target */
+  int micro;                   /* 0 .. accum - 1 within the step */
+  ddp_step_info_t info;        /* the step this micro-batch belongs to */
+  int capacity;                /* rows the buffers hold */
   struct ddp_backend *host_of; /* inputs/labels from its alloc_host, or NULL */
 } ddp_record_batch_t;
 

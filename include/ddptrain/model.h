@@ -58,10 +58,10 @@ typedef struct ddp_data_shape {
   int vocab;   /* tokens are 0 .. vocab - 1 */
   int seq_len; /* the longest row of a batch (T) */
   /* DDP_BATCH_RECORDS */
-  int record_ndim;                          /* dimensions of one record's features */
+  int record_ndim;                           /* dimensions of one record's features */
   int64_t record_shape[DDP_RECORD_MAX_DIMS]; /* unused dimensions are 1 */
-  int64_t record_floats;                    /* features per record: the shape's product */
-  int n_classes;                            /* labels are 0 .. n_classes - 1 */
+  int64_t record_floats;                     /* features per record: the shape's product */
+  int n_classes;                             /* labels are 0 .. n_classes - 1 */
 } ddp_data_shape_t;
 
 /* What create() gets. */
@@ -82,9 +82,9 @@ typedef struct ddp_model_ops {
   const char *name;    /* --model NAME: lower case, no spaces */
   const char *summary; /* one line for --help */
   ddp_batch_kind_t batch_kind;
-  unsigned devices;    /* DDP_MODEL_ON(DDP_DEVICE_KIND_CPU) | ...; never 0 */
-  int uses_nn_ops;     /* 1: needs the backend's nn kernels (ddptrain/nn.h): under
-                          --device auto a backend without them is skipped */
+  unsigned devices; /* DDP_MODEL_ON(DDP_DEVICE_KIND_CPU) | ...; never 0 */
+  int uses_nn_ops;  /* 1: needs the backend's nn kernels (ddptrain/nn.h): under
+                       --device auto a backend without them is skipped */
 
   /* ---- flags ---------------------------------------------------------- */
   /* The model's own command-line flags: parsed, range-checked and listed by
@@ -110,8 +110,7 @@ typedef struct ddp_model_ops {
    * backward. Must not need a model instance (--plan-only has none).
    * Optional: NULL: a = 1, b = 0 (micro-batches are balanced by padded
    * tokens or records) and MFU is not reported. */
-  ddp_status_t (*cost)(const ddp_options_t *o, const ddp_data_shape_t *data, double *a,
-                       double *b);
+  ddp_status_t (*cost)(const ddp_options_t *o, const ddp_data_shape_t *data, double *a, double *b);
   /* Loads the model's own data set: split DDP_SPLIT_TRAIN or DDP_SPLIT_VAL
    * (*have = 0: no such split). For record models that generate or read
    * their own data. Optional: NULL: the runtime reads --data/--val-data as

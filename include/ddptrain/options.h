@@ -34,8 +34,8 @@ typedef enum ddp_option_type {
 typedef struct ddp_option_def {
   const char *name; /* long name without "--" */
   ddp_option_type_t type;
-  const char *def;  /* default, parsed like user input */
-  double min, max;  /* numbers: inclusive range */
+  const char *def; /* default, parsed like user input */
+  double min, max; /* numbers: inclusive range */
   const char *metavar;
   const char *help;
   /* strings: the accepted values (ASCII case-insensitive), NULL-terminated;
@@ -83,7 +83,7 @@ typedef struct ddp_options {
   int64_t loss_scale_window;
   /* run control */
   char device[32];
-  char tf32[8];      /* "on" | "off" */
+  char tf32[8]; /* "on" | "off" */
   char nvtx[8]; /* "on" | "off" */
   int64_t threads;
   int64_t seed;

@@ -27,13 +27,13 @@ extern "C" {
 #define DDP_PARAM_MAX_DIMS 4  /* convolution weights are 4-D */
 
 typedef struct ddp_param {
-  char name[DDP_PARAM_NAME_MAX]; /* PyTorch state_dict key,
-                                    e.g. "transformer.h.0.attn.c_attn.weight" */
-  int ndim;                      /* 1 .. DDP_PARAM_MAX_DIMS */
+  char name[DDP_PARAM_NAME_MAX];     /* PyTorch state_dict key,
+                                        e.g. "transformer.h.0.attn.c_attn.weight" */
+  int ndim;                          /* 1 .. DDP_PARAM_MAX_DIMS */
   int64_t shape[DDP_PARAM_MAX_DIMS]; /* unused dimensions are 1 */
-  size_t offset; /* elements into the flat buffers */
-  size_t count;  /* product of the shape */
-  int decay;     /* weight decay applies to this tensor */
+  size_t offset;                     /* elements into the flat buffers */
+  size_t count;                      /* product of the shape */
+  int decay;                         /* weight decay applies to this tensor */
 } ddp_param_t;
 
 /* Fills *p; the count is the product of the first ndim sizes. Rejects

@@ -74,8 +74,9 @@ static ddp_status_t records_copy(ddp_records_t *r, const void *x, const void *y,
     const float *row = r->x + (size_t)i * (size_t)floats;
     for (int64_t k = 0; k < floats; ++k)
       if (!isfinite(row[k]))
-        DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail, "%s: record %lld has a non-finite feature (%g at %lld)",
-                      r->source, (long long)i, (double)row[k], (long long)k);
+        DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail,
+                      "%s: record %lld has a non-finite feature (%g at %lld)", r->source,
+                      (long long)i, (double)row[k], (long long)k);
     r->items[i] = (ddp_window_t){.start = i, .len = 2, .seg = 0};
   }
   r->n = n;
@@ -167,7 +168,8 @@ ddp_status_t ddp_record_batch_init(ddp_record_batch_t *b, ddp_backend_t *be, int
     DDP_FAIL(DDP_ERR_INVALID_ARG, "record_batch_init: %d rows of %lld features", rows,
              (long long)floats);
   memset(b, 0, sizeof *b);
-  const size_t xb = (size_t)rows * (size_t)floats * sizeof(float), yb = (size_t)rows * sizeof(int32_t);
+  const size_t xb = (size_t)rows * (size_t)floats * sizeof(float),
+               yb = (size_t)rows * sizeof(int32_t);
   ddp_status_t st = DDP_OK;
   if (be) {
     b->host_of = be;

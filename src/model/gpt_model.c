@@ -39,14 +39,16 @@ static ddp_gpt_t *gpt_of(const ddp_model_t *m) {
 }
 
 /* The configuration the flags and the data describe. */
-static ddp_status_t config_of(const ddp_options_t *o, int vocab, int seq_len,
-                              ddp_gpt_config_t *c) {
+static ddp_status_t config_of(const ddp_options_t *o, int vocab, int seq_len, ddp_gpt_config_t *c) {
   int64_t L, H, C;
   DDP_CHECK(ddp_options_get_int(o, "n-layer", &L));
   DDP_CHECK(ddp_options_get_int(o, "n-head", &H));
   DDP_CHECK(ddp_options_get_int(o, "n-embd", &C));
-  *c = (ddp_gpt_config_t){
-      .n_layer = (int)L, .n_head = (int)H, .n_embd = (int)C, .max_seq_len = seq_len, .vocab = vocab};
+  *c = (ddp_gpt_config_t){.n_layer = (int)L,
+                          .n_head = (int)H,
+                          .n_embd = (int)C,
+                          .max_seq_len = seq_len,
+                          .vocab = vocab};
   return ddp_gpt_config_validate(c);
 }
 

@@ -55,8 +55,7 @@ const ddp_model_ops_t *ddp_model_find(const char *name) {
 static int valid_name(const char *name, size_t max) {
   if (!name || !name[0] || strlen(name) >= max) return 0;
   for (const char *c = name; *c; ++c)
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
-      return 0;
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_')) return 0;
   return 1;
 }
 
@@ -106,8 +105,8 @@ static ddp_status_t check_ops(const ddp_model_ops_t *ops) {
   for (int i = 0; i < ops->n_options; ++i) {
     const ddp_option_def_t *d = &ops->options[i];
     if (!valid_name(d->name, 40) || !d->help || !d->def)
-      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: flag %d needs a name (a-z, 0-9, '-'), help and a default",
-               name, i);
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "model %s: flag %d needs a name (a-z, 0-9, '-'), help and a default", name, i);
     if (d->type != DDP_OPTION_INT && d->type != DDP_OPTION_FLOAT && d->type != DDP_OPTION_STRING)
       DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: flag --%s has an unknown type", name, d->name);
     if (flag_taken(d->name))
@@ -220,8 +219,8 @@ static ddp_status_t export_generic(ddp_model_t *m, const char *path) {
   DDP_CHECK_GOTO(ddp_model_params_to_host(m, host), st, out);
   for (int i = 0; i < nt; ++i) {
     const ddp_param_t *p = &m->tensors[i];
-    t[i] = (ddp_st_tensor_t){.name = p->name, .dtype = DDP_DTYPE_F32, .ndim = p->ndim,
-                             .data = host + p->offset};
+    t[i] = (ddp_st_tensor_t){
+        .name = p->name, .dtype = DDP_DTYPE_F32, .ndim = p->ndim, .data = host + p->offset};
     for (int d = 0; d < p->ndim; ++d) t[i].shape[d] = p->shape[d];
   }
   int k = 0;

@@ -142,8 +142,7 @@ static ddp_status_t parse_command_line(ddp_options_t *opts, int argc, char **arg
                                        const ddp_main_config_t *cfg) {
   if (ddp_options_defaults(opts) != DDP_OK) return DDP_ERR_INTERNAL;
   if (cfg && cfg->default_model) {
-    if (!ddp_model_find(cfg->default_model) ||
-        strlen(cfg->default_model) >= sizeof opts->model) {
+    if (!ddp_model_find(cfg->default_model) || strlen(cfg->default_model) >= sizeof opts->model) {
       DDP_LOG_ERROR("the default model '%s' is not registered", cfg->default_model);
       return DDP_ERR_INTERNAL;
     }

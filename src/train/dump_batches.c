@@ -40,7 +40,9 @@ static ddp_status_t add_batch(const ddp_train_batch_t *b, const ddp_train_data_t
     memcpy(data[k], src, bytes);
     e.data = data[k];
     snprintf(names + (size_t)NAME_LEN * (size_t)k, NAME_LEN, "batch.%lld.%s", (long long)index,
-             k == 0 ? "inputs" : tokens ? "targets" : "labels");
+             k == 0   ? "inputs"
+             : tokens ? "targets"
+                      : "labels");
     t[k] = e;
   }
   return DDP_OK;
@@ -62,12 +64,12 @@ ddp_status_t ddp_train_dump_batches(const char *path, const ddp_dist_t *dist, in
   if (!t || !names || !data) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "--dump-batches: out of memory");
   DDP_CHECK_GOTO(ddp_train_batch_init(&b, d, NULL, o, s), st, out);
   for (int64_t i = 0; i < n; ++i) {
-    DDP_CHECK_GOTO(ddp_train_batch_fill(&b, d, DDP_SPLIT_TRAIN, s, i / accum, dist->rank,
-                                        (int)(i % accum)),
-                   st, out);
-    DDP_CHECK_GOTO(add_batch(&b, d, i, t + 2 * i, names + (size_t)NAME_LEN * (size_t)(2 * i),
-                             data + 2 * i),
-                   st, out);
+    DDP_CHECK_GOTO(
+        ddp_train_batch_fill(&b, d, DDP_SPLIT_TRAIN, s, i / accum, dist->rank, (int)(i % accum)),
+        st, out);
+    DDP_CHECK_GOTO(
+        add_batch(&b, d, i, t + 2 * i, names + (size_t)NAME_LEN * (size_t)(2 * i), data + 2 * i),
+        st, out);
   }
   char accum_text[24];
   snprintf(accum_text, sizeof accum_text, "%lld", (long long)accum);

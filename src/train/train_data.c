@@ -38,8 +38,7 @@ static ddp_status_t load_records(const ddp_options_t *o, const ddp_model_ops_t *
   if (model->load_records) {
     int have = 0;
     DDP_CHECK(model->load_records(o, DDP_SPLIT_TRAIN, &d->train.records, &have));
-    if (!have)
-      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s supplied no training records", model->name);
+    if (!have) DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s supplied no training records", model->name);
     DDP_CHECK(model->load_records(o, DDP_SPLIT_VAL, &d->val.records, &d->have_val));
   } else {
     if (!o->data[0])

@@ -414,8 +414,8 @@ static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
   ddp_train_batch_t *b = &tr->val_batch;
   DDP_CHECK(ddp_sampler_steps_in_epoch(tr->val_sampler, 0, &steps));
   for (int64_t i = 0; i < steps && targets < tr->o->eval_tokens; ++i) {
-    DDP_CHECK(ddp_train_batch_fill(b, &tr->data, DDP_SPLIT_VAL, tr->val_sampler, i, tr->dist->rank,
-                                   0));
+    DDP_CHECK(
+        ddp_train_batch_fill(b, &tr->data, DDP_SPLIT_VAL, tr->val_sampler, i, tr->dist->rank, 0));
     DDP_CHECK(tr->model->ops->eval_forward(tr->model, ddp_train_batch_input(b)));
     targets += ddp_train_batch_info(b)->n_targets;
     if (tr->val_outputs) {
@@ -480,8 +480,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     wait_s += now_seconds() - a0;
     const ddp_train_batch_t *b = item;
     info = *ddp_train_batch_info(b);
-    if (info.n_targets <= 0)
-      DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no targets", (long long)step);
+    if (info.n_targets <= 0) DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no targets", (long long)step);
     const float dloss = ddp_amp_loss_scale(&tr->amp) / (float)info.n_targets;
     DDP_NVTX_PUSH("micro-step %lld (%lld targets)", (long long)k,
                   (long long)ddp_train_batch_targets(b));
@@ -643,13 +642,13 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   DDP_CHECK(ddp_metrics_write(
       &tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr", (double)lr, "grad_norm", gnorm,
       tr->data.kind == DDP_BATCH_TOKENS ? "tokens" : "samples", (double)tot->useful, tr->rate_key,
-      tok_s, "ms_per_step", ms, "mfu", tr->have_flops ? mfu : NAN, "pad_frac", pad, "imbalance", imb,
-      "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms", exposed, "compute_ms_max",
-      cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest, "allreduce_per_step",
-      (double)cs.n_allreduce / ns, "loss_scale", (double)ddp_amp_loss_scale(&tr->amp),
-      "skipped_steps", (double)ls_state->skipped_steps, "peak_mem_mb",
-      ddp_backend_peak_mem_mb(tr->be), "host_issue_ms", 1e3 * (w->compute_s - w->host_wait_s) / ns,
-      NULL));
+      tok_s, "ms_per_step", ms, "mfu", tr->have_flops ? mfu : NAN, "pad_frac", pad, "imbalance",
+      imb, "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms", exposed,
+      "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
+      "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
+      (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
+      "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "host_issue_ms",
+      1e3 * (w->compute_s - w->host_wait_s) / ns, NULL));
   *w = (window_t){.t0 = now_seconds()};
   return DDP_OK;
 }
@@ -695,8 +694,8 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
       "summary: %lld steps in %.1f s on %d rank%s | %lld useful %s | %.0f %s/s "
       "(%.0f per rank)%s | peak mem %.1f MiB",
       (long long)t->steps, dt, tr->dist->world, tr->dist->world == 1 ? "" : "s",
-      (long long)t->useful, tokens ? "tokens" : "samples", tok_s, tr->unit,
-      tok_s / tr->dist->world, mfu_note, ddp_backend_peak_mem_mb(tr->be));
+      (long long)t->useful, tokens ? "tokens" : "samples", tok_s, tr->unit, tok_s / tr->dist->world,
+      mfu_note, ddp_backend_peak_mem_mb(tr->be));
   DDP_LOG_INFO(
       "summary: per step %.1f ms compute, %.1f ms in collectives, %.2f ms exposed "
       "(%.1f%% of the step), %.2f ms waiting for data",
@@ -723,10 +722,9 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
         "allocations) after the first step",
         (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
   if (fe->n)
-    DDP_LOG_INFO(
-        "summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s",
-        tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy",
-        100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records");
+    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s",
+                 tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy",
+                 100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records");
   else if (tr->val_sampler)
     DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, fe->val_loss);
   else
