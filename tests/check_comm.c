@@ -663,6 +663,40 @@ END_TEST
 
 /* ---- ddp_comm_choose: pure, so every rank runs it alone ------------------ */
 
+/* The capability table of a build this machine need not be: self, MPI
+ * (CUDA-aware or not) and NCCL (built or not), as their registry entries
+ * declare them. */
+static void fake_kinds(ddp_comm_caps_t k[3], int nccl_built, int mpi_cuda_aware) {
+  k[0] = (ddp_comm_caps_t){.kind = "self",
+                           .label = "self",
+                           .built = 1,
+                           .role = DDP_COMM_ROLE_HOST,
+                           .reads = DDP_COMM_READS_ANY};
+  k[1] = (ddp_comm_caps_t){.kind = "mpi",
+                           .label = "MPI",
+                           .built = 1,
+                           .role = DDP_COMM_ROLE_HOST,
+                           .multi_rank = 1,
+                           .reads = DDP_COMM_READS(DDP_DEVICE_KIND_CPU) |
+                                    (mpi_cuda_aware ? DDP_COMM_READS(DDP_DEVICE_KIND_CUDA) : 0u)};
+  k[2] = (ddp_comm_caps_t){.kind = "nccl",
+                           .label = "NCCL",
+                           .built = nccl_built,
+                           .role = DDP_COMM_ROLE_DEVICE,
+                           .multi_rank = 1,
+                           .device_per_rank = 1,
+                           .reads = DDP_COMM_READS(DDP_DEVICE_KIND_CUDA)};
+}
+
+/* ddp_comm_choose_from() over fake_kinds(), so every rule of every build is
+ * tested on this one. */
+static void choose(const char *device, int world, const ddp_comm_gpu_probe_t *probes,
+                   int nccl_built, int mpi_cuda_aware, ddp_comm_choice_t *out) {
+  ddp_comm_caps_t k[3];
+  fake_kinds(k, nccl_built, mpi_cuda_aware);
+  ddp_comm_choose_from(k, 3, device, world, probes, out);
+}
+
 static ddp_comm_gpu_probe_t gpu(int device, const char *host) {
   ddp_comm_gpu_probe_t p = {.usable = 1, .device = device};
   snprintf(p.host, sizeof p.host, "%s", host);
@@ -679,18 +713,18 @@ static ddp_comm_gpu_probe_t no_gpu(const char *host, const char *why) {
 START_TEST(test_comm_choose_world_one_and_cpu_keep_the_request) {
   ddp_comm_choice_t ch;
   const ddp_comm_gpu_probe_t one[1] = {gpu(0, "n0")};
-  ddp_comm_choose("cuda", 1, one, 1, 0, &ch);
+  choose("cuda", 1, one, 1, 0, &ch);
   ck_assert_str_eq(ch.device, "cuda");
   ck_assert_ptr_null(ch.grad_comm);
   ck_assert_int_eq(ch.status, DDP_OK);
   ck_assert_str_eq(ch.message, "");
   const ddp_comm_gpu_probe_t two[2] = {gpu(0, "n0"), no_gpu("n1", "x")};
-  ddp_comm_choose("cpu", 2, two, 1, 1, &ch);
+  choose("cpu", 2, two, 1, 1, &ch);
   ck_assert_str_eq(ch.device, "cpu");
   ck_assert_ptr_null(ch.grad_comm);
   ck_assert_int_eq(ch.status, DDP_OK);
   ck_assert_str_eq(ch.message, "");
-  ddp_comm_choose(NULL, 1, NULL, 1, 0, &ch); /* NULL device is auto */
+  choose(NULL, 1, NULL, 1, 0, &ch); /* NULL device is auto */
   ck_assert_str_eq(ch.device, "auto");
   ck_assert_int_eq(ch.status, DDP_OK);
 }
@@ -702,7 +736,7 @@ START_TEST(test_comm_choose_every_rank_on_its_gpu_gets_nccl) {
   const ddp_comm_gpu_probe_t p[4] = {gpu(0, "n0"), gpu(1, "n0"), gpu(0, "n1"), gpu(1, "n1")};
   for (int k = 0; k < 3; ++k) {
     const char *dev = k == 0 ? "auto" : k == 1 ? "cuda" : NULL;
-    ddp_comm_choose(dev, 4, p, 1, 0, &ch);
+    choose(dev, 4, p, 1, 0, &ch);
     ck_assert_str_eq(ch.device, dev ? dev : "auto");
     ck_assert_ptr_nonnull(ch.grad_comm);
     ck_assert_str_eq(ch.grad_comm, "nccl");
@@ -710,7 +744,7 @@ START_TEST(test_comm_choose_every_rank_on_its_gpu_gets_nccl) {
     ck_assert_str_eq(ch.message, "");
   }
   /* without NCCL a CUDA-aware MPI reduces GPU memory itself */
-  ddp_comm_choose("cuda", 4, p, 0, 1, &ch);
+  choose("cuda", 4, p, 0, 1, &ch);
   ck_assert_str_eq(ch.device, "cuda");
   ck_assert_ptr_null(ch.grad_comm);
   ck_assert_int_eq(ch.status, DDP_OK);
@@ -721,7 +755,7 @@ START_TEST(test_comm_choose_a_rank_without_gpu_moves_everyone_to_the_cpu) {
   ddp_comm_choice_t ch;
   const ddp_comm_gpu_probe_t p[3] = {
       gpu(0, "n0"), no_gpu("n1", "no CUDA-capable device is detected"), gpu(1, "n0")};
-  ddp_comm_choose("auto", 3, p, 1, 1, &ch);
+  choose("auto", 3, p, 1, 1, &ch);
   ck_assert_str_eq(ch.device, "cpu");
   ck_assert_ptr_null(ch.grad_comm);
   ck_assert_int_eq(ch.status, DDP_OK);
@@ -730,18 +764,18 @@ START_TEST(test_comm_choose_a_rank_without_gpu_moves_everyone_to_the_cpu) {
   ddp_assert_contains(ch.message, "every rank trains on the CPU with the MPI communicator");
   ck_assert_ptr_null(strstr(ch.message, "rank 0 on"));
   /* an explicit cuda is an error, the same on every rank */
-  ddp_comm_choose("cuda:0", 3, p, 1, 1, &ch);
+  choose("cuda:0", 3, p, 1, 1, &ch);
   ck_assert_int_eq(ch.status, DDP_ERR_NO_DEVICE);
   ddp_assert_contains(ch.message, "--device cuda:0: 1 of 3 ranks have no usable GPU");
   ddp_assert_contains(ch.message, "rank 1 on n1: no CUDA-capable device is detected");
   ddp_assert_contains(ch.message, "every rank needs one");
   /* no GPU anywhere under auto: the plain CPU job, nothing to say */
   const ddp_comm_gpu_probe_t none[2] = {no_gpu("n0", "a"), no_gpu("n1", "b")};
-  ddp_comm_choose("auto", 2, none, 1, 0, &ch);
+  choose("auto", 2, none, 1, 0, &ch);
   ck_assert_str_eq(ch.device, "cpu");
   ck_assert_int_eq(ch.status, DDP_OK);
   ck_assert_str_eq(ch.message, "");
-  ddp_comm_choose("cuda", 2, none, 1, 0, &ch);
+  choose("cuda", 2, none, 1, 0, &ch);
   ck_assert_int_eq(ch.status, DDP_ERR_NO_DEVICE);
   ddp_assert_contains(ch.message,
                       "2 of 2 ranks have no usable GPU (rank 0 on n0: a; rank 1 on n1: b)");
@@ -754,7 +788,7 @@ START_TEST(test_comm_choose_long_lists_are_cut_with_the_count) {
   p[0] = gpu(0, "n0");
   for (int r = 1; r < W; ++r) p[r] = no_gpu("host-with-a-long-name", "0 GPUs visible");
   ddp_comm_choice_t ch;
-  ddp_comm_choose("auto", W, p, 1, 0, &ch);
+  choose("auto", W, p, 1, 0, &ch);
   ck_assert_str_eq(ch.device, "cpu");
   ddp_assert_contains(ch.message, "39 of 40 ranks have no usable GPU");
   ddp_assert_contains(ch.message, "rank 1 on host-with-a-long-name: 0 GPUs visible");
@@ -774,29 +808,413 @@ END_TEST
 START_TEST(test_comm_choose_shared_gpu_or_no_reducer) {
   ddp_comm_choice_t ch;
   const ddp_comm_gpu_probe_t shared[3] = {gpu(0, "n0"), gpu(0, "n1"), gpu(0, "n0")};
-  ddp_comm_choose("auto", 3, shared, 1, 0, &ch);
+  choose("auto", 3, shared, 1, 0, &ch);
   ck_assert_str_eq(ch.device, "cpu");
   ck_assert_int_eq(ch.status, DDP_OK);
   ddp_assert_contains(ch.message, "ranks 0 and 2 on n0 would share cuda:0");
   ddp_assert_contains(ch.message, "NCCL needs a GPU per rank");
-  ddp_comm_choose("cuda", 3, shared, 1, 1, &ch); /* NCCL is built, so it is the one to use */
+  choose("cuda", 3, shared, 1, 1, &ch); /* NCCL is built, so it is the one to use */
   ck_assert_int_eq(ch.status, DDP_ERR_UNSUPPORTED);
   ddp_assert_contains(ch.message, "--device cuda on 3 ranks: ranks 0 and 2 on n0 would share");
   ddp_assert_contains(ch.message, "Start one rank per GPU");
   /* no NCCL, an MPI that reads host memory only */
   const ddp_comm_gpu_probe_t own[2] = {gpu(0, "n0"), gpu(1, "n0")};
-  ddp_comm_choose("auto", 2, own, 0, 0, &ch);
+  choose("auto", 2, own, 0, 0, &ch);
   ck_assert_str_eq(ch.device, "cpu");
   ck_assert_ptr_null(ch.grad_comm);
   ddp_assert_contains(ch.message, "no NCCL communicator and the MPI library is not CUDA-aware");
-  ddp_comm_choose("cuda:1", 2, own, 0, 0, &ch);
+  choose("cuda:1", 2, own, 0, 0, &ch);
   ck_assert_int_eq(ch.status, DDP_ERR_UNSUPPORTED);
   ddp_assert_contains(ch.message, "--device cuda:1 on 2 ranks: this build has no NCCL");
   /* no NCCL, a shared GPU, a CUDA-aware MPI: MPI does not mind sharing */
-  ddp_comm_choose("cuda", 3, shared, 0, 1, &ch);
+  choose("cuda", 3, shared, 0, 1, &ch);
   ck_assert_int_eq(ch.status, DDP_OK);
   ck_assert_str_eq(ch.device, "cuda");
   ck_assert_ptr_null(ch.grad_comm);
+}
+END_TEST
+
+/* ---- selection by capability ------------------------------------------ */
+
+START_TEST(test_comm_kinds_declare_this_build) {
+  ddp_comm_caps_t k[8];
+  const size_t n = ddp_comm_kinds(k, 8);
+  ck_assert_uint_eq(ddp_comm_kinds(NULL, 0), n);
+  ck_assert_uint_eq(ddp_comm_kinds(NULL, 5), n); /* no buffer: the count alone */
+  ck_assert_uint_eq(n, 3);                       /* each kind once, built or not */
+  const unsigned host_mem = DDP_COMM_READS(DDP_DEVICE_KIND_CPU);
+  const unsigned gpu_mem = DDP_COMM_READS(DDP_DEVICE_KIND_CUDA);
+  int seen = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ck_assert_ptr_nonnull(k[i].kind);
+    ck_assert_ptr_nonnull(k[i].label);
+    ck_assert_int_eq(k[i].built, ddp_comm_kind_built(k[i].kind));
+    if (i > 0) ck_assert_int_ge(k[i - 1].built, k[i].built); /* built kinds first */
+    if (strcmp(k[i].kind, "self") == 0) {
+      seen |= 1;
+      ck_assert_int_eq(k[i].role, DDP_COMM_ROLE_HOST);
+      ck_assert_int_eq(k[i].multi_rank, 0);
+      ck_assert_uint_eq(k[i].reads, DDP_COMM_READS_ANY);
+    } else if (strcmp(k[i].kind, "mpi") == 0) {
+      seen |= 2;
+      ck_assert_int_eq(k[i].role, DDP_COMM_ROLE_HOST);
+      ck_assert_int_eq(k[i].multi_rank, 1);
+      ck_assert_int_eq(k[i].device_per_rank, 0);
+      ck_assert_uint_eq(k[i].reads & host_mem, host_mem);
+      /* decided at run time, by the library */
+      ck_assert_int_eq((k[i].reads & gpu_mem) != 0, k[i].built && ddp_comm_mpi_cuda_aware());
+    } else if (strcmp(k[i].kind, "nccl") == 0) {
+      seen |= 4;
+      ck_assert_int_eq(k[i].role, DDP_COMM_ROLE_DEVICE);
+      ck_assert_int_eq(k[i].multi_rank, 1);
+      ck_assert_int_eq(k[i].device_per_rank, 1);
+      ck_assert_uint_eq(k[i].reads, gpu_mem); /* GPU memory only */
+    } else {
+      ck_abort_msg("unexpected kind '%s'", k[i].kind);
+    }
+  }
+  ck_assert_int_eq(seen, 7);
+  /* a short buffer gets the first entries and nothing is written past them */
+  ddp_comm_caps_t two[3];
+  memset(two, 0xA5, sizeof two);
+  ck_assert_uint_eq(ddp_comm_kinds(two, 2), n);
+  ck_assert_str_eq(two[0].kind, k[0].kind);
+  ck_assert_str_eq(two[1].kind, k[1].kind);
+  const unsigned char *tail = (const unsigned char *)&two[2];
+  for (size_t b = 0; b < sizeof two[2]; ++b) ck_assert_uint_eq(tail[b], 0xA5);
+}
+END_TEST
+
+START_TEST(test_comm_get_caps_of_a_host_communicator) {
+  ddp_comm_t *c = open_comm(_i, 0);
+  if (!c) return;
+  ddp_comm_caps_t caps;
+  ck_assert_int_eq(ddp_comm_get_caps(c, &caps), DDP_OK);
+  ck_assert_str_eq(caps.kind, ddp_comm_name(c));
+  ck_assert_int_eq(caps.built, 1);
+  ck_assert_int_eq(caps.role, DDP_COMM_ROLE_HOST);
+  ck_assert_uint_ne(caps.reads & DDP_COMM_READS(DDP_DEVICE_KIND_CPU), 0);
+  ck_assert_int_eq((caps.reads & DDP_COMM_READS(DDP_DEVICE_KIND_CUDA)) != 0,
+                   ddp_comm_reads_device_memory(c));
+  ddp_test_log_start();
+  const ddp_status_t e_comm = ddp_comm_get_caps(NULL, &caps);
+  const ddp_status_t e_out = ddp_comm_get_caps(c, NULL);
+  char *log = ddp_test_log_stop();
+  close_comm();
+  ck_assert_int_eq(e_comm, DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(e_out, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "comm get_caps: NULL argument");
+  free(log);
+}
+END_TEST
+
+/* ddp_comm_select_for_memory over a table, as ddp_comm_create_for_backend
+ * calls it with this build's registry. */
+static ddp_status_t select_on(const ddp_comm_caps_t *kinds, size_t n, const ddp_comm_caps_t *host,
+                              ddp_device_kind_t mem, int rank, int world,
+                              const ddp_comm_caps_t **grad, char *why) {
+  return ddp_comm_select_for_memory(kinds, n, host, mem, rank, world, grad, why, 512);
+}
+
+START_TEST(test_comm_select_for_memory_by_capability) {
+  ddp_comm_caps_t k[3];
+  const ddp_comm_caps_t *g = NULL;
+  char why[512];
+  const ddp_device_kind_t CPU = DDP_DEVICE_KIND_CPU, CUDA = DDP_DEVICE_KIND_CUDA;
+  /* host memory (the CPU backend), one rank or several: the host
+   * communicator, whatever else this build has */
+  fake_kinds(k, 1, 1);
+  for (int w = 1; w <= 4; w += 3) {
+    g = &k[0];
+    ck_assert_int_eq(select_on(k, 3, &k[w == 1 ? 0 : 1], CPU, 0, w, &g, why), DDP_OK);
+    ck_assert_ptr_null(g);
+    ck_assert_str_eq(why, "");
+  }
+  /* one rank on a GPU: "self" reads any memory, and one rank gets no
+   * device communicator */
+  g = &k[0];
+  ck_assert_int_eq(select_on(k, 3, &k[0], CUDA, 0, 1, &g, why), DDP_OK);
+  ck_assert_ptr_null(g);
+  /* several GPU ranks: the dedicated one, even beside a CUDA-aware MPI */
+  for (int aware = 0; aware <= 1; ++aware) {
+    fake_kinds(k, 1, aware);
+    ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 3, 4, &g, why), DDP_OK);
+    ck_assert_ptr_eq(g, &k[2]);
+    ck_assert_str_eq(g->kind, "nccl");
+    ck_assert_str_eq(why, "");
+  }
+  /* none built, a CUDA-aware MPI: the host communicator serves */
+  fake_kinds(k, 0, 1);
+  g = &k[0];
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 0, 2, &g, why), DDP_OK);
+  ck_assert_ptr_null(g);
+  /* neither: the error names the rank, the world, the host communicator
+   * and what this build lacks, and says what to do */
+  fake_kinds(k, 0, 0);
+  g = &k[0];
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 2, 4, &g, why), DDP_ERR_UNSUPPORTED);
+  ck_assert_ptr_null(g);
+  ck_assert_str_eq(why,
+                   "rank 2: 4 ranks on the CUDA backend need a communicator that reads CUDA "
+                   "memory: this build has no NCCL communicator and the 'mpi' communicator is not "
+                   "CUDA-aware. Run a single rank per GPU job, or --device cpu");
+  /* a table without any device communicator (an empty one is valid) */
+  ck_assert_int_eq(select_on(k, 2, &k[1], CUDA, 0, 2, &g, why), DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(why,
+                      "this build has no communicator for CUDA memory and the 'mpi' "
+                      "communicator is not CUDA-aware");
+  ck_assert_int_eq(select_on(NULL, 0, &k[1], CUDA, 1, 2, &g, why), DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(why, "rank 1: 2 ranks on the CUDA backend");
+  ddp_assert_contains(why, "this build has no communicator for CUDA memory");
+  /* a device communicator for one rank only is none for several */
+  fake_kinds(k, 1, 0);
+  k[2].multi_rank = 0;
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 0, 2, &g, why), DDP_ERR_UNSUPPORTED);
+  /* one rank whose host communicator reads host memory only */
+  fake_kinds(k, 1, 0);
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 0, 1, &g, why), DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(why, "rank 0: 1 ranks on the CUDA backend need a communicator");
+  ddp_assert_contains(why, "a dedicated device communicator serves several ranks only");
+  ddp_assert_contains(why, "Run a single rank per GPU job, or --device cpu");
+  /* no room for the message: the status alone, and a zero-length why is
+   * never written */
+  fake_kinds(k, 0, 0);
+  ck_assert_int_eq(ddp_comm_select_for_memory(k, 3, &k[1], CUDA, 0, 2, &g, NULL, 0),
+                   DDP_ERR_UNSUPPORTED);
+  why[0] = 'x';
+  ck_assert_int_eq(ddp_comm_select_for_memory(k, 3, &k[1], CUDA, 0, 2, &g, why, 0),
+                   DDP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(why[0], 'x');
+}
+END_TEST
+
+START_TEST(test_comm_select_for_memory_rejects_bad_input) {
+  ddp_comm_caps_t k[3];
+  fake_kinds(k, 1, 0);
+  const ddp_comm_caps_t *g = &k[0];
+  char why[512];
+  const ddp_device_kind_t CUDA = DDP_DEVICE_KIND_CUDA;
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 0, 2, NULL, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: NULL result");
+  ck_assert_int_eq(select_on(k, 3, NULL, CUDA, 0, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: NULL host communicator");
+  ck_assert_ptr_null(g); /* cleared on every error */
+  g = &k[0];
+  ck_assert_int_eq(select_on(NULL, 3, &k[1], CUDA, 0, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: NULL capability table");
+  ck_assert_ptr_null(g);
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 0, 0, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: rank 0 outside a world of 0");
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, -1, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: rank -1 outside a world of 2");
+  ck_assert_int_eq(select_on(k, 3, &k[1], CUDA, 2, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: rank 2 outside a world of 2");
+  ck_assert_int_eq(select_on(k, 3, &k[1], (ddp_device_kind_t)-1, 0, 2, &g, why),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: memory kind -1 outside [0, 32)");
+  ck_assert_int_eq(select_on(k, 3, &k[1], (ddp_device_kind_t)DDP_COMM_MEMORY_KINDS, 0, 2, &g, why),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: memory kind 32 outside [0, 32)");
+  /* the host entry must be a host communicator this build has */
+  ddp_comm_caps_t host = k[1];
+  host.built = 0;
+  ck_assert_int_eq(select_on(k, 3, &host, CUDA, 0, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: 'mpi' is not a built host communicator");
+  ck_assert_int_eq(select_on(k, 3, &k[2], CUDA, 0, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: 'nccl' is not a built host communicator");
+  host = k[2];
+  host.kind = NULL;
+  ck_assert_int_eq(select_on(k, 3, &host, CUDA, 0, 2, &g, why), DDP_ERR_INVALID_ARG);
+  ck_assert_str_eq(why, "comm select: '(unnamed)' is not a built host communicator");
+  /* bad input with no room for the message: the status alone */
+  ck_assert_int_eq(ddp_comm_select_for_memory(k, 3, NULL, CUDA, 0, 2, &g, NULL, 0),
+                   DDP_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* The backend of ddp_comm_create_for_backend without a GPU behind it: a
+ * CUDA-kind backend with no state, which only selection ever looks at (a
+ * device communicator given it refuses it on every rank alike). */
+static const ddp_backend_ops_t k_fake_cuda_ops = {.name = "fake-cuda",
+                                                  .kind = DDP_DEVICE_KIND_CUDA};
+
+START_TEST(test_comm_create_for_backend_by_what_reads_the_memory) {
+  ddp_comm_t *c = open_comm(_i, 0);
+  if (!c) return;
+  /* The CPU backend, one rank or several: the host communicator serves. */
+  ddp_backend_t *cpu = ddp_test_cpu_backend();
+  ddp_comm_t *grad = c;
+  const ddp_status_t e_cpu = ddp_comm_create_for_backend(&g_dist, cpu, c, &grad);
+  ddp_backend_destroy(cpu);
+  ck_assert_int_eq(e_cpu, DDP_OK);
+  ck_assert_ptr_null(grad);
+  /* CUDA memory: whatever the pure selection over this build's registry
+   * says, and the one-line error when it says nothing can. */
+  ddp_backend_t fake = {.ops = &k_fake_cuda_ops, .device = 0};
+  ddp_comm_caps_t kinds[8], host;
+  const size_t n = ddp_comm_kinds(kinds, 8);
+  ck_assert_int_eq(ddp_comm_get_caps(c, &host), DDP_OK);
+  const ddp_comm_caps_t *want = NULL;
+  const ddp_status_t expect = ddp_comm_select_for_memory(kinds, n, &host, DDP_DEVICE_KIND_CUDA,
+                                                         g_dist.rank, g_dist.world, &want, NULL, 0);
+  ddp_test_log_start();
+  grad = c;
+  const ddp_status_t e_gpu = ddp_comm_create_for_backend(&g_dist, &fake, c, &grad);
+  char *log = ddp_test_log_stop();
+  close_comm();
+  ck_assert_ptr_null(grad);
+  if (g_dist.world == 1 && strcmp(host.kind, "self") == 0) {
+    ck_assert_int_eq(expect, DDP_OK); /* one rank: "self" reads any memory */
+    ck_assert_ptr_null(want);
+  }
+  if (expect != DDP_OK) {
+    ck_assert_int_eq(e_gpu, expect);
+    ddp_assert_contains(log,
+                        "ranks on the CUDA backend need a communicator that reads CUDA memory");
+    ddp_assert_contains(log, "Run a single rank per GPU job, or --device cpu");
+  } else if (want) {
+    /* it did create the device communicator, which refused the stateless
+     * backend on every rank */
+    ck_assert_int_ne(e_gpu, DDP_OK);
+    ddp_assert_contains(log, "needs the CUDA backend in its config");
+    ddp_assert_contains(log, "got fake-cuda");
+  } else {
+    ck_assert_int_eq(e_gpu, DDP_OK);
+  }
+  free(log);
+}
+END_TEST
+
+START_TEST(test_comm_create_for_backend_rejects_bad_input) {
+  ddp_comm_t *c = open_comm(0, 0);
+  ddp_backend_t *cpu = ddp_test_cpu_backend();
+  ddp_backend_t bare = {.ops = NULL};
+  ddp_dist_t other_world = g_dist, other_rank = g_dist;
+  other_world.world += 1;
+  other_rank.rank += 1;
+  ddp_comm_t *g[7] = {c, c, c, c, c, c, c};
+  ddp_status_t e[7];
+  ddp_test_log_start();
+  e[0] = ddp_comm_create_for_backend(NULL, cpu, c, &g[0]);
+  e[1] = ddp_comm_create_for_backend(&g_dist, NULL, c, &g[1]);
+  e[2] = ddp_comm_create_for_backend(&g_dist, cpu, NULL, &g[2]);
+  e[3] = ddp_comm_create_for_backend(&g_dist, cpu, c, NULL);
+  e[4] = ddp_comm_create_for_backend(&g_dist, &bare, c, &g[4]);
+  e[5] = ddp_comm_create_for_backend(&other_world, cpu, c, &g[5]);
+  e[6] = ddp_comm_create_for_backend(&other_rank, cpu, c, &g[6]);
+  char *log = ddp_test_log_stop();
+  ddp_backend_destroy(cpu);
+  close_comm();
+  for (int i = 0; i < 7; ++i) {
+    ck_assert_int_eq(e[i], DDP_ERR_INVALID_ARG);
+    if (i != 3) ck_assert_ptr_null(g[i]);
+  }
+  ddp_assert_contains(log, "comm create_for_backend: NULL argument");
+  char want[160];
+  snprintf(want, sizeof want,
+           "comm create_for_backend: the host communicator is rank %d of %d, the job rank %d of %d",
+           g_dist.rank, g_dist.world, g_dist.rank, g_dist.world + 1);
+  ddp_assert_contains(log, want);
+  snprintf(want, sizeof want,
+           "comm create_for_backend: the host communicator is rank %d of %d, the job rank %d of %d",
+           g_dist.rank, g_dist.world, g_dist.rank + 1, g_dist.world);
+  ddp_assert_contains(log, want);
+  free(log);
+}
+END_TEST
+
+/* ddp_comm_choose decides from this build's registry exactly what the
+ * table of the same build (MPI and NCCL built or not, the library's
+ * CUDA-awareness) decides. */
+START_TEST(test_comm_choose_reads_the_registry) {
+  const int nccl = ddp_comm_kind_built("nccl"), aware = ddp_comm_mpi_cuda_aware();
+  ddp_comm_caps_t k[3];
+  fake_kinds(k, nccl, aware);
+  k[1].built = have_mpi();
+  const ddp_comm_gpu_probe_t own[4] = {gpu(0, "n0"), gpu(1, "n0"), gpu(0, "n1"), gpu(1, "n1")};
+  const ddp_comm_gpu_probe_t shared[3] = {gpu(0, "n0"), gpu(0, "n1"), gpu(0, "n0")};
+  const ddp_comm_gpu_probe_t missing[3] = {gpu(0, "n0"), no_gpu("n1", "none"), gpu(1, "n0")};
+  const ddp_comm_gpu_probe_t *sets[3] = {own, shared, missing};
+  const int worlds[3] = {4, 3, 3};
+  const char *devices[3] = {"auto", "cuda", "cpu"};
+  for (int s = 0; s < 3; ++s) {
+    for (int d = 0; d < 3; ++d) {
+      ddp_comm_choice_t a, b;
+      ddp_comm_choose(devices[d], worlds[s], sets[s], &a);
+      ddp_comm_choose_from(k, 3, devices[d], worlds[s], sets[s], &b);
+      ck_assert_int_eq(a.status, b.status);
+      ck_assert_str_eq(a.device, b.device);
+      ck_assert_str_eq(a.message, b.message);
+      ck_assert_int_eq(a.grad_comm == NULL, b.grad_comm == NULL);
+      if (a.grad_comm) ck_assert_str_eq(a.grad_comm, b.grad_comm);
+    }
+  }
+  ddp_comm_choice_t ch;
+  ddp_comm_choose("cuda", 4, own, &ch);
+  if (nccl) {
+    ck_assert_ptr_nonnull(ch.grad_comm);
+    ck_assert_str_eq(ch.grad_comm, "nccl");
+  } else {
+    ck_assert_ptr_null(ch.grad_comm);
+  }
+}
+END_TEST
+
+START_TEST(test_comm_choose_from_other_tables_and_bad_input) {
+  ddp_comm_choice_t ch;
+  ddp_comm_caps_t k[3];
+  const ddp_comm_gpu_probe_t own[2] = {gpu(0, "n0"), gpu(1, "n0")};
+  const ddp_comm_gpu_probe_t shared[3] = {gpu(0, "n0"), gpu(0, "n1"), gpu(0, "n0")};
+  /* a NULL table with kinds in it */
+  ddp_comm_choose_from(NULL, 2, "cuda", 2, own, &ch);
+  ck_assert_int_eq(ch.status, DDP_ERR_INVALID_ARG);
+  ck_assert_ptr_null(ch.grad_comm);
+  ddp_assert_contains(ch.message, "comm choose: NULL capability table of 2 kinds");
+  /* nowhere to write: nothing happens */
+  fake_kinds(k, 1, 0);
+  ddp_comm_choose_from(k, 3, "cuda", 2, own, NULL);
+  /* an empty table: nothing for CUDA memory and nothing for several ranks */
+  ddp_comm_choose_from(NULL, 0, "cuda", 2, own, &ch);
+  ck_assert_int_eq(ch.status, DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(ch.message,
+                      "this build has no communicator for CUDA memory and no communicator for "
+                      "several ranks");
+  ddp_comm_choose_from(NULL, 0, "auto", 2, own, &ch);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_str_eq(ch.device, "cpu");
+  ddp_assert_contains(ch.message, "every rank trains on the CPU with the host communicator");
+  /* a device communicator that needs no GPU per rank takes a shared one */
+  fake_kinds(k, 1, 0);
+  k[2].device_per_rank = 0;
+  ddp_comm_choose_from(k, 3, "cuda", 3, shared, &ch);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_ptr_eq(ch.grad_comm, k[2].kind);
+  /* one for a single rank is none for the job: the CUDA-aware MPI serves */
+  fake_kinds(k, 1, 1);
+  k[2].multi_rank = 0;
+  ddp_comm_choose_from(k, 3, "cuda", 2, own, &ch);
+  ck_assert_int_eq(ch.status, DDP_OK);
+  ck_assert_str_eq(ch.device, "cuda");
+  ck_assert_ptr_null(ch.grad_comm);
+  /* messages name the kinds as the table labels them */
+  fake_kinds(k, 0, 0);
+  k[1].label = "XMPI";
+  k[2].label = "XCCL";
+  ddp_comm_choose_from(k, 3, "auto", 2, own, &ch);
+  ck_assert_str_eq(ch.device, "cpu");
+  ddp_assert_contains(ch.message,
+                      "this build has no XCCL communicator and the XMPI library is not CUDA-aware");
+  ddp_assert_contains(ch.message, "every rank trains on the CPU with the XMPI communicator");
+  fake_kinds(k, 1, 0);
+  k[2].label = "XCCL";
+  ddp_comm_choose_from(k, 3, "auto", 3, shared, &ch);
+  ddp_assert_contains(ch.message, "would share cuda:0, and XCCL needs a GPU per rank");
+  /* an entry without a label is named by its kind */
+  fake_kinds(k, 0, 0);
+  k[2].label = NULL;
+  ddp_comm_choose_from(k, 3, "cuda", 2, own, &ch);
+  ck_assert_int_eq(ch.status, DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(ch.message, "this build has no nccl communicator");
 }
 END_TEST
 
@@ -834,6 +1252,18 @@ static Suite *comm_suite(void) {
   tcase_add_test(tc, test_comm_choose_a_rank_without_gpu_moves_everyone_to_the_cpu);
   tcase_add_test(tc, test_comm_choose_long_lists_are_cut_with_the_count);
   tcase_add_test(tc, test_comm_choose_shared_gpu_or_no_reducer);
+  tcase_add_test(tc, test_comm_choose_reads_the_registry);
+  tcase_add_test(tc, test_comm_choose_from_other_tables_and_bad_input);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("capabilities");
+  tcase_add_checked_fixture(tc, NULL, teardown);
+  tcase_add_test(tc, test_comm_kinds_declare_this_build);
+  tcase_add_loop_test(tc, test_comm_get_caps_of_a_host_communicator, 0, N_CONFIGS);
+  tcase_add_test(tc, test_comm_select_for_memory_by_capability);
+  tcase_add_test(tc, test_comm_select_for_memory_rejects_bad_input);
+  tcase_add_loop_test(tc, test_comm_create_for_backend_by_what_reads_the_memory, 0, N_CONFIGS);
+  tcase_add_test(tc, test_comm_create_for_backend_rejects_bad_input);
   suite_add_tcase(s, tc);
   return s;
 }

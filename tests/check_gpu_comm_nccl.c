@@ -102,6 +102,37 @@ START_TEST(test_gpu_nccl_reports_kind_and_rank) {
 }
 END_TEST
 
+/* Capabilities on a real GPU: NCCL declares itself a device communicator
+ * of CUDA memory only, cannot stand in for the host communicator of a
+ * selection, and one rank on the CUDA backend gets no device communicator
+ * ("self" reads any memory). */
+START_TEST(test_gpu_nccl_selected_by_capability) {
+  open_nccl(0, 0);
+  ddp_comm_caps_t caps;
+  ck_assert_int_eq(ddp_comm_get_caps(g_comm, &caps), DDP_OK);
+  ck_assert_str_eq(caps.kind, "nccl");
+  ck_assert_int_eq(caps.built, 1);
+  ck_assert_int_eq(caps.role, DDP_COMM_ROLE_DEVICE);
+  ck_assert_uint_eq(caps.reads, DDP_COMM_READS(DDP_DEVICE_KIND_CUDA));
+  ddp_comm_t *grad = NULL;
+  ddp_test_log_start();
+  const ddp_status_t e_dev = ddp_comm_create_for_backend(&g_dist, g_be, g_comm, &grad);
+  char *log = ddp_test_log_stop();
+  close_comm();
+  ck_assert_int_eq(e_dev, DDP_ERR_INVALID_ARG);
+  ck_assert_ptr_null(grad);
+  ddp_assert_contains(log, "comm select: 'nccl' is not a built host communicator");
+  free(log);
+  ddp_comm_t *host = NULL;
+  ck_assert_int_eq(ddp_comm_create(&g_dist, NULL, &host), DDP_OK);
+  grad = host;
+  const ddp_status_t e_one = ddp_comm_create_for_backend(&g_dist, g_be, host, &grad);
+  ddp_comm_destroy(host);
+  ck_assert_int_eq(e_one, DDP_OK);
+  ck_assert_ptr_null(grad);
+}
+END_TEST
+
 /* One rank: the sum is the input, bit for bit, in every dtype and size
  * (odd sizes, 0 with a NULL buffer); both ways of completing. */
 START_TEST(test_gpu_nccl_allreduce_every_dtype_in_place) {
@@ -382,6 +413,7 @@ static Suite *nccl_suite(void) {
   tcase_add_checked_fixture(tc, NULL, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_gpu_nccl_reports_kind_and_rank);
+  tcase_add_test(tc, test_gpu_nccl_selected_by_capability);
   tcase_add_test(tc, test_gpu_nccl_allreduce_every_dtype_in_place);
   tcase_add_test(tc, test_gpu_nccl_broadcast_and_in_place_allgather_keep_the_data);
   tcase_add_test(tc, test_gpu_nccl_stream_order_fill_gather_wait);

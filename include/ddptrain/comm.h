@@ -4,7 +4,9 @@
  * still running and waits for them all before the optimizer, so every
  * collective here is asynchronous: a call *issues* the operation and returns a
  * completion handle; wait() (or test()/stream_wait()) completes it. One
- * interface serves three implementations, picked by name:
+ * interface serves three implementations, picked by name (or, for data in a
+ * backend's memory, by what they declare they can read: see "capabilities"
+ * below):
  *   - "self": world size 1; every collective is complete when issued;
  *   - "mpi":  host buffers over MPI, progressed by a helper thread running
  *             blocking collectives ("thread") or by nonblocking MPI requests
@@ -119,9 +121,10 @@ int ddp_comm_world(const ddp_comm_t *c);
 const char *ddp_comm_name(const ddp_comm_t *c); /* "self", "mpi", "nccl" */
 /* "thread", "test" (mpi); "stream" (nccl); "none" for self */
 const char *ddp_comm_progress_mode(const ddp_comm_t *c);
-/* Nonzero when the communicator's collectives may read and write GPU
- * memory: "self" (nothing moves between ranks), "nccl" (GPU memory only:
- * host buffers are rejected), "mpi" only when the MPI library is CUDA-aware
+/* Nonzero when the communicator's collectives may read and write device
+ * memory of some kind (its capabilities, ddp_comm_get_caps, name which):
+ * "self" (nothing moves between ranks), "nccl" (GPU memory only: host
+ * buffers are rejected), "mpi" only when the MPI library is CUDA-aware
  * (Open MPI's MPIX_Query_cuda_support). */
 int ddp_comm_reads_device_memory(const ddp_comm_t *c);
 /* Nonzero when this build has the kind ("self", "mpi", "nccl"). */
@@ -172,6 +175,84 @@ void ddp_comm_progress(ddp_comm_t *c);
 void ddp_comm_get_stats(const ddp_comm_t *c, ddp_comm_stats_t *s);
 void ddp_comm_reset_stats(ddp_comm_t *c);
 
+/* ---- capabilities: what each kind can read, as its registry entry says --
+ *
+ * Code outside the communicators picks one by what it can do, never by its
+ * name, so a new device communicator is used by adding its registry entry.
+ * Memory kinds are ddp_device_kind_t values, DDP_DEVICE_KIND_CPU standing
+ * for host memory. */
+
+/* The bit of a memory kind in ddp_comm_caps_t.reads. */
+#define DDP_COMM_READS(device_kind) (1u << (unsigned)(device_kind))
+/* Memory kinds a bit can name (the width of `reads`). */
+#define DDP_COMM_MEMORY_KINDS 32
+#define DDP_COMM_READS_ANY (~0u)
+
+typedef enum ddp_comm_role {
+  /* The job's communicator (created by kind, "auto" picks one): host
+   * memory, and device memory where its library can read it, which is
+   * decided at run time (a CUDA-aware MPI). */
+  DDP_COMM_ROLE_HOST = 0,
+  /* A dedicated device communicator, created beside the host one for data
+   * in one device kind's memory ("nccl"). */
+  DDP_COMM_ROLE_DEVICE = 1
+} ddp_comm_role_t;
+
+typedef struct ddp_comm_caps {
+  const char *kind;  /* the registry name, for ddp_comm_config_t.kind and logs */
+  const char *label; /* how messages name it: "MPI", "NCCL" */
+  int built;         /* this build has it (the registry also lists kinds it lacks) */
+  ddp_comm_role_t role;
+  int multi_rank;      /* can serve more than one rank ("self" cannot) */
+  int device_per_rank; /* needs a device of its own on every rank (NCCL
+                          refuses two ranks on one GPU) */
+  /* DDP_COMM_READS bits of the memory its collectives read and write. For a
+   * built host communicator this includes what its library answers now;
+   * for a kind this build lacks, what it would read. */
+  unsigned reads;
+} ddp_comm_caps_t;
+
+/* The registry, one entry per kind, in order of preference (built kinds
+ * first): copies min(n, cap) entries to out and returns n, the number of
+ * kinds. out may be NULL when cap is 0. The strings are static. */
+size_t ddp_comm_kinds(ddp_comm_caps_t *out, size_t cap);
+/* The capabilities of c's kind; DDP_ERR_INVALID_ARG for a NULL argument. */
+ddp_status_t ddp_comm_get_caps(const ddp_comm_t *c, ddp_comm_caps_t *out);
+
+/* Pure (no I/O, no MPI): which communicator carries data in memory of
+ * `mem` over the `world` ranks of a job whose host communicator declares
+ * `host`, choosing among `kinds` (a ddp_comm_kinds() table, or a test's).
+ *   - world > 1 and mem a device kind: the first built, multi-rank
+ *     dedicated device communicator in `kinds` that reads mem (*grad points
+ *     at its entry). It is preferred even when the host communicator could
+ *     read mem too: it runs on its own stream, beside the compute, and it is
+ *     what ddp_comm_choose() promised every rank;
+ *   - otherwise, when the host communicator reads mem: *grad = NULL (the
+ *     host communicator serves; always so for host memory and for "self");
+ *   - otherwise DDP_ERR_UNSUPPORTED, with a message for `rank` naming the
+ *     world, the host communicator, what this build lacks, and the advice.
+ * Bad input (NULL host or grad, NULL kinds with n_kinds > 0, world < 1, rank
+ * outside [0, world), a host entry that is not a built host communicator,
+ * mem outside [0, DDP_COMM_MEMORY_KINDS)) is DDP_ERR_INVALID_ARG. why (when
+ * not NULL) receives the message of every error, "" on success. */
+ddp_status_t ddp_comm_select_for_memory(const ddp_comm_caps_t *kinds, size_t n_kinds,
+                                        const ddp_comm_caps_t *host, ddp_device_kind_t mem,
+                                        int rank, int world, const ddp_comm_caps_t **grad,
+                                        char *why, size_t why_len);
+
+/* Collective: the communicator for data in be's memory (the gradients, the
+ * weights' broadcast) on a job whose host communicator is host_comm, by
+ * ddp_comm_select_for_memory() over this build's registry. *out is the new
+ * dedicated device communicator (config: its kind and be; destroy it before
+ * the backend), or NULL when host_comm serves. Every rank must pass the same
+ * kind of backend, so every rank decides the same. Errors, with one log
+ * line: NULL arguments (or a backend without ops), or a host_comm whose rank
+ * or world is not dist's, DDP_ERR_INVALID_ARG (before any collective);
+ * nothing can read be's memory, DDP_ERR_UNSUPPORTED ("Run a single rank per
+ * GPU job, or --device cpu"); or the communicator's own create error. */
+ddp_status_t ddp_comm_create_for_backend(const ddp_dist_t *dist, ddp_backend_t *be,
+                                         const ddp_comm_t *host_comm, ddp_comm_t **out);
+
 /* ---- which device and which gradient communicator a job uses ----------
  *
  * Several ranks train on GPUs only when every rank has one of its own and
@@ -187,30 +268,48 @@ typedef struct ddp_comm_gpu_probe {
 } ddp_comm_gpu_probe_t;
 
 typedef struct ddp_comm_choice {
-  const char *device;    /* the backend to create: the requested device, or "cpu" */
-  const char *grad_comm; /* "nccl", or NULL: the host communicator reduces the gradients */
-  ddp_status_t status;   /* DDP_OK, or the error every rank stops with */
+  const char *device; /* the backend to create: the requested device, or "cpu" */
+  /* The kind of the dedicated device communicator that will reduce the
+   * gradients (its registry name, "nccl", for logs), or NULL: the host
+   * communicator reduces them. */
+  const char *grad_comm;
+  ddp_status_t status; /* DDP_OK, or the error every rank stops with */
   /* One line for the log, "" when there is nothing to say: the reason for a
    * fallback to the CPU (info, rank 0), or the error (every rank). */
   char message[512];
 } ddp_comm_choice_t;
 
-/* Pure: no I/O, no MPI. `device` is the --device text ("auto", "cpu",
- * "cuda", "cuda:N"; NULL = "auto"), `probes` one entry per rank (NULL when
- * world is 1). The rules, for world > 1 and a device other than cpu:
- *   - every rank has a usable GPU, no two ranks of a host share one, and
- *     NCCL is built: the device as requested, gradients over "nccl";
- *   - NCCL is not built but the MPI is CUDA-aware: the device as requested,
- *     gradients over the host communicator (MPI);
+/* ddp_comm_choose_from() over this build's registry (ddp_comm_kinds(),
+ * whose host communicator's CUDA-awareness is the MPI library's answer now).
+ * Every rank of a job has the same build and library, so every rank decides
+ * the same. */
+void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *probes,
+                     ddp_comm_choice_t *out);
+/* Pure: no I/O, no MPI. `kinds` is a capability table (ddp_comm_kinds(),
+ * or a test's), `device` the --device text ("auto", "cpu", "cuda",
+ * "cuda:N"; NULL = "auto"), `probes` one entry per rank (NULL when world is
+ * 1). The communicators that matter are the first built, multi-rank
+ * dedicated device communicator in `kinds` that reads CUDA memory (the
+ * "device communicator") and the first built, multi-rank host communicator
+ * (the one "auto" creates for several ranks). The rules, for world > 1 and a
+ * device other than cpu:
+ *   - every rank has a usable GPU, no two ranks of a host share one where the
+ *     device communicator needs a GPU per rank, and a device communicator is
+ *     built: the device as requested, gradients over it (grad_comm = its
+ *     kind);
+ *   - none is built but the host communicator reads CUDA memory (a
+ *     CUDA-aware MPI): the device as requested, gradients over the host
+ *     communicator;
  *   - otherwise "auto" falls back to "cpu" on every rank (and says which
  *     ranks lack a GPU, or what is missing), and an explicit cuda is an error
  *     (DDP_ERR_NO_DEVICE naming the ranks without a GPU, DDP_ERR_UNSUPPORTED
  *     for a shared GPU or a build that cannot reduce GPU gradients).
  * A job where no rank has a GPU under "auto" is the plain CPU case: "cpu",
  * and no message. World 1 or "cpu": the device as given, no gradient
- * communicator of its own. */
-void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *probes,
-                     int nccl_built, int mpi_cuda_aware, ddp_comm_choice_t *out);
+ * communicator of its own. NULL kinds with n_kinds > 0 is
+ * DDP_ERR_INVALID_ARG; a NULL out is ignored. */
+void ddp_comm_choose_from(const ddp_comm_caps_t *kinds, size_t n_kinds, const char *device,
+                          int world, const ddp_comm_gpu_probe_t *probes, ddp_comm_choice_t *out);
 
 #ifdef __cplusplus
 }

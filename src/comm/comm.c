@@ -1,5 +1,5 @@
-/* Communicator creation by name, argument checks, the handle pool and the
- * statistics (see ddptrain/comm.h).
+/* Communicator creation by name, argument checks, the handle pool, the
+ * statistics, and selection by capability (see ddptrain/comm.h).
  *
  * Every check that does not depend on the transport happens here, before an
  * implementation sees the call, so "self" rejects exactly what "mpi" rejects
@@ -8,8 +8,12 @@
  * step. The #ifs on DDP_HAVE_MPI and DDP_COMM_HAVE_NCCL live in the registry
  * below and nowhere else outside comm_mpi.c and comm_nccl.c.
  *
- * ddp_comm_choose() (the device and gradient communicator of a multi-rank
- * job) is here too: it is pure, so the CPU suite tests every rule of it. */
+ * Selection by capability is here too: the registry's declarations
+ * (ddp_comm_kinds), the communicator for a backend's memory
+ * (ddp_comm_select_for_memory, ddp_comm_create_for_backend) and the device
+ * and gradient communicator of a multi-rank job (ddp_comm_choose). The
+ * deciding functions are pure functions of a capability table, so the CPU
+ * suite tests every rule of them with tables of builds it is not. */
 #include <config.h>
 
 #include <math.h>
@@ -34,6 +38,29 @@ static const ddp_comm_ops_t *const k_registry[] = {
 #endif
     NULL,
 };
+
+/* Kinds this build lacks, declared all the same so that selection can say
+ * what is missing ("this build has no NCCL communicator") from the entry
+ * instead of from a name. Never created: nothing but ddp_comm_kinds() reads
+ * this list. */
+#if !DDP_HAVE_MPI
+static const ddp_comm_ops_t k_mpi_absent = {.name = "mpi", .caps = DDP_COMM_DECL_MPI};
+#endif
+#if !DDP_COMM_HAVE_NCCL
+static const ddp_comm_ops_t k_nccl_absent = {.name = "nccl", .caps = DDP_COMM_DECL_NCCL};
+#endif
+static const ddp_comm_ops_t *const k_absent[] = {
+#if !DDP_HAVE_MPI
+    &k_mpi_absent,
+#endif
+#if !DDP_COMM_HAVE_NCCL
+    &k_nccl_absent,
+#endif
+    NULL,
+};
+
+/* At least the number of kinds (each list's NULL counts, so never short). */
+enum { MAX_KINDS = sizeof k_registry / sizeof *k_registry + sizeof k_absent / sizeof *k_absent };
 
 enum { DEFAULT_MAX_INFLIGHT = 64 };
 
@@ -257,10 +284,45 @@ const char *ddp_comm_name(const ddp_comm_t *c) {
   return c ? c->ops->name : "none";
 }
 
+/* The declaration of ops resolved now: a built host communicator's library
+ * is asked what it reads; a kind this build lacks is not. */
+static void caps_of(const ddp_comm_ops_t *ops, int built, ddp_comm_caps_t *out) {
+  const ddp_comm_decl_t *d = &ops->caps;
+  out->kind = ops->name;
+  out->label = d->label;
+  out->built = built;
+  out->role = d->role;
+  out->multi_rank = d->multi_rank;
+  out->device_per_rank = d->device_per_rank;
+  out->reads = d->reads | (built && d->reads_at_run_time ? d->reads_at_run_time() : 0u);
+}
+
+size_t ddp_comm_kinds(ddp_comm_caps_t *out, size_t cap) {
+  size_t n = 0;
+  for (const ddp_comm_ops_t *const *r = k_registry; *r; ++r) {
+    /* A kind's later entries are its other progress modes, not other kinds. */
+    if (find_ops((*r)->name, NULL) != *r) continue;
+    if (out && n < cap) caps_of(*r, 1, &out[n]);
+    ++n;
+  }
+  for (const ddp_comm_ops_t *const *r = k_absent; *r; ++r) {
+    if (out && n < cap) caps_of(*r, 0, &out[n]);
+    ++n;
+  }
+  return n;
+}
+
+ddp_status_t ddp_comm_get_caps(const ddp_comm_t *c, ddp_comm_caps_t *out) {
+  if (!c || !out) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm get_caps: NULL argument");
+  caps_of(c->ops, 1, out);
+  return DDP_OK;
+}
+
 int ddp_comm_reads_device_memory(const ddp_comm_t *c) {
   if (!c) return 0;
-  return strcmp(c->ops->name, "self") == 0 || strcmp(c->ops->name, "nccl") == 0 ||
-         ddp_comm_mpi_cuda_aware();
+  ddp_comm_caps_t caps;
+  caps_of(c->ops, 1, &caps);
+  return (caps.reads & ~DDP_COMM_READS(DDP_DEVICE_KIND_CPU)) != 0;
 }
 
 const char *ddp_comm_progress_mode(const ddp_comm_t *c) {
@@ -390,6 +452,129 @@ void ddp_comm_reset_stats(ddp_comm_t *c) {
   atomic_store_explicit(&c->comm_ns, 0, memory_order_relaxed);
 }
 
+/* ---- selection by capability ------------------------------------------------ */
+
+/* How messages name a memory kind (and its backend). */
+static const char *memory_label(ddp_device_kind_t mem) {
+  switch (mem) {
+    case DDP_DEVICE_KIND_CPU:
+      return "host";
+    case DDP_DEVICE_KIND_CUDA:
+      return "CUDA";
+  }
+  return "device";
+}
+
+/* How messages name a table entry: its label; a test's table may leave it
+ * out. */
+static const char *label_of(const ddp_comm_caps_t *k) {
+  return k->label ? k->label : k->kind ? k->kind : "(unnamed)";
+}
+
+/* The first entry of kinds with the role, built or not as asked, serving
+ * several ranks and reading every bit of `reads` (0: any); NULL if none.
+ * Table order is preference order. */
+static const ddp_comm_caps_t *find_caps(const ddp_comm_caps_t *kinds, size_t n,
+                                        ddp_comm_role_t role, unsigned reads, int built) {
+  for (size_t i = 0; i < n; ++i)
+    if (kinds[i].role == role && !kinds[i].built == !built && kinds[i].multi_rank &&
+        (kinds[i].reads & reads) == reads)
+      return &kinds[i];
+  return NULL;
+}
+
+/* Formats an error into why (when there is room) and returns status. */
+static ddp_status_t select_error(ddp_status_t status, char *why, size_t why_len, const char *fmt,
+                                 ...) __attribute__((format(printf, 4, 5)));
+static ddp_status_t select_error(ddp_status_t status, char *why, size_t why_len, const char *fmt,
+                                 ...) {
+  if (why && why_len > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}
+
+ddp_status_t ddp_comm_select_for_memory(const ddp_comm_caps_t *kinds, size_t n_kinds,
+                                        const ddp_comm_caps_t *host, ddp_device_kind_t mem,
+                                        int rank, int world, const ddp_comm_caps_t **grad,
+                                        char *why, size_t why_len) {
+  if (why && why_len > 0) why[0] = '\0';
+  if (grad) *grad = NULL;
+  if (!grad || !host || (!kinds && n_kinds > 0))
+    return select_error(DDP_ERR_INVALID_ARG, why, why_len, "comm select: NULL %s",
+                        !grad   ? "result"
+                        : !host ? "host communicator"
+                                : "capability table");
+  if (world < 1 || rank < 0 || rank >= world)
+    return select_error(DDP_ERR_INVALID_ARG, why, why_len,
+                        "comm select: rank %d outside a world of %d", rank, world);
+  if ((int)mem < 0 || (int)mem >= DDP_COMM_MEMORY_KINDS)
+    return select_error(DDP_ERR_INVALID_ARG, why, why_len,
+                        "comm select: memory kind %d outside [0, %d)", (int)mem,
+                        DDP_COMM_MEMORY_KINDS);
+  if (!host->built || host->role != DDP_COMM_ROLE_HOST)
+    return select_error(DDP_ERR_INVALID_ARG, why, why_len,
+                        "comm select: '%s' is not a built host communicator",
+                        host->kind ? host->kind : "(unnamed)");
+  const unsigned bit = DDP_COMM_READS(mem);
+  /* Device memory on several ranks: a dedicated communicator first (its own
+   * stream overlaps the compute, and ddp_comm_choose promised it). One rank
+   * moves nothing, so it never gets one. */
+  if (world > 1 && mem != DDP_DEVICE_KIND_CPU) {
+    const ddp_comm_caps_t *dev = find_caps(kinds, n_kinds, DDP_COMM_ROLE_DEVICE, bit, 1);
+    if (dev) {
+      *grad = dev;
+      return DDP_OK;
+    }
+  }
+  if (host->reads & bit) return DDP_OK;
+  /* Neither: handing device buffers to a communicator that reads host
+   * memory only would crash or corrupt them, so refuse before any step. */
+  const char *label = memory_label(mem);
+  char lacking[160];
+  const ddp_comm_caps_t *absent = find_caps(kinds, n_kinds, DDP_COMM_ROLE_DEVICE, bit, 0);
+  if (world == 1)
+    snprintf(lacking, sizeof lacking, "a dedicated device communicator serves several ranks only");
+  else if (absent)
+    snprintf(lacking, sizeof lacking, "this build has no %s communicator", label_of(absent));
+  else
+    snprintf(lacking, sizeof lacking, "this build has no communicator for %s memory", label);
+  return select_error(DDP_ERR_UNSUPPORTED, why, why_len,
+                      "rank %d: %d ranks on the %s backend need a communicator that reads %s "
+                      "memory: %s and the '%s' communicator is not %s-aware. Run a single rank "
+                      "per GPU job, or --device cpu",
+                      rank, world, label, label, lacking, host->kind ? host->kind : "(unnamed)",
+                      label);
+}
+
+ddp_status_t ddp_comm_create_for_backend(const ddp_dist_t *dist, ddp_backend_t *be,
+                                         const ddp_comm_t *host_comm, ddp_comm_t **out) {
+  if (out) *out = NULL;
+  if (!dist || !be || !be->ops || !host_comm || !out)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "comm create_for_backend: NULL argument");
+  /* Checked before anything collective: a rank that passes the wrong
+   * communicator stops here instead of meeting the others in a create. */
+  if (host_comm->world != dist->world || host_comm->rank != dist->rank)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "comm create_for_backend: the host communicator is rank %d of %d, the job rank %d "
+             "of %d",
+             host_comm->rank, host_comm->world, dist->rank, dist->world);
+  ddp_comm_caps_t kinds[MAX_KINDS], host;
+  const size_t n = ddp_comm_kinds(kinds, MAX_KINDS);
+  caps_of(host_comm->ops, 1, &host);
+  const ddp_comm_caps_t *grad = NULL;
+  char why[512];
+  const ddp_status_t st = ddp_comm_select_for_memory(kinds, n, &host, be->ops->kind, dist->rank,
+                                                     dist->world, &grad, why, sizeof why);
+  if (st != DDP_OK) DDP_FAIL(st, "%s", why);
+  if (!grad) return DDP_OK;
+  const ddp_comm_config_t gc = {.kind = grad->kind, .be = be};
+  return ddp_comm_create(dist, &gc, out);
+}
+
 /* ---- ddp_comm_choose -------------------------------------------------------- */
 
 /* Appends to a fixed buffer, truncating silently (the message is for a log
@@ -408,15 +593,33 @@ static void append(char *buf, size_t cap, const char *fmt, ...) {
 enum { LIST_MAX = 8 }; /* ranks named in a message; the rest are counted */
 
 void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *probes,
-                     int nccl_built, int mpi_cuda_aware, ddp_comm_choice_t *out) {
+                     ddp_comm_choice_t *out) {
+  ddp_comm_caps_t kinds[MAX_KINDS];
+  const size_t n = ddp_comm_kinds(kinds, MAX_KINDS);
+  ddp_comm_choose_from(kinds, n, device, world, probes, out);
+}
+
+void ddp_comm_choose_from(const ddp_comm_caps_t *kinds, size_t n_kinds, const char *device,
+                          int world, const ddp_comm_gpu_probe_t *probes, ddp_comm_choice_t *out) {
+  if (!out) return;
   if (!device || !*device) device = "auto";
   out->device = device;
   out->grad_comm = NULL;
   out->status = DDP_OK;
   out->message[0] = '\0';
+  const size_t cap = sizeof out->message;
+  if (!kinds && n_kinds > 0) {
+    out->status = DDP_ERR_INVALID_ARG;
+    snprintf(out->message, cap, "comm choose: NULL capability table of %zu kinds", n_kinds);
+    return;
+  }
   if (world <= 1 || !probes || strcmp(device, "cpu") == 0) return;
   const int is_auto = strcmp(device, "auto") == 0;
-  const size_t cap = sizeof out->message;
+  /* The probes are of CUDA GPUs: what matters is who reads CUDA memory. */
+  const unsigned gpu_bit = DDP_COMM_READS(DDP_DEVICE_KIND_CUDA);
+  const ddp_comm_caps_t *dev = find_caps(kinds, n_kinds, DDP_COMM_ROLE_DEVICE, gpu_bit, 1);
+  const ddp_comm_caps_t *host = find_caps(kinds, n_kinds, DDP_COMM_ROLE_HOST, 0, 1);
+  const char *host_label = host ? label_of(host) : "host";
 
   int missing = 0;
   for (int r = 0; r < world; ++r) missing += !probes[r].usable;
@@ -444,8 +647,8 @@ void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *
       out->device = "cpu";
       snprintf(out->message, cap,
                "device auto: %d of %d ranks have no usable GPU (%s), so every rank trains on the "
-               "CPU with the MPI communicator",
-               missing, world, list);
+               "CPU with the %s communicator",
+               missing, world, list, host_label);
     } else {
       out->status = DDP_ERR_NO_DEVICE;
       snprintf(out->message, cap,
@@ -456,7 +659,8 @@ void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *
     return;
   }
 
-  /* Two ranks of one host on the same ordinal share a GPU: NCCL refuses that. */
+  /* Two ranks of one host on the same ordinal share a GPU: a device
+   * communicator that needs a GPU per rank (NCCL) refuses that. */
   int shared_a = -1, shared_b = -1;
   for (int a = 0; a < world && shared_a < 0; ++a)
     for (int b = a + 1; b < world; ++b)
@@ -466,27 +670,39 @@ void ddp_comm_choose(const char *device, int world, const ddp_comm_gpu_probe_t *
         shared_b = b;
         break;
       }
-  if (nccl_built && shared_a < 0) {
-    out->grad_comm = "nccl";
+  /* A built device communicator is the one every rank will create
+   * (ddp_comm_create_for_backend prefers it), so its needs decide. */
+  if (dev && (!dev->device_per_rank || shared_a < 0)) {
+    out->grad_comm = dev->kind;
     return;
   }
-  if (!nccl_built && mpi_cuda_aware) return; /* the host communicator reads GPU memory */
+  if (!dev && host && (host->reads & gpu_bit)) return; /* the host communicator reads GPU memory */
 
   char reason[300];
-  if (nccl_built)
+  if (dev) {
     snprintf(reason, sizeof reason,
-             "ranks %d and %d on %s would share cuda:%d, and NCCL needs a GPU per rank", shared_a,
-             shared_b, probes[shared_a].host, probes[shared_a].device);
-  else
-    snprintf(reason, sizeof reason,
-             "this build has no NCCL communicator and the MPI library is not CUDA-aware, so "
-             "nothing can reduce GPU gradients");
+             "ranks %d and %d on %s would share cuda:%d, and %s needs a GPU per rank", shared_a,
+             shared_b, probes[shared_a].host, probes[shared_a].device, label_of(dev));
+  } else {
+    const ddp_comm_caps_t *absent = find_caps(kinds, n_kinds, DDP_COMM_ROLE_DEVICE, gpu_bit, 0);
+    char lacking[96], host_part[96];
+    if (absent)
+      snprintf(lacking, sizeof lacking, "this build has no %s communicator", label_of(absent));
+    else
+      snprintf(lacking, sizeof lacking, "this build has no communicator for CUDA memory");
+    if (host)
+      snprintf(host_part, sizeof host_part, "the %s library is not CUDA-aware", label_of(host));
+    else
+      snprintf(host_part, sizeof host_part, "no communicator for several ranks");
+    snprintf(reason, sizeof reason, "%s and %s, so nothing can reduce GPU gradients", lacking,
+             host_part);
+  }
   if (is_auto) {
     out->device = "cpu";
     snprintf(out->message, cap,
-             "device auto: %d ranks on GPUs: %s; every rank trains on the CPU with the MPI "
+             "device auto: %d ranks on GPUs: %s; every rank trains on the CPU with the %s "
              "communicator",
-             world, reason);
+             world, reason, host_label);
   } else {
     out->status = DDP_ERR_UNSUPPORTED;
     snprintf(out->message, cap,

@@ -1,5 +1,6 @@
 /* What communicator implementations share (internal): the ops table each one
- * fills, the handle pool's slots, and the communicator object itself.
+ * fills (with the capabilities its kind declares), the handle pool's slots,
+ * and the communicator object itself.
  *
  * comm.c owns everything that is the same for every implementation: argument
  * checks, the handle pool (acquire at issue, release at wait), statistics
@@ -42,10 +43,29 @@ typedef struct ddp_comm_slot {
   ddp_status_t status;
 } ddp_comm_slot_t;
 
+/* What a kind declares about itself (see ddp_comm_caps_t, which is this
+ * resolved at run time plus the name and whether it is built). Selection
+ * by capability reads only this, never a kind's name. Every registry entry of
+ * one kind declares the same, so kinds with several entries share theirs
+ * through the macros below. */
+typedef struct ddp_comm_decl {
+  const char *label;
+  ddp_comm_role_t role;
+  int multi_rank;
+  int device_per_rank;
+  unsigned reads; /* DDP_COMM_READS bits it always reads */
+  /* A host communicator that may be device-aware: the DDP_COMM_READS bits
+   * its library reads as well, asked at run time (the answer depends on the
+   * MPI library found when the program starts, not on this build). NULL:
+   * nothing beyond `reads`. */
+  unsigned (*reads_at_run_time)(void);
+} ddp_comm_decl_t;
+
 typedef struct ddp_comm_ops {
   const char *name; /* the kind: "self", "mpi", "nccl" */
   const char *mode; /* progress mode: "thread" / "test" for MPI, "stream" for NCCL; NULL where a
                        kind has none */
+  ddp_comm_decl_t caps;
   /* Nonzero when this implementation can serve `dist`; otherwise, when why
    * is not NULL, writes the reason there. */
   int (*available)(const ddp_dist_t *dist, char *why, size_t why_len);
@@ -85,6 +105,27 @@ struct ddp_comm {
   double timeout_s;
   void *impl;
 };
+
+/* The MPI library's device-awareness as DDP_COMM_READS bits (CUDA memory
+ * when it is CUDA-aware); 0 in a build without MPI. */
+unsigned ddp_comm_mpi_reads_at_run_time(void);
+
+/* The declarations of kinds that have several registry entries or that a
+ * build may lack: the kind's own file uses them for its ops, and comm.c for
+ * the entry that says a build lacks the kind (so "this build has no NCCL
+ * communicator" needs no name in the code that selects). */
+#define DDP_COMM_DECL_MPI                                                              \
+  {                                                                                    \
+    .label = "MPI", .role = DDP_COMM_ROLE_HOST, .multi_rank = 1, .device_per_rank = 0, \
+    .reads = DDP_COMM_READS(DDP_DEVICE_KIND_CPU),                                      \
+    .reads_at_run_time = ddp_comm_mpi_reads_at_run_time                                \
+  }
+/* GPU memory only (host buffers are refused), and a GPU per rank. */
+#define DDP_COMM_DECL_NCCL                                                                \
+  {                                                                                       \
+    .label = "NCCL", .role = DDP_COMM_ROLE_DEVICE, .multi_rank = 1, .device_per_rank = 1, \
+    .reads = DDP_COMM_READS(DDP_DEVICE_KIND_CUDA), .reads_at_run_time = NULL              \
+  }
 
 extern const ddp_comm_ops_t ddp_comm_self_ops;
 #if DDP_HAVE_MPI

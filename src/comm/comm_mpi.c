@@ -37,6 +37,12 @@ int ddp_comm_mpi_cuda_aware(void) {
 #endif
 }
 
+/* The MPI entries' run-time capability: CUDA-awareness is the library's, not
+ * this build's, so it is asked each time selection reads the registry. */
+unsigned ddp_comm_mpi_reads_at_run_time(void) {
+  return ddp_comm_mpi_cuda_aware() ? DDP_COMM_READS(DDP_DEVICE_KIND_CUDA) : 0u;
+}
+
 /* The default progress mode is "test", from bench/comm_overlap.sh on the
  * 2-core CI VM (Open MPI 4.1.4; 2 ranks, one sgemm thread each; 20 chunks of
  * 5 ms, each bucket's all-reduce issued once it is ready, progress() between
@@ -480,6 +486,7 @@ static ddp_status_t test_barrier(ddp_comm_t *c) {
 const ddp_comm_ops_t ddp_comm_mpi_thread_ops = {
     .name = "mpi",
     .mode = "thread",
+    .caps = DDP_COMM_DECL_MPI,
     .available = thread_available,
     .init = thread_init,
     .shutdown = thread_shutdown,
@@ -494,6 +501,7 @@ const ddp_comm_ops_t ddp_comm_mpi_thread_ops = {
 const ddp_comm_ops_t ddp_comm_mpi_test_ops = {
     .name = "mpi",
     .mode = "test",
+    .caps = DDP_COMM_DECL_MPI,
     .available = mpi_available,
     .init = test_init,
     .shutdown = test_shutdown,

@@ -546,6 +546,7 @@ static ddp_status_t nccl_barrier(ddp_comm_t *c) {
 const ddp_comm_ops_t ddp_comm_nccl_ops = {
     .name = "nccl",
     .mode = "stream",
+    .caps = DDP_COMM_DECL_NCCL,
     .available = nccl_available,
     .init = nccl_init,
     .shutdown = nccl_shutdown,

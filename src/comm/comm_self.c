@@ -66,6 +66,13 @@ static ddp_status_t self_barrier(ddp_comm_t *c) {
 const ddp_comm_ops_t ddp_comm_self_ops = {
     .name = "self",
     .mode = NULL,
+    /* One rank moves nothing between ranks, so any memory will do. */
+    .caps = {.label = "self",
+             .role = DDP_COMM_ROLE_HOST,
+             .multi_rank = 0,
+             .device_per_rank = 0,
+             .reads = DDP_COMM_READS_ANY,
+             .reads_at_run_time = NULL},
     .available = self_available,
     .init = self_init,
     .shutdown = self_shutdown,

@@ -93,8 +93,7 @@ static ddp_status_t create_backend_together(const ddp_dist_t *dist, ddp_backend_
     snprintf(probes[r].why, sizeof probes[r].why, "%s", l + n);
   }
   if (st == DDP_OK) {
-    ddp_comm_choose(cfg->device, dist->world, probes, ddp_comm_kind_built("nccl"),
-                    ddp_comm_mpi_cuda_aware(), &ch);
+    ddp_comm_choose(cfg->device, dist->world, probes, &ch);
     st = ch.status;
     if (st != DDP_OK)
       DDP_LOG_ERROR("rank %d: %s", dist->rank, ch.message);

@@ -181,23 +181,13 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
   ddp_comm_config_t cc = {.kind = NULL,
                           .progress = strcmp(o->comm_progress, "auto") ? o->comm_progress : NULL};
   DDP_CHECK(ddp_comm_create(tr->dist, &cc, &tr->comm));
-  /* Several GPU ranks reduce over NCCL, on its own stream. Every rank takes
-   * the same branch (the launcher put every rank on the same kind of
+  /* Gradients live in backend memory and the reducer hands their slices to
+   * the communicator as they are: several GPU ranks get a device
+   * communicator on its own stream, or the host one where it reads that
+   * memory; a job nothing can serve stops here, at start-up. Every rank
+   * takes the same branch (the launcher put every rank on the same kind of
    * backend: ddp_comm_choose), and creation is collective. */
-  const int on_gpu = tr->be->ops->kind == DDP_DEVICE_KIND_CUDA;
-  if (on_gpu && tr->dist->world > 1 && ddp_comm_kind_built("nccl")) {
-    ddp_comm_config_t gc = {.kind = "nccl", .be = tr->be};
-    DDP_CHECK(ddp_comm_create(tr->dist, &gc, &tr->grad_comm));
-  }
-  /* Gradients live in GPU memory and the reducer hands their slices to the
-   * communicator as they are: an MPI that only reads host memory would
-   * crash or corrupt them, so refuse at start-up instead. */
-  if (on_gpu && !ddp_comm_reads_device_memory(grad_comm(tr)))
-    DDP_FAIL(DDP_ERR_UNSUPPORTED,
-             "rank %d: %d ranks on the CUDA backend need a communicator that reads GPU memory: "
-             "this build has no NCCL communicator and the '%s' communicator is not CUDA-aware. "
-             "Run a single rank per GPU job, or --device cpu",
-             tr->dist->rank, tr->dist->world, ddp_comm_name(tr->comm));
+  DDP_CHECK(ddp_comm_create_for_backend(tr->dist, tr->be, tr->comm, &tr->grad_comm));
   ddp_reducer_config_t rc = {.grads = tr->model->grads,
                              .tensors = tr->model->tensors,
                              .n_tensors = tr->model->n_tensors,
