@@ -254,7 +254,7 @@ static ddp_status_t validate_config(const ddp_optim_config_t *cfg) {
 
 static ddp_status_t validate_step(const ddp_optim_step_args_t *a) {
   if (!a) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: NULL arguments");
-  if (!a->cfg || !a->params || !a->grads || !a->segments)
+  if (!a->cfg || !a->params || !a->grads || !a->tensors)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: NULL %s",
              !a->cfg      ? "cfg"
              : !a->params ? "params"
@@ -271,11 +271,11 @@ static ddp_status_t validate_step(const ddp_optim_step_args_t *a) {
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: lr %g must be finite and >= 0", (double)a->lr);
   if (!isfinite(a->grad_scale))
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: grad_scale %g is not finite", (double)a->grad_scale);
-  if (a->n_segments < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: n_segments = %d (need >= 1)", a->n_segments);
+  if (a->n_tensors < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: n_segments = %d (need >= 1)", a->n_tensors);
   size_t end = 0;
-  for (int i = 0; i < a->n_segments; ++i) {
-    const ddp_optim_segment_t *sg = &a->segments[i];
+  for (int i = 0; i < a->n_tensors; ++i) {
+    const ddp_param_t *sg = &a->tensors[i];
     if (sg->offset != end || sg->count > a->n - end)
       DDP_FAIL(DDP_ERR_INVALID_ARG,
                "optim_step: segment %d [%zu, +%zu) does not continue at %zu within n = %zu "
@@ -536,8 +536,8 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
   const size_t n = args->n;
   float *state = args->state;
   const int has_state = ddp_optim_state_per_param(cfg) > 0;
-  for (int k = 0; k < args->n_segments; ++k) {
-    const ddp_optim_segment_t *sg = &args->segments[k];
+  for (int k = 0; k < args->n_tensors; ++k) {
+    const ddp_param_t *sg = &args->tensors[k];
     float *p = args->params + sg->offset;
     const float *g = args->grads + sg->offset;
     float wd = sg->decay ? cfg->weight_decay : 0.0f;
@@ -569,7 +569,7 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
 struct ddp_optim_plan {
   ddp_backend_t *be;
   size_t n;
-  int n_segments;
+  int n_tensors;
   void *device;    /* the CUDA plan; NULL on the CPU */
   int64_t skipped; /* CPU: steps skip_nonfinite skipped */
 };
@@ -581,34 +581,36 @@ static int on_cuda(const ddp_backend_t *be) {
 #endif
 
 ddp_status_t ddp_optim_plan_create(ddp_backend_t *be, const ddp_optim_config_t *cfg,
-                                   const ddp_optim_segment_t *segments, int n_segments, size_t n,
+                                   const ddp_param_t *tensors, int n_tensors, size_t n,
                                    ddp_optim_plan_t **out) {
   if (!out) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: NULL out");
   *out = NULL;
-  if (!be || !cfg || !segments)
+  if (!be || !cfg || !tensors)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: NULL %s",
-             !be ? "backend" : !cfg ? "config" : "segments");
+             !be    ? "backend"
+             : !cfg ? "config"
+                    : "segments");
   DDP_CHECK(validate_config(cfg));
-  if (n_segments < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: n_segments = %d (need >= 1)", n_segments);
+  if (n_tensors < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: n_segments = %d (need >= 1)", n_tensors);
   size_t end = 0;
-  for (int i = 0; i < n_segments; ++i) {
-    if (segments[i].offset != end || segments[i].count > n - end)
+  for (int i = 0; i < n_tensors; ++i) {
+    if (tensors[i].offset != end || tensors[i].count > n - end)
       DDP_FAIL(DDP_ERR_INVALID_ARG,
                "optim plan: segment %d [%zu, +%zu) does not continue at %zu within n = %zu "
                "(segments must be sorted, disjoint and cover [0, n))",
-               i, segments[i].offset, segments[i].count, end, n);
-    end += segments[i].count;
+               i, tensors[i].offset, tensors[i].count, end, n);
+    end += tensors[i].count;
   }
   if (end != n)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: segments cover [0, %zu) but n = %zu", end, n);
   ddp_optim_plan_t *p = calloc(1, sizeof *p);
   if (!p) DDP_FAIL(DDP_ERR_OOM, "optim plan: out of host memory");
-  *p = (ddp_optim_plan_t){.be = be, .n = n, .n_segments = n_segments};
+  *p = (ddp_optim_plan_t){.be = be, .n = n, .n_tensors = n_tensors};
 #if DDP_HAVE_CUDA
   if (on_cuda(be)) {
-    ddp_status_t st = ddp_cuda_optim_plan_create(be, segments, n_segments, n,
-                                                 (ddp_cuda_optim_plan_t **)&p->device);
+    ddp_status_t st =
+        ddp_cuda_optim_plan_create(be, tensors, n_tensors, n, (ddp_cuda_optim_plan_t **)&p->device);
     if (st != DDP_OK) {
       free(p);
       return st;
@@ -670,11 +672,11 @@ ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
   if (plan->be != be)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_step: the plan was made for another backend");
   DDP_CHECK(validate_step(args));
-  if (args->n != plan->n || args->n_segments != plan->n_segments)
+  if (args->n != plan->n || args->n_tensors != plan->n_tensors)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "optim_step: the plan was made for %zu parameters in %d tensors, the step has %zu "
              "in %d",
-             plan->n, plan->n_segments, args->n, args->n_segments);
+             plan->n, plan->n_tensors, args->n, args->n_tensors);
 #if DDP_HAVE_CUDA
   if (plan->device) return ddp_cuda_optim_step(be, plan->device, args, s);
 #endif

@@ -177,10 +177,10 @@ START_TEST(test_gpt_matches_pytorch_over_ten_adamw_steps) {
   const float *ref_losses = ref_tensor(ref, "adamw_losses", STEPS);
   const int nt = ddp_gpt_num_tensors(g_model);
   const size_t n = ddp_gpt_num_params(g_model);
-  ddp_optim_segment_t *segs = calloc((size_t)nt, sizeof *segs);
+  ddp_param_t *segs = calloc((size_t)nt, sizeof *segs);
   for (int i = 0; i < nt; ++i) {
     const ddp_gpt_tensor_t *t = ddp_gpt_tensor(g_model, i);
-    segs[i] = (ddp_optim_segment_t){.offset = t->offset, .count = t->count, .decay = t->decay};
+    segs[i] = (ddp_param_t){.offset = t->offset, .count = t->count, .decay = t->decay};
   }
   ddp_optim_config_t oc = {.kind = DDP_OPTIM_KIND_ADAMW,
                            .beta1 = 0.9f,
@@ -201,8 +201,8 @@ START_TEST(test_gpt_matches_pytorch_over_ten_adamw_steps) {
                                .params = ddp_gpt_params(g_model),
                                .grads = ddp_gpt_grads(g_model),
                                .state = state,
-                               .segments = segs,
-                               .n_segments = nt,
+                               .tensors = segs,
+                               .n_tensors = nt,
                                .n = n,
                                .t = s + 1,
                                .lr = k_lr,

@@ -176,11 +176,11 @@ static float *train_gpu(ddp_dtype_t dt, int steps, uint64_t *loop_allocs, uint64
   ddp_gpt_t *m = make(twin_gpu, dt);
   const size_t n = ddp_gpt_num_params(m);
   const int nten = ddp_gpt_num_tensors(m);
-  ddp_optim_segment_t *segs = malloc((size_t)nten * sizeof *segs);
+  ddp_param_t *segs = malloc((size_t)nten * sizeof *segs);
   ck_assert_ptr_nonnull(segs);
   for (int t = 0; t < nten; ++t) {
     const ddp_gpt_tensor_t *x = ddp_gpt_tensor(m, t);
-    segs[t] = (ddp_optim_segment_t){.offset = x->offset, .count = x->count, .decay = x->decay};
+    segs[t] = (ddp_param_t){.offset = x->offset, .count = x->count, .decay = x->decay};
   }
   const ddp_optim_config_t cfg = {.kind = DDP_OPTIM_KIND_ADAMW,
                                   .beta1 = 0.9f,
@@ -210,8 +210,8 @@ static float *train_gpu(ddp_dtype_t dt, int steps, uint64_t *loop_allocs, uint64
                                      .params = ddp_gpt_params(m),
                                      .grads = ddp_gpt_grads(m),
                                      .state = state,
-                                     .segments = segs,
-                                     .n_segments = nten,
+                                     .tensors = segs,
+                                     .n_tensors = nten,
                                      .n = n,
                                      .t = s + 1,
                                      .lr = 1e-3f,

@@ -44,14 +44,14 @@
 #include "gpu_twin.h"
 
 enum { N_SEG = 41, N_KIND = 5, N_MODE = 3 };
-static ddp_optim_segment_t g_segs[N_SEG];
+static ddp_param_t g_segs[N_SEG];
 static size_t g_n;
 
 static void make_segments(void) {
   size_t off = 0;
   for (int k = 0; k < N_SEG; ++k) {
     size_t c = k == 7 ? 40000 : (size_t)(97 + 37 * k * k % 2011);
-    g_segs[k] = (ddp_optim_segment_t){.offset = off, .count = c, .decay = k % 2};
+    g_segs[k] = (ddp_param_t){.offset = off, .count = c, .decay = k % 2};
     off += c;
   }
   /* the last segment takes up the rest of 100003 */
@@ -113,8 +113,8 @@ static void step_mode(run_t *r, const ddp_optim_config_t *cfg, ddp_dtype_t cdt, 
                                    .params = r->p,
                                    .grads = r->g,
                                    .state = r->state,
-                                   .segments = g_segs,
-                                   .n_segments = N_SEG,
+                                   .tensors = g_segs,
+                                   .n_tensors = N_SEG,
                                    .n = g_n,
                                    .t = t,
                                    .lr = 0.01f,

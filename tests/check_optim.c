@@ -37,10 +37,10 @@ static const size_t k_sizes[] = {1, 67, 0, 3, 200, 129, 5};
 static const int k_decay[] = {0, 1, 1, 0, 1, 0, 1};
 #define N_SEG ((int)(sizeof k_sizes / sizeof k_sizes[0]))
 
-static size_t make_segments(ddp_optim_segment_t *segs) {
+static size_t make_segments(ddp_param_t *segs) {
   size_t off = 0;
   for (int i = 0; i < N_SEG; ++i) {
-    segs[i] = (ddp_optim_segment_t){.offset = off, .count = k_sizes[i], .decay = k_decay[i]};
+    segs[i] = (ddp_param_t){.offset = off, .count = k_sizes[i], .decay = k_decay[i]};
     off += k_sizes[i];
   }
   return off;
@@ -82,14 +82,14 @@ static ddp_optim_config_t lamb_config(void) {
 }
 
 static ddp_optim_step_args_t step_args(const ddp_optim_config_t *cfg, float *p, const float *g,
-                                       float *state, const ddp_optim_segment_t *segs, int n_seg,
-                                       size_t n, int64_t t, float lr) {
+                                       float *state, const ddp_param_t *segs, int n_seg, size_t n,
+                                       int64_t t, float lr) {
   return (ddp_optim_step_args_t){.cfg = cfg,
                                  .params = p,
                                  .grads = g,
                                  .state = state,
-                                 .segments = segs,
-                                 .n_segments = n_seg,
+                                 .tensors = segs,
+                                 .n_tensors = n_seg,
                                  .n = n,
                                  .t = t,
                                  .lr = lr,
@@ -116,7 +116,7 @@ typedef struct ref_state {
 } ref_state_t;
 
 static void ref_adamw(ref_state_t *r, const float *gf, double gmul, const ddp_optim_config_t *cfg,
-                      const ddp_optim_segment_t *segs, int n_seg, int64_t t, double lr) {
+                      const ddp_param_t *segs, int n_seg, int64_t t, double lr) {
   double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps, wd = cfg->weight_decay;
   double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
   for (int k = 0; k < n_seg; ++k) {
@@ -131,7 +131,7 @@ static void ref_adamw(ref_state_t *r, const float *gf, double gmul, const ddp_op
 }
 
 static void ref_sgd(ref_state_t *r, const float *gf, double gmul, const ddp_optim_config_t *cfg,
-                    const ddp_optim_segment_t *segs, int n_seg, int64_t t, double lr) {
+                    const ddp_param_t *segs, int n_seg, int64_t t, double lr) {
   double mom = cfg->momentum, wd = cfg->weight_decay;
   for (int k = 0; k < n_seg; ++k) {
     for (size_t i = segs[k].offset; i < segs[k].offset + segs[k].count; ++i) {
@@ -147,7 +147,7 @@ static void ref_sgd(ref_state_t *r, const float *gf, double gmul, const ddp_opti
 }
 
 static void ref_lamb(ref_state_t *r, const float *gf, double gmul, const ddp_optim_config_t *cfg,
-                     const ddp_optim_segment_t *segs, int n_seg, int64_t t, double lr) {
+                     const ddp_param_t *segs, int n_seg, int64_t t, double lr) {
   double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
   double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
   for (int k = 0; k < n_seg; ++k) {
@@ -171,12 +171,12 @@ static void ref_lamb(ref_state_t *r, const float *gf, double gmul, const ddp_opt
 }
 
 typedef void (*ref_fn)(ref_state_t *, const float *, double, const ddp_optim_config_t *,
-                       const ddp_optim_segment_t *, int, int64_t, double);
+                       const ddp_param_t *, int, int64_t, double);
 
 /* Five steps with fresh gradients each step and a changing lr; grad_scale
  * 0.25 (exact in fp32) so its application is covered too. */
 static void compare_with_reference(const ddp_optim_config_t *cfg, ref_fn ref) {
-  ddp_optim_segment_t segs[N_SEG];
+  ddp_param_t segs[N_SEG];
   size_t n = make_segments(segs);
   size_t per = ddp_optim_state_per_param(cfg);
   float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
@@ -237,7 +237,9 @@ START_TEST(test_optim_adamw_first_step_by_hand) {
    * p2: no decay, g -2 -> 1 + 0.1 = 1.1. */
   ddp_optim_config_t cfg = adamw_config();
   cfg.beta2 = 0.999f;
-  ddp_optim_segment_t segs[] = {{0, 1, 0}, {1, 1, 1}, {2, 1, 0}};
+  ddp_param_t segs[] = {{.offset = 0, .count = 1, .decay = 0},
+                        {.offset = 1, .count = 1, .decay = 1},
+                        {.offset = 2, .count = 1, .decay = 0}};
   float p[3] = {1.0f, 1.0f, 1.0f}, g[3] = {0.5f, 0.5f, -2.0f}, state[6] = {0};
   ddp_optim_step_args_t a = step_args(&cfg, p, g, state, segs, 3, 3, 1, 0.1f);
   ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
@@ -261,7 +263,8 @@ START_TEST(test_optim_sgd_nesterov_two_steps_by_hand) {
    *       d = 0.5791 + 1.41219 = 1.99129, p = 0.791 - 0.199129 = 0.591871 */
   ddp_optim_config_t cfg = sgd_config(0.9f, 1);
   cfg.weight_decay = 0.1f;
-  ddp_optim_segment_t segs[] = {{0, 1, 0}, {1, 1, 1}};
+  ddp_param_t segs[] = {{.offset = 0, .count = 1, .decay = 0},
+                        {.offset = 1, .count = 1, .decay = 1}};
   float p[2] = {1.0f, 1.0f}, g[2] = {1.0f, 1.0f}, buf[2] = {0};
   ddp_optim_step_args_t a = step_args(&cfg, p, g, buf, segs, 2, 2, 1, 0.1f);
   ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
@@ -281,7 +284,7 @@ START_TEST(test_optim_sgd_first_step_ignores_stale_buffer) {
   /* t == 1 sets buf = g whatever the buffer holds (torch's "buffer is None"). */
   ddp_optim_config_t cfg = sgd_config(0.9f, 0);
   cfg.weight_decay = 0.0f;
-  ddp_optim_segment_t seg = {0, 2, 0};
+  ddp_param_t seg = {.offset = 0, .count = 2, .decay = 0};
   float p[2] = {1.0f, 2.0f}, g[2] = {1.0f, -1.0f}, buf[2] = {NAN, 1e30f};
   ddp_optim_step_args_t a = step_args(&cfg, p, g, buf, &seg, 1, 2, 1, 0.5f);
   ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
@@ -295,7 +298,7 @@ END_TEST
 START_TEST(test_optim_sgd_without_momentum_uses_no_state) {
   ddp_optim_config_t cfg = sgd_config(0.0f, 0);
   ck_assert_uint_eq(ddp_optim_state_per_param(&cfg), 0);
-  ddp_optim_segment_t seg = {0, 3, 1};
+  ddp_param_t seg = {.offset = 0, .count = 3, .decay = 1};
   float p[3] = {1.0f, 2.0f, 3.0f}, g[3] = {1.0f, 1.0f, 1.0f}, untouched[3] = {7.0f, 7.0f, 7.0f};
   ddp_optim_step_args_t a = step_args(&cfg, p, g, untouched, &seg, 1, 3, 3, 0.1f);
   ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
@@ -319,7 +322,9 @@ START_TEST(test_optim_lamb_trust_ratio_by_hand) {
   ddp_optim_config_t cfg = lamb_config();
   cfg.eps = 1e-10f;
   cfg.weight_decay = 0.1f;
-  ddp_optim_segment_t segs[] = {{0, 2, 0}, {2, 2, 1}, {4, 2, 0}};
+  ddp_param_t segs[] = {{.offset = 0, .count = 2, .decay = 0},
+                        {.offset = 2, .count = 2, .decay = 1},
+                        {.offset = 4, .count = 2, .decay = 0}};
   float p[6] = {3, 4, 3, 4, 0, 0}, g[6] = {1, -1, 1, -1, 1, -1}, state[12] = {0};
   ddp_optim_step_args_t a = step_args(&cfg, p, g, state, segs, 3, 6, 1, 0.01f);
   ck_assert_int_eq(ddp_optim_step_cpu(g_be, &a, NULL), DDP_OK);
@@ -353,7 +358,7 @@ START_TEST(test_optim_clipping_scales_gradients_to_max_norm) {
   double coef = 1.0 / (sqrt((double)sumsq) + 1e-6);
   ck_assert_double_eq_tol(coef, 0.1, 1e-6);
   for (size_t i = 0; i < n; ++i) gs[i] = g[i] * (float)coef;
-  ddp_optim_segment_t seg = {0, n, 1};
+  ddp_param_t seg = {.offset = 0, .count = n, .decay = 1};
 
   /* SGD is linear in g: the update is lr * 0.1 * g. */
   ddp_optim_config_t sgd = sgd_config(0.0f, 0);
@@ -391,7 +396,7 @@ START_TEST(test_optim_clipping_off_or_below_max_leaves_gradients_alone) {
   float g[300], p[300], q[300], sumsq;
   size_t n = clip_fixture(g, 10.0f);
   ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, g, n, 1.0f, NULL), DDP_OK);
-  ddp_optim_segment_t seg = {0, n, 1};
+  ddp_param_t seg = {.offset = 0, .count = n, .decay = 1};
   fill_uniform(q, n, 3, -1.0f, 1.0f);
   /* Reference: no sumsq at all. */
   ddp_optim_config_t cfg = sgd_config(0.0f, 0);
@@ -418,7 +423,7 @@ START_TEST(test_optim_grad_scale_applies_before_the_norm) {
    * uses 0.5 * 0.2 g = 0.1 g. */
   float g[300], p[300], q[300], sumsq;
   size_t n = clip_fixture(g, 10.0f);
-  ddp_optim_segment_t seg = {0, n, 0};
+  ddp_param_t seg = {.offset = 0, .count = n, .decay = 0};
   ddp_optim_config_t cfg = sgd_config(0.0f, 0);
   cfg.max_grad_norm = 1.0f;
   const float scales[] = {0.05f, 0.5f};
@@ -538,7 +543,7 @@ END_TEST
 
 typedef struct bad_fixture {
   ddp_optim_config_t cfg;
-  ddp_optim_segment_t segs[3];
+  ddp_param_t segs[3];
   float p[10], g[10], state[20];
   float p0[10], state0[20];
 } bad_fixture_t;
@@ -546,9 +551,9 @@ typedef struct bad_fixture {
 static void bad_init(bad_fixture_t *f) {
   memset(f, 0, sizeof *f);
   f->cfg = adamw_config();
-  f->segs[0] = (ddp_optim_segment_t){0, 3, 1};
-  f->segs[1] = (ddp_optim_segment_t){3, 4, 0};
-  f->segs[2] = (ddp_optim_segment_t){7, 3, 1};
+  f->segs[0] = (ddp_param_t){.offset = 0, .count = 3, .decay = 1};
+  f->segs[1] = (ddp_param_t){.offset = 3, .count = 4, .decay = 0};
+  f->segs[2] = (ddp_param_t){.offset = 7, .count = 3, .decay = 1};
   fill_uniform(f->p, 10, 1, -1, 1);
   fill_uniform(f->g, 10, 2, -1, 1);
   fill_uniform(f->state, 20, 3, 0, 1);
@@ -589,15 +594,16 @@ START_TEST(test_optim_rejects_bad_input_without_side_effects) {
   BAD(a.params = NULL, "NULL params");
   BAD(a.grads = NULL, "NULL grads");
   BAD(a.state = NULL, "NULL state");
-  BAD(a.segments = NULL, "NULL segments");
-  BAD(a.n_segments = 0, "n_segments = 0");
-  BAD(a.n_segments = -1, "n_segments = -1");
+  BAD(a.tensors = NULL, "NULL segments");
+  BAD(a.n_tensors = 0, "n_segments = 0");
+  BAD(a.n_tensors = -1, "n_segments = -1");
   BAD(f.segs[1].offset = 4, "segment 1");       /* gap */
   BAD(f.segs[1].offset = 2, "segment 1");       /* overlap */
   BAD(f.segs[2].count = 2, "cover [0, 9)");     /* short of n */
   BAD(f.segs[2].count = 4, "segment 2");        /* past n */
   BAD(f.segs[1].count = SIZE_MAX, "segment 1"); /* overflow */
-  BAD((f.segs[0] = (ddp_optim_segment_t){7, 3, 1}, f.segs[2] = (ddp_optim_segment_t){0, 3, 1}),
+  BAD((f.segs[0] = (ddp_param_t){.offset = 7, .count = 3, .decay = 1},
+       f.segs[2] = (ddp_param_t){.offset = 0, .count = 3, .decay = 1}),
       "segment 0"); /* unsorted */
   BAD(a.t = 0, "t = 0");
   BAD(a.t = -5, "t = -5");
@@ -652,7 +658,7 @@ END_TEST
 /* ---- determinism -------------------------------------------------------- */
 
 static void run_five_steps(const ddp_optim_config_t *cfg, float *p, float *state, size_t n,
-                           const ddp_optim_segment_t *segs) {
+                           const ddp_param_t *segs) {
   float *g = malloc(n * sizeof *g);
   float sumsq;
   fill_uniform(p, n, 11, -1.0f, 1.0f);
@@ -674,7 +680,7 @@ static void run_five_steps(const ddp_optim_config_t *cfg, float *p, float *state
  * are bit-identical to a run without the copy; with skip_nonfinite an inf or
  * NaN gradient norm leaves weights, state and copy untouched. */
 START_TEST(test_optim_compute_copy_and_skip) {
-  ddp_optim_segment_t segs[N_SEG];
+  ddp_param_t segs[N_SEG];
   const size_t n = make_segments(segs);
   ddp_optim_config_t cfgs[] = {adamw_config(), sgd_config(0.9f, 1), sgd_config(0.0f, 0),
                                lamb_config()};
@@ -735,7 +741,7 @@ START_TEST(test_optim_compute_copy_and_skip) {
 END_TEST
 
 START_TEST(test_optim_two_runs_are_bit_identical) {
-  ddp_optim_segment_t segs[N_SEG];
+  ddp_param_t segs[N_SEG];
   size_t n = make_segments(segs);
   ddp_optim_config_t cfgs[] = {adamw_config(), sgd_config(0.9f, 1), lamb_config()};
   for (size_t k = 0; k < 3; ++k) {
@@ -757,7 +763,7 @@ END_TEST
 /* The backend-neutral plan + dispatchers: on the CPU backend the same bits
  * as the _cpu functions, for every kind, five steps with clipping. */
 START_TEST(test_optim_plan_dispatch_matches_cpu_functions) {
-  ddp_optim_segment_t segs[N_SEG];
+  ddp_param_t segs[N_SEG];
   const size_t n = make_segments(segs);
   ddp_optim_config_t cfgs[] = {adamw_config(), sgd_config(0.9f, 1), sgd_config(0.0f, 0),
                                lamb_config()};
@@ -792,7 +798,7 @@ END_TEST
 /* Plans reject what the step rejects (bad config, segments that do not
  * cover [0, n)), and a step refuses a plan of another layout or backend. */
 START_TEST(test_optim_plan_rejects_bad_input) {
-  ddp_optim_segment_t segs[N_SEG];
+  ddp_param_t segs[N_SEG];
   const size_t n = make_segments(segs);
   ddp_optim_config_t cfg = adamw_config();
   ddp_optim_plan_t *plan = (ddp_optim_plan_t *)1;
@@ -825,7 +831,7 @@ END_TEST
 /* skip_nonfinite steps are counted by the plan (what a trainer reads at its
  * log interval instead of after every step); clean steps are not. */
 START_TEST(test_optim_plan_counts_skipped_steps) {
-  ddp_optim_segment_t segs[N_SEG];
+  ddp_param_t segs[N_SEG];
   const size_t n = make_segments(segs);
   ddp_optim_config_t cfg = adamw_config();
   ddp_optim_plan_t *plan = NULL;

@@ -2,9 +2,11 @@
  *
  * Parameters, gradients and optimizer state are single flat fp32 buffers.
  * A step is one fused pass over all parameters (multi-tensor): the buffer is
- * described by segments, one per parameter tensor, each saying whether weight
- * decay applies (GPT-2 practice: 2-D weights only) and, for LAMB, giving the
- * tensor boundaries its per-tensor trust ratio needs.
+ * described by the model's parameter table (ddptrain/param.h), one entry per
+ * tensor, each saying whether weight decay applies (GPT-2 practice: 2-D
+ * weights only) and, for LAMB, giving the tensor boundaries its per-tensor
+ * trust ratio needs. The optimizer reads only offset, count and decay of an
+ * entry: names and shapes may be left empty, and a tensor may be empty.
  *
  * Clipping never needs the host: the step reads the squared global gradient
  * norm from backend memory (written by ddp_optim_grad_sumsq) and scales the
@@ -17,6 +19,7 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
+#include "ddptrain/param.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,12 +44,6 @@ typedef struct ddp_optim_config {
   float max_grad_norm;     /* <= 0: no clipping */
 } ddp_optim_config_t;
 
-/* One parameter tensor inside the flat buffers. */
-typedef struct ddp_optim_segment {
-  size_t offset, count; /* elements */
-  int decay;            /* weight decay applies */
-} ddp_optim_segment_t;
-
 /* Floats of optimizer state per parameter: AdamW/LAMB 2 (m, v), SGD 1
  * (momentum buffer; 0 when momentum == 0). State must start zeroed.
  * Layout, shared by every backend so state and checkpoints are portable:
@@ -65,11 +62,13 @@ float ddp_lr_schedule(int64_t step, float lr, float min_lr, int64_t warmup, int6
 
 typedef struct ddp_optim_step_args {
   const ddp_optim_config_t *cfg;
-  float *params;                       /* (n) fp32 master weights */
-  const float *grads;                  /* (n) */
-  float *state;                        /* (n * state_per_param), layout above */
-  const ddp_optim_segment_t *segments; /* host array, sorted, disjoint, covering [0, n) */
-  int n_segments;
+  float *params;      /* (n) fp32 master weights */
+  const float *grads; /* (n) */
+  float *state;       /* (n * state_per_param), layout above */
+  /* Host array: the segments of the flat buffers, sorted by offset,
+   * disjoint and covering [0, n) (offset, count and decay are read). */
+  const ddp_param_t *tensors;
+  int n_tensors;
   size_t n;
   int64_t t; /* 1-based step count (bias correction) */
   float lr;
@@ -109,19 +108,19 @@ ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const flo
  * once per step in double; a NaN norm propagates into the step as in torch,
  * so the AMP inf check must skip such steps first). Per kind, with
  * bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (double, once per step):
- *   AdamW (torch.optim.AdamW): p *= 1 - lr*wd (decaying segments);
+ *   AdamW (torch.optim.AdamW): p *= 1 - lr*wd (decaying tensors);
  *     m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *     p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps).
- *   SGD (torch.optim.SGD, dampening 0): g += wd p (decaying segments);
+ *   SGD (torch.optim.SGD, dampening 0): g += wd p (decaying tensors);
  *     momentum > 0: buf = g when t == 1, else momentum buf + g;
  *     d = g + momentum buf (nesterov) or buf; momentum == 0: d = g; p -= lr d.
  *   LAMB (apex FusedLAMB, adam_w_mode, grad averaging, trust ratio on every
- *     segment as in NVLAMB): m, v as AdamW; per segment
- *     r = (m/bc1) / (sqrt(v/bc2) + eps) + wd p (wd on decaying segments only),
+ *     tensor as in NVLAMB): m, v as AdamW; per tensor
+ *     r = (m/bc1) / (sqrt(v/bc2) + eps) + wd p (wd on decaying tensors only),
  *     trust = ||p|| / ||r|| when both are > 0, else 1; p -= lr trust r.
  * Bad input (NULL pointers, skip_nonfinite without grad_sumsq, a
- * compute_params overlapping another buffer or a non-float compute_dtype, segments not
- * sorted/disjoint/covering [0, n), n_segments < 1, t < 1, lr negative or not finite, non-finite
+ * compute_params overlapping another buffer or a non-float compute_dtype, tensors not
+ * sorted/disjoint/covering [0, n), n_tensors < 1, t < 1, lr negative or not finite, non-finite
  * grad_scale, unknown kind, negative or non-finite weight_decay, NaN max_grad_norm; AdamW/LAMB:
  * betas outside [0, 1), eps not > 0; SGD: negative momentum, nesterov without momentum) returns
  * DDP_ERR_INVALID_ARG with a logged message and modifies nothing. */
@@ -158,15 +157,15 @@ ddp_status_t ddp_optim_sum_partials_cpu(ddp_backend_t *be, float *sumsq, const d
  * What the trainer calls: the CPU functions above on the CPU backend, the
  * kernels of kernels/optim.cu on CUDA (bit-identical arithmetic per element,
  * sums of squares in a different fixed order). A plan holds what a backend
- * needs per parameter layout (on CUDA the chunk and segment tables in device
+ * needs per parameter layout (on CUDA the chunk and tensor tables in device
  * memory and LAMB's scratch); it is made once, before the step loop, so
  * steps allocate nothing. */
 typedef struct ddp_optim_plan ddp_optim_plan_t;
 
-/* Validates the configuration and the segments (as ddp_optim_step_cpu
+/* Validates the configuration and the tensor table (as ddp_optim_step_cpu
  * does) and prepares the plan for n parameters. */
 ddp_status_t ddp_optim_plan_create(ddp_backend_t *be, const ddp_optim_config_t *cfg,
-                                   const ddp_optim_segment_t *segments, int n_segments, size_t n,
+                                   const ddp_param_t *tensors, int n_tensors, size_t n,
                                    ddp_optim_plan_t **out);
 void ddp_optim_plan_destroy(ddp_optim_plan_t *plan);
 
@@ -189,7 +188,7 @@ ddp_status_t ddp_optim_grad_epilogue(ddp_backend_t *be, float *dst, const void *
 ddp_status_t ddp_optim_sum_partials(ddp_backend_t *be, float *sumsq, const double *partials, int n,
                                     ddp_stream_t s);
 /* ddp_optim_step_cpu's contract on any backend; args must describe the
- * plan's layout (same n and segment count). */
+ * plan's layout (same n and tensor count). */
 ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
                             const ddp_optim_step_args_t *args, ddp_stream_t s);
 /* Steps of this plan that skip_nonfinite skipped (a non-finite gradient

@@ -63,7 +63,7 @@ typedef struct trainer {
   ddp_reducer_tensor_t *rtensors;
   ddp_status_t hook_status; /* first reducer error raised inside backward */
   ddp_optim_config_t ocfg;
-  ddp_optim_segment_t *segs;
+  ddp_param_t *segs;
   ddp_optim_plan_t *optim_plan; /* made once, before the step loop */
   float *state, *grad_sumsq;    /* backend memory */
   float *host_params;           /* --check-replicas */
@@ -138,7 +138,7 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
   if (!tr->segs || !tr->rtensors) DDP_FAIL(DDP_ERR_OOM, "out of host memory");
   for (int i = 0; i < nt; ++i) {
     const ddp_gpt_tensor_t *t = ddp_gpt_tensor(tr->model, i);
-    tr->segs[i] = (ddp_optim_segment_t){.offset = t->offset, .count = t->count, .decay = t->decay};
+    tr->segs[i] = (ddp_param_t){.offset = t->offset, .count = t->count, .decay = t->decay};
     tr->rtensors[i] = (ddp_reducer_tensor_t){.offset = t->offset, .count = t->count};
   }
   DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, tr->segs, nt, n, &tr->optim_plan));
@@ -489,8 +489,8 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .params = ddp_gpt_params(tr->model),
                              .grads = ddp_gpt_grads(tr->model),
                              .state = tr->state,
-                             .segments = tr->segs,
-                             .n_segments = ddp_gpt_num_tensors(tr->model),
+                             .tensors = tr->segs,
+                             .n_tensors = ddp_gpt_num_tensors(tr->model),
                              .n = n,
                              .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,

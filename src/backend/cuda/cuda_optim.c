@@ -32,48 +32,47 @@ static ddp_status_t upload(ddp_backend_t *be, void **dev, const void *host, size
   return ddp_backend_sync(be, NULL); /* the host tables are freed next */
 }
 
-ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_optim_segment_t *segments,
-                                        int n_segments, size_t n, ddp_cuda_optim_plan_t **out) {
+ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_param_t *tensors,
+                                        int n_tensors, size_t n, ddp_cuda_optim_plan_t **out) {
   *out = NULL;
   size_t n_chunks = 0;
-  for (int k = 0; k < n_segments; ++k)
-    n_chunks += (segments[k].count + DDP_CUDA_OPTIM_CHUNK - 1) / DDP_CUDA_OPTIM_CHUNK;
+  for (int k = 0; k < n_tensors; ++k)
+    n_chunks += (tensors[k].count + DDP_CUDA_OPTIM_CHUNK - 1) / DDP_CUDA_OPTIM_CHUNK;
   if (n_chunks < 1 || n_chunks > INT32_MAX / 2)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: %zu parameters make %zu chunks", n, n_chunks);
   ddp_cuda_optim_plan_t *p = calloc(1, sizeof *p);
   ddp_cuda_optim_chunk_t *chunks = malloc(n_chunks * sizeof *chunks);
-  int32_t *decay = malloc((size_t)n_segments * sizeof *decay);
-  int32_t *begin = malloc(((size_t)n_segments + 1) * sizeof *begin);
+  int32_t *decay = malloc((size_t)n_tensors * sizeof *decay);
+  int32_t *begin = malloc(((size_t)n_tensors + 1) * sizeof *begin);
   ddp_status_t st = DDP_OK;
   if (!p || !chunks || !decay || !begin)
     DDP_FAIL_GOTO(st, DDP_ERR_OOM, out_host, "optim plan: out of host memory");
   size_t c = 0;
-  for (int k = 0; k < n_segments; ++k) {
-    decay[k] = segments[k].decay != 0;
+  for (int k = 0; k < n_tensors; ++k) {
+    decay[k] = tensors[k].decay != 0;
     begin[k] = (int32_t)c;
-    for (size_t off = 0; off < segments[k].count; off += DDP_CUDA_OPTIM_CHUNK) {
-      const size_t left = segments[k].count - off;
+    for (size_t off = 0; off < tensors[k].count; off += DDP_CUDA_OPTIM_CHUNK) {
+      const size_t left = tensors[k].count - off;
       chunks[c++] = (ddp_cuda_optim_chunk_t){
-          .start = (int64_t)(segments[k].offset + off),
+          .start = (int64_t)(tensors[k].offset + off),
           .len = (int32_t)(left < DDP_CUDA_OPTIM_CHUNK ? left : DDP_CUDA_OPTIM_CHUNK),
           .seg = k};
     }
   }
-  begin[n_segments] = (int32_t)c;
+  begin[n_tensors] = (int32_t)c;
   p->n_chunks = (int)n_chunks;
-  p->n_segs = n_segments;
+  p->n_segs = n_tensors;
   p->n = n;
   DDP_CHECK_GOTO(upload(be, (void **)&p->chunks, chunks, n_chunks * sizeof *chunks), st, fail);
-  DDP_CHECK_GOTO(upload(be, (void **)&p->seg_decay, decay, (size_t)n_segments * sizeof *decay), st,
+  DDP_CHECK_GOTO(upload(be, (void **)&p->seg_decay, decay, (size_t)n_tensors * sizeof *decay), st,
                  fail);
-  DDP_CHECK_GOTO(upload(be, (void **)&p->seg_chunk_begin, begin,
-                        ((size_t)n_segments + 1) * sizeof *begin),
-                 st, fail);
+  DDP_CHECK_GOTO(
+      upload(be, (void **)&p->seg_chunk_begin, begin, ((size_t)n_tensors + 1) * sizeof *begin), st,
+      fail);
   DDP_CHECK_GOTO(ddp_backend_alloc(be, 2 * n_chunks * sizeof(double), (void **)&p->lamb_partials),
                  st, fail);
-  DDP_CHECK_GOTO(
-      ddp_backend_alloc(be, (size_t)n_segments * sizeof(float), (void **)&p->lamb_ratio), st,
-      fail);
+  DDP_CHECK_GOTO(ddp_backend_alloc(be, (size_t)n_tensors * sizeof(float), (void **)&p->lamb_ratio),
+                 st, fail);
   DDP_CHECK_GOTO(ddp_backend_alloc(be, sizeof(int64_t), (void **)&p->skipped), st, fail);
   DDP_CHECK_GOTO(be->ops->fill(be, p->skipped, DDP_DTYPE_I32, 0.0f, 2, NULL), st, fail);
   /* the zeroed counter must be visible to steps enqueued on any stream */
@@ -110,11 +109,11 @@ ddp_status_t ddp_cuda_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const fl
 ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
                                  const ddp_optim_step_args_t *a, ddp_stream_t s) {
   const ddp_optim_config_t *cfg = a->cfg;
-  if (a->n != p->n || a->n_segments != p->n_segs)
+  if (a->n != p->n || a->n_tensors != p->n_segs)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "optim_step: the plan was made for %zu parameters in %d tensors, the step has %zu in "
              "%d",
-             p->n, p->n_segs, a->n, a->n_segments);
+             p->n, p->n_segs, a->n, a->n_tensors);
   /* the CPU twin's per-step constants (src/optim.c step_coef), in double */
   const double t = (double)a->t;
   const double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
@@ -148,7 +147,7 @@ ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
 
 ddp_status_t ddp_cuda_optim_skipped_steps(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
                                           int64_t *count) {
-  DDP_CHECK(ddp_backend_copy(be, count, p->skipped, sizeof *count, DDP_COPY_KIND_DEVICE_TO_HOST,
-                             NULL));
+  DDP_CHECK(
+      ddp_backend_copy(be, count, p->skipped, sizeof *count, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   return ddp_backend_sync(be, NULL);
 }

@@ -12,8 +12,8 @@ typedef struct ddp_cuda_optim_plan ddp_cuda_optim_plan_t;
 
 /* Uploads the chunk and segment tables and allocates LAMB's scratch (once,
  * before the step loop). */
-ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_optim_segment_t *segments,
-                                        int n_segments, size_t n, ddp_cuda_optim_plan_t **out);
+ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_param_t *tensors,
+                                        int n_tensors, size_t n, ddp_cuda_optim_plan_t **out);
 void ddp_cuda_optim_plan_destroy(ddp_backend_t *be, ddp_cuda_optim_plan_t *plan);
 
 ddp_status_t ddp_cuda_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads,
