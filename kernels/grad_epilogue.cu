@@ -1,6 +1,6 @@
 /* The gradient epilogue of a half-precision all-reduce and the in-order sum
  * of its per-bucket partials (launchers in kernels/grad_epilogue.h; CPU
- * twins in src/optim.c).
+ * twins in src/backend/cpu/cpu_grad_epilogue.c).
  *
  * Per element the arithmetic is the CPU twin's: an exact widening, then one
  * fp32 multiply with explicit rounding (__fmul_rn), so dst is bit-identical

@@ -1,5 +1,6 @@
 /* Optimizer kernels: the global gradient norm and the multi-tensor AdamW /
- * SGD / LAMB step (launchers in kernels/optim.h; CPU twins in src/optim.c).
+ * SGD / LAMB step (launchers in kernels/optim.h; CPU twins in
+ * src/backend/cpu/cpu_optim.c).
  *
  * The per-element arithmetic is the CPU twin's, operation for operation,
  * with the rounding made explicit (__fmul_rn and friends): nvcc would

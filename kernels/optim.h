@@ -4,7 +4,8 @@
  * A C header like kernels/kernels.h (compiled by nvcc, called from
  * src/backend/cuda/cuda_optim.c and the GPU suites). The semantics are
  * ddptrain/optim.h's; the CPU twins are ddp_optim_grad_sumsq_cpu and
- * ddp_optim_step_cpu (src/optim.c). Launchers only enqueue work. */
+ * ddp_optim_step_cpu (src/backend/cpu/cpu_optim.c). Launchers only enqueue
+ * work. */
 #ifndef DDPTRAIN_KERNELS_OPTIM_H
 #define DDPTRAIN_KERNELS_OPTIM_H
 
@@ -31,7 +32,7 @@ typedef struct ddp_cuda_optim_chunk {
 } ddp_cuda_optim_chunk_t;
 
 /* Everything the step needs besides the buffers; host values computed once
- * per step, exactly as the CPU twin computes them (src/optim.c). */
+ * per step, exactly as the CPU twin computes them (src/backend/cpu/cpu_optim.c). */
 typedef struct ddp_cuda_optim_coef {
   int kind;        /* ddp_optim_kind_t */
   float lr, b1, omb1, b2, omb2, eps, bc1, bc2, step_size, bc2_sqrt;

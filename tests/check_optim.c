@@ -1,4 +1,4 @@
-/* Optimizers, schedule and gradient norm (src/optim.c): AdamW, SGD and LAMB
+/* Optimizers, schedule and gradient norm (src/optim.c, src/backend/cpu/): AdamW, SGD and LAMB
  * against scalar double-precision references over several steps, values
  * worked out by hand, clipping and grad_scale order, the sum of squares, the
  * learning-rate schedule, rejection of bad input without side effects, and

@@ -148,6 +148,12 @@ typedef struct ddp_backend_ops {
 
   /* The model kernels (ddptrain/nn.h); NULL where this backend has none. */
   const struct ddp_nn_ops *nn;
+  /* The optimizer: the fused step, the gradient norm and the half
+   * all-reduce's epilogue behind ddptrain/optim.h (an internal table,
+   * src/backend/optim_ops.h). NULL where this backend has none: the
+   * optimizer's entry points then return DDP_ERR_UNSUPPORTED naming the
+   * backend. */
+  const struct ddp_optim_ops *optim;
 
   /* Backends with a caching allocator (CUDA): its counters, and returning
    * cached memory to the driver. NULL where alloc goes straight to the

@@ -97,7 +97,7 @@ typedef struct ddp_optim_step_args {
 ddp_status_t ddp_optim_grad_sumsq_cpu(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
                                       float scale, ddp_stream_t s);
 
-/* The fused step on the CPU backend (the CUDA kernel's oracle later).
+/* The fused step on the CPU backend (the CUDA kernel's oracle).
  * This CPU twin dereferences the buffers directly (the CPU backend's memory
  * is host memory) and refuses other backends (DDP_ERR_UNSUPPORTED); work runs
  * at once, so the stream is unused. params, grads and state must not overlap.
@@ -154,9 +154,13 @@ ddp_status_t ddp_optim_sum_partials_cpu(ddp_backend_t *be, float *sumsq, const d
                                         int n, ddp_stream_t s);
 
 /* ---- backend-neutral entry points ----------------------------------------
- * What the trainer calls: the CPU functions above on the CPU backend, the
- * kernels of kernels/optim.cu on CUDA (bit-identical arithmetic per element,
- * sums of squares in a different fixed order). A plan holds what a backend
+ * What the trainer calls. Each checks its arguments as the CPU functions
+ * above do (same rules, same messages, on every backend), then runs the
+ * backend's optimizer (ddp_backend_ops_t.optim): on the CPU backend the
+ * work of the CPU functions above, on CUDA the kernels of kernels/optim.cu
+ * and kernels/grad_epilogue.cu (bit-identical arithmetic per element, sums
+ * of squares in a different fixed order). A backend without an optimizer
+ * is refused with DDP_ERR_UNSUPPORTED. A plan holds what a backend
  * needs per parameter layout (on CUDA the chunk and tensor tables in device
  * memory and LAMB's scratch); it is made once, before the step loop, so
  * steps allocate nothing. */

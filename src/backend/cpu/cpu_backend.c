@@ -19,6 +19,7 @@
 #include "backend/backend_impl.h"
 #include "ddptrain/check.h"
 #include "backend/cpu/cpu_nn_impl.h"
+#include "backend/cpu/cpu_optim.h"
 #include "ddptrain/nn.h"
 
 #if DDP_HAVE_OPENBLAS_THREADS
@@ -243,4 +244,5 @@ const ddp_backend_ops_t ddp_backend_cpu_ops = {
     .gemm = cpu_gemm,
     .mem_info = cpu_mem_info,
     .nn = &ddp_nn_cpu_ops,
+    .optim = &ddp_optim_cpu_ops,
 };

@@ -5,7 +5,8 @@
  * created non-blocking so it never serialises with the legacy default
  * stream); only synchronize() blocks the host. GEMMs are cuBLASLt's
  * (cuda_gemm.c: fp32 accumulation, TF32 for fp32 operands when the config
- * allows it), the model kernels are in kernels/ behind cuda_nn.c's table. */
+ * allows it), the model kernels are in kernels/ behind cuda_nn.c's table,
+ * the optimizer's behind cuda_optim.c's. */
 #include <config.h>
 
 #include <cublas_v2.h>
@@ -19,6 +20,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_nn.h"
+#include "backend/cuda/cuda_optim.h"
 #include "backend/device_error.h"
 #include "ddptrain/caching_alloc.h"
 #include "foreign_check.h"
@@ -339,6 +341,7 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .gemm = ddp_cuda_gemm,
     .mem_info = cuda_mem_info,
     .nn = &ddp_nn_cuda_ops,
+    .optim = &ddp_optim_cuda_ops,
     .cache_stats = cuda_cache_stats,
     .trim = cuda_trim,
     .pci_bus_id = cuda_pci_bus_id,

@@ -1,6 +1,7 @@
-/* The gradient epilogue on the CUDA backend: the backend's stream handed to
- * the launchers of kernels/grad_epilogue.cu. Nothing is decided on the
- * host, so finishing a bucket enqueues two kernels and returns. */
+/* The gradient epilogue on the CUDA backend (entries of its optimizer
+ * table): the backend's stream handed to the launchers of
+ * kernels/grad_epilogue.cu. Nothing is decided on the host, so finishing a
+ * bucket enqueues two kernels and returns. */
 #include <config.h>
 
 #include "backend/cuda/cuda_grad_epilogue.h"

@@ -1,21 +1,25 @@
-/* The optimizer on the CUDA backend: plan tables and the per-step launch
- * (kernels/optim.cu). The per-step constants are computed on the host in
- * double exactly as the CPU twin computes them (src/optim.c); everything
- * that depends on the gradients (clipping, the loss scaler's skip) is
- * decided on the device from the squared norm there, so a step enqueues
- * its kernels and returns without waiting. */
+/* The optimizer on the CUDA backend: plan tables, the per-step launch
+ * (kernels/optim.cu) and the backend's optimizer table, whose gradient
+ * epilogue entries are in cuda_grad_epilogue.c. src/optim.c has checked
+ * every argument before an entry here runs. The per-step constants are
+ * computed on the host in double exactly as the CPU twin computes them
+ * (src/backend/cpu/cpu_optim.c); everything that depends on the gradients
+ * (clipping, the loss scaler's skip) is decided on the device from the
+ * squared norm there, so a step enqueues its kernels and returns without
+ * waiting. */
 #include <config.h>
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/cuda/cuda_grad_epilogue.h"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_optim.h"
 #include "ddptrain/check.h"
 #include "optim.h"
 
-struct ddp_cuda_optim_plan {
+typedef struct ddp_cuda_optim_plan {
   ddp_cuda_optim_chunk_t *chunks; /* device */
   int32_t *seg_decay;             /* device, n_segs */
   int32_t *seg_chunk_begin;       /* device, n_segs + 1 */
@@ -23,8 +27,9 @@ struct ddp_cuda_optim_plan {
   float *lamb_ratio;              /* device, n_segs */
   int64_t *skipped;               /* device: steps skipped on a non-finite norm */
   int n_chunks, n_segs;
-  size_t n;
-};
+} ddp_cuda_optim_plan_t;
+
+static void cuda_plan_destroy(ddp_backend_t *be, void *impl);
 
 static ddp_status_t upload(ddp_backend_t *be, void **dev, const void *host, size_t bytes) {
   DDP_CHECK(ddp_backend_alloc(be, bytes, dev));
@@ -32,8 +37,8 @@ static ddp_status_t upload(ddp_backend_t *be, void **dev, const void *host, size
   return ddp_backend_sync(be, NULL); /* the host tables are freed next */
 }
 
-ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_param_t *tensors,
-                                        int n_tensors, size_t n, ddp_cuda_optim_plan_t **out) {
+static ddp_status_t cuda_plan_create(ddp_backend_t *be, const ddp_param_t *tensors, int n_tensors,
+                                     size_t n, void **out) {
   *out = NULL;
   size_t n_chunks = 0;
   for (int k = 0; k < n_tensors; ++k)
@@ -62,7 +67,6 @@ ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_param_t *te
   begin[n_tensors] = (int32_t)c;
   p->n_chunks = (int)n_chunks;
   p->n_segs = n_tensors;
-  p->n = n;
   DDP_CHECK_GOTO(upload(be, (void **)&p->chunks, chunks, n_chunks * sizeof *chunks), st, fail);
   DDP_CHECK_GOTO(upload(be, (void **)&p->seg_decay, decay, (size_t)n_tensors * sizeof *decay), st,
                  fail);
@@ -80,7 +84,7 @@ ddp_status_t ddp_cuda_optim_plan_create(ddp_backend_t *be, const ddp_param_t *te
   *out = p;
   p = NULL;
 fail:
-  if (p) ddp_cuda_optim_plan_destroy(be, p);
+  if (p) cuda_plan_destroy(be, p);
   p = NULL;
 out_host:
   free(p);
@@ -90,7 +94,8 @@ out_host:
   return st;
 }
 
-void ddp_cuda_optim_plan_destroy(ddp_backend_t *be, ddp_cuda_optim_plan_t *p) {
+static void cuda_plan_destroy(ddp_backend_t *be, void *impl) {
+  ddp_cuda_optim_plan_t *p = impl;
   if (!p) return;
   ddp_backend_free(be, p->chunks);
   ddp_backend_free(be, p->seg_decay);
@@ -101,20 +106,16 @@ void ddp_cuda_optim_plan_destroy(ddp_backend_t *be, ddp_cuda_optim_plan_t *p) {
   free(p);
 }
 
-ddp_status_t ddp_cuda_optim_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads,
-                                       size_t n, float scale, ddp_stream_t s) {
+static ddp_status_t cuda_grad_sumsq(ddp_backend_t *be, float *sumsq, const float *grads, size_t n,
+                                    float scale, ddp_stream_t s) {
   return ddp_cuda_grad_sumsq(sumsq, grads, n, scale, ddp_cuda_stream(be, s));
 }
 
-ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
-                                 const ddp_optim_step_args_t *a, ddp_stream_t s) {
+static ddp_status_t cuda_step(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *a,
+                              ddp_stream_t s) {
+  const ddp_cuda_optim_plan_t *p = impl;
   const ddp_optim_config_t *cfg = a->cfg;
-  if (a->n != p->n || a->n_tensors != p->n_segs)
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "optim_step: the plan was made for %zu parameters in %d tensors, the step has %zu in "
-             "%d",
-             p->n, p->n_segs, a->n, a->n_tensors);
-  /* the CPU twin's per-step constants (src/optim.c step_coef), in double */
+  /* the CPU twin's per-step constants (cpu_optim.c step_coef), in double */
   const double t = (double)a->t;
   const double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
   const ddp_cuda_optim_coef_t c = {
@@ -145,9 +146,19 @@ ddp_status_t ddp_cuda_optim_step(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
                                p->lamb_ratio, p->skipped, ddp_cuda_stream(be, s));
 }
 
-ddp_status_t ddp_cuda_optim_skipped_steps(ddp_backend_t *be, ddp_cuda_optim_plan_t *p,
-                                          int64_t *count) {
+static ddp_status_t cuda_skipped_steps(ddp_backend_t *be, void *impl, int64_t *count) {
+  const ddp_cuda_optim_plan_t *p = impl;
   DDP_CHECK(
       ddp_backend_copy(be, count, p->skipped, sizeof *count, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   return ddp_backend_sync(be, NULL);
 }
+
+const ddp_optim_ops_t ddp_optim_cuda_ops = {
+    .plan_create = cuda_plan_create,
+    .plan_destroy = cuda_plan_destroy,
+    .step = cuda_step,
+    .skipped_steps = cuda_skipped_steps,
+    .grad_sumsq = cuda_grad_sumsq,
+    .grad_epilogue = ddp_cuda_optim_grad_epilogue,
+    .sum_partials = ddp_cuda_optim_sum_partials,
+};
