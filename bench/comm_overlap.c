@@ -23,8 +23,8 @@
 #include <time.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/dist.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
 
 enum { MAX_ITERS = 64 };
 enum { COMPUTE = 0, COMM = 1, COMBINED = 2 }; /* the kinds of pass */

@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "attention.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "nn_io.cuh"
 
 namespace {

@@ -1,6 +1,6 @@
 /* Element-type conversion and fill kernels (launchers declared in kernels/kernels.h).
  *
- * The CPU twins are ddp_convert_host and the scalar conversions in src/dtype.c;
+ * The CPU twins are ddp_convert_host and the scalar conversions in src/core/dtype.c;
  * results here must be bit-identical to them, which the hardware conversions
  * give for every non-NaN input (round-to-nearest-even, subnormals, overflow
  * to inf). NaNs are the exception: PTX cvt may canonicalise a NaN its own way
@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "kernels.h"
 
 namespace {

@@ -14,7 +14,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "embed.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "nn_io.cuh"
 
 namespace {

@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #include "flash_attention.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "nn_io.cuh"
 
 namespace {

@@ -17,7 +17,7 @@
  * staging buffer has no alignment beyond 2 bytes, so no vector loads). */
 #include <math.h>
 
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "grad_epilogue.h"
 #include "nn_io.cuh"
 

@@ -6,7 +6,7 @@
  *
  * A C header like kernels/optim.h (compiled by nvcc, called from
  * src/backend/cuda/cuda_grad_epilogue.c and the GPU suite). The semantics
- * are ddptrain/optim.h's; the CPU twins are ddp_optim_grad_epilogue_cpu and
+ * are optim/optim.h's; the CPU twins are ddp_optim_grad_epilogue_cpu and
  * ddp_optim_sum_partials_cpu (src/backend/cpu/cpu_grad_epilogue.c).
  * Launchers only enqueue work. */
 #ifndef DDPTRAIN_KERNELS_GRAD_EPILOGUE_H

@@ -32,7 +32,7 @@
 
 #include <type_traits>
 
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "layernorm.h"
 #include "nn_io.cuh"
 

@@ -10,7 +10,7 @@
  * column's block sums in double in block order. That is the CPU twin's
  * arithmetic, so the results agree to the last bit whenever the fp32 block
  * sums do (they are the same additions). */
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "linear.h"
 #include "nn_io.cuh"
 

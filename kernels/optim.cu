@@ -15,7 +15,7 @@
  * and the loss scaler's skip on the device, so the host never waits. */
 #include <math.h>
 
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "nn_io.cuh"
 #include "optim.h"
 

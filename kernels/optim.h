@@ -3,7 +3,7 @@
  *
  * A C header like kernels/kernels.h (compiled by nvcc, called from
  * src/backend/cuda/cuda_optim.c and the GPU suites). The semantics are
- * ddptrain/optim.h's; the CPU twins are ddp_optim_grad_sumsq_cpu and
+ * optim/optim.h's; the CPU twins are ddp_optim_grad_sumsq_cpu and
  * ddp_optim_step_cpu (src/backend/cpu/cpu_optim.c). Launchers only enqueue
  * work. */
 #ifndef DDPTRAIN_KERNELS_OPTIM_H

@@ -12,7 +12,7 @@
  * elements go to the first threads of the grid. */
 #include <math.h>
 
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "nn_io.cuh"
 #include "pointwise.h"
 

@@ -15,7 +15,7 @@
  * reproducible and needs neither atomics nor scratch. */
 #include <math.h>
 
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 #include "nn_io.cuh"
 #include "xent.h"
 

@@ -1,4 +1,4 @@
-/* The loss scaler's state machine and the precision names (src/amp.c):
+/* The loss scaler's state machine and the precision names (src/amp/amp.c):
  * GradScaler's defaults, backoff and skip on inf/NaN, growth after exactly
  * growth_interval clean steps (and the count restarting after an overflow),
  * the floor error, the disabled scaler, configuration and state validation,
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check_util.h"
-#include "ddptrain/amp.h"
+#include "amp/amp.h"
 
 static ddp_loss_scaler_t make(float init, int64_t window, float min_scale) {
   ddp_loss_scaler_config_t c = ddp_loss_scaler_defaults();

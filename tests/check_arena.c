@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "check_util.h"
-#include "ddptrain/arena.h"
+#include "core/arena.h"
 #include "ddptrain/backend.h"
 
 static ddp_backend_t *g_be;

@@ -1,4 +1,4 @@
-/* Rank placement (src/binding.c) on a topology loaded from XML: two packages,
+/* Rank placement (src/runtime/binding.c) on a topology loaded from XML: two packages,
  * each with one NUMA node of 8 single-PU cores and two PCI GPUs behind a host
  * bridge (0000:07:00.0 and 0000:0a:00.0 on node 0, 0000:85:00.0 and
  * 0000:8a:00.0 on node 1). Checks the cores chosen for GPU ranks (one per
@@ -10,9 +10,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "binding.h"
+#include "runtime/binding.h"
 #include "check_util.h"
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 
 #if DDP_HAVE_HWLOC
 static hwloc_topology_t g_topo;

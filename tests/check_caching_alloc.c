@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "check_util.h"
-#include "ddptrain/caching_alloc.h"
+#include "backend/caching_alloc.h"
 
 /* ---- the fake raw allocator ---------------------------------------------- */
 

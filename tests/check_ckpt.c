@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "check_util.h"
-#include "ddptrain/ckpt.h"
+#include "train/ckpt.h"
 
 enum { N = 10 };
 static char g_dir[64];

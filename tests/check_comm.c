@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "check_util.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/dist.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/log.h"
 

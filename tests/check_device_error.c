@@ -9,7 +9,7 @@
 #include "backend/device_error.h"
 #include "check_util.h"
 #include "ddptrain/log.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 START_TEST(test_device_error_op_name_is_the_called_function) {
   char op[32];

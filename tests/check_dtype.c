@@ -1,4 +1,4 @@
-/* Check suite for src/dtype.c and src/tensor.c.
+/* Check suite for src/core/dtype.c and src/tensor.c.
  *
  * The half conversions are the oracle for every GPU conversion kernel, so they
  * are tested against references that share no code with them: widening over
@@ -18,7 +18,7 @@
 #include "check_util.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/log.h"
-#include "ddptrain/tensor.h"
+#include "core/tensor.h"
 
 /* GCC defines __FLT16_MANT_DIG__ exactly when _Float16 is usable. */
 #ifdef __FLT16_MANT_DIG__

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "check_util.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 
 START_TEST(test_env_defaults_and_names) {
   unsetenv("DDPTRAIN_LOG_LEVEL");

@@ -13,7 +13,7 @@
 
 #include "check_util.h"
 #include "model/gpt.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 #include "ddptrain/rng.h"
 #include "ddptrain/safetensors.h"
 

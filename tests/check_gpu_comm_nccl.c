@@ -23,8 +23,8 @@
 #include "backend/cuda/cuda_impl.h"
 #include "check_util.h"
 #include "ddptrain/backend.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/dist.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/log.h"
 

@@ -1,5 +1,5 @@
 /* GPU suite for kernels/convert.cu: ddp_cuda_convert and ddp_cuda_fill against their CPU
- * twins in src/dtype.c, bit for bit.
+ * twins in src/core/dtype.c, bit for bit.
  *
  * Widening runs on all 65,536 patterns of each 16-bit format; narrowing on
  * every rounding tie of both formats and its fp32 neighbours, a strided sweep

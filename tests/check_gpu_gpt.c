@@ -33,7 +33,7 @@
 
 #include "check_util.h"
 #include "model/gpt.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 #include "gpu_twin.h"
 
 static const ddp_gpt_config_t k_cfg = {

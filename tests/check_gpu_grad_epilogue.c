@@ -31,10 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ddptrain/comm.h"
+#include "comm/comm.h"
 #include "ddptrain/dtype.h"
-#include "ddptrain/optim.h"
-#include "ddptrain/reducer.h"
+#include "optim/optim.h"
+#include "train/reducer.h"
 #include "gpu_twin.h"
 
 enum { TAIL = 8 }; /* floats past n that must stay poisoned */

@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "ddptrain/dtype.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 #include "gpu_twin.h"
 
 enum { N_SEG = 41, N_KIND = 5, N_MODE = 3 };

@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "check_util.h"
-#include "ddptrain/loader.h"
+#include "data/loader.h"
 
 enum { ITEM_LEN = 257, MAX_FILLS = 1024 };
 

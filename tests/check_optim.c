@@ -1,4 +1,4 @@
-/* Optimizers, schedule and gradient norm (src/optim.c, src/backend/cpu/): AdamW, SGD and LAMB
+/* Optimizers, schedule and gradient norm (src/optim/optim.c, src/backend/cpu/): AdamW, SGD and LAMB
  * against scalar double-precision references over several steps, values
  * worked out by hand, clipping and grad_scale order, the sum of squares, the
  * learning-rate schedule, rejection of bad input without side effects, and
@@ -15,7 +15,7 @@
 
 #include "check_util.h"
 #include "ddptrain/backend.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 #include "ddptrain/rng.h"
 
 static ddp_backend_t *g_be;

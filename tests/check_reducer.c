@@ -18,10 +18,10 @@
 #include <string.h>
 
 #include "check_util.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/dist.h"
-#include "ddptrain/optim.h"
-#include "ddptrain/reducer.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
+#include "optim/optim.h"
+#include "train/reducer.h"
 #include "ddptrain/rng.h"
 
 /* What MPI_Init and MPI_Finalize allocate and never free is not this

@@ -1,4 +1,4 @@
-/* The distributed sampler (ddptrain/sampler.h is the spec): what a fill
+/* The distributed sampler (data/sampler.h is the spec): what a fill
  * puts in a batch, that every window is trained once per epoch on some rank
  * (repeats only where the plan says it wrapped), that the plan is a pure
  * function of its configuration whose micro-batches per step do not depend
@@ -17,7 +17,7 @@
 
 #include "check_util.h"
 #include "ddptrain/data.h"
-#include "ddptrain/sampler.h"
+#include "data/sampler.h"
 
 #define expect_near(a, b)                                                                   \
   do {                                                                                      \

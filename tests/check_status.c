@@ -5,7 +5,7 @@
 #include "check_util.h"
 #include "ddptrain/check.h"
 #include "ddptrain/status.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 START_TEST(test_status_strings_cover_every_code) {
 #define X(name, value, desc)                       \

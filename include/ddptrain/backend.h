@@ -19,13 +19,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ddptrain/caching_alloc.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Memory counters of a backend, in the terms of its caching allocator
+ * (src/backend/caching_alloc.h); see ddp_backend_mem_stats. */
+typedef struct ddp_caching_alloc_stats {
+  uint64_t raw_alloc_calls; /* successful and failed raw allocations */
+  uint64_t raw_free_calls;
+  uint64_t oom_retries; /* raw OOMs recovered from by trimming the cache */
+  uint64_t live_blocks; /* blocks handed out and not yet freed */
+  size_t bytes_in_use;  /* rounded sizes of the live blocks */
+  size_t peak_bytes_in_use;
+  size_t bytes_reserved; /* held from the raw allocator: in use + cached */
+  size_t peak_bytes_reserved;
+} ddp_caching_alloc_stats_t;
 
 typedef enum ddp_device_kind {
   DDP_DEVICE_KIND_CPU = 0,
@@ -149,7 +161,7 @@ typedef struct ddp_backend_ops {
   /* The model kernels (ddptrain/nn.h); NULL where this backend has none. */
   const struct ddp_nn_ops *nn;
   /* The optimizer: the fused step, the gradient norm and the half
-   * all-reduce's epilogue behind ddptrain/optim.h (an internal table,
+   * all-reduce's epilogue behind optim/optim.h (an internal table,
    * src/backend/optim_ops.h). NULL where this backend has none: the
    * optimizer's entry points then return DDP_ERR_UNSUPPORTED naming the
    * backend. */

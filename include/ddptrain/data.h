@@ -3,8 +3,8 @@
  *
  * A corpus is a set of token segments (memory-mapped shards, or arrays in
  * host memory) with one window index over all of them; the sampler
- * (ddptrain/sampler.h) plans micro-batches of windows and fills ddp_batch_t
- * buffers; the loader (ddptrain/loader.h) does that ahead of the step loop.
+ * (data/sampler.h) plans micro-batches of windows and fills ddp_batch_t
+ * buffers; the loader (data/loader.h) does that ahead of the step loop.
  *
  * Vocabulary used throughout:
  *   document  the tokens from one EOT up to (not including) the next EOT; the

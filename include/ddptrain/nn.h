@@ -12,7 +12,7 @@
  *     accumulate (`dresid +=`), because the residual stream's gradient is the
  *     sum of its branches; other activation gradients are overwritten;
  *   - every op takes `dt`, the storage type of its activation buffers
- *     (ddptrain/amp.h's precision): fp32, bf16 or fp16. Activations,
+ *     (amp/amp.h's precision): fp32, bf16 or fp16. Activations,
  *     activation gradients and the weights the op reads (the model's compute
  *     copy) are `void *` buffers of dt elements (uint16 bit patterns for
  *     bf16/fp16); everything else stays fp32 under any dt: parameter

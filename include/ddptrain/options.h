@@ -1,6 +1,6 @@
 /* Command-line options of the ddptrain program.
  *
- * Every flag is one row of a table (src/options.c): name, type, default,
+ * Every flag is one row of a table (src/runtime/options.c): name, type, default,
  * range and help. Parsing, validation, defaults and --help are all driven by
  * that table, so a flag cannot be documented without being parsed or parsed
  * without being range-checked. Defaults go through the same parser as user
@@ -91,7 +91,7 @@ typedef struct ddp_options {
   /* logging, evaluation, export */
   int64_t log_every, eval_every, eval_tokens;
   char metrics[1024], export_path[1024], dump_batches[1024];
-  /* checkpoints (see ddptrain/ckpt.h) */
+  /* checkpoints (see train/ckpt.h) */
   char save[1024], resume[1024];
   int64_t save_every, keep, stop_at;
   int detect_anomaly;

@@ -1,4 +1,4 @@
-/* The caching allocator (policy in ddptrain/caching_alloc.h).
+/* The caching allocator (policy in backend/caching_alloc.h).
  *
  * Bookkeeping lives in host memory: device memory has no room for a
  * host-readable header. Each raw segment is a chain of blocks in address
@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "ddptrain/caching_alloc.h"
+#include "backend/caching_alloc.h"
 #include "ddptrain/check.h"
 
 typedef struct block block_t;

@@ -3,12 +3,7 @@
 
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "core/clock.h"
 
 ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,
                                              double *gflops) {
@@ -38,11 +33,11 @@ ddp_status_t ddp_backend_measure_gemm_gflops_dtype(ddp_backend_t *be, ddp_dtype_
    * fastest window: a peak is what the hardware sustains when undisturbed,
    * and on shared or virtual machines the mean mixes in other tenants. */
   const double flops = 2.0 * (double)n * (double)n * (double)n * 4;
-  double start = now_seconds(), best = 0.0, t0 = start;
+  double start = ddp_clock_seconds(), best = 0.0, t0 = start;
   do {
     for (int i = 0; i < 4; ++i) DDP_CHECK_GOTO(ddp_backend_gemm(be, &g, NULL), st, out);
     DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);
-    double t1 = now_seconds();
+    double t1 = ddp_clock_seconds();
     if (t1 > t0 && flops / (t1 - t0) > best) best = flops / (t1 - t0);
     t0 = t1;
   } while (t0 - start < seconds);

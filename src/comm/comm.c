@@ -1,5 +1,5 @@
 /* Communicator creation by name, argument checks, the handle pool, the
- * statistics, and selection by capability (see ddptrain/comm.h).
+ * statistics, and selection by capability (see comm/comm.h).
  *
  * Every check that does not depend on the transport happens here, before an
  * implementation sees the call, so "self" rejects exactly what "mpi" rejects
@@ -63,12 +63,6 @@ static const ddp_comm_ops_t *const k_absent[] = {
 enum { MAX_KINDS = sizeof k_registry / sizeof *k_registry + sizeof k_absent / sizeof *k_absent };
 
 enum { DEFAULT_MAX_INFLIGHT = 64 };
-
-int64_t ddp_comm_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Handle = generation << 16 | slot index: a slot reused after a release gets
  * a new generation, so a stale handle cannot wait on someone else's work.
@@ -394,9 +388,9 @@ ddp_status_t ddp_comm_allgather(ddp_comm_t *c, const void *send, void *recv, siz
 
 ddp_status_t ddp_comm_barrier(ddp_comm_t *c) {
   if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm barrier: NULL communicator");
-  const int64_t t0 = ddp_comm_now_ns();
+  const int64_t t0 = ddp_clock_ns();
   ddp_status_t st = c->ops->barrier(c);
-  c->stats.wait_ms += (double)(ddp_comm_now_ns() - t0) / 1e6;
+  c->stats.wait_ms += (double)(ddp_clock_ns() - t0) / 1e6;
   if (st == DDP_OK) ++c->stats.n_barrier;
   return st;
 }
@@ -404,9 +398,9 @@ ddp_status_t ddp_comm_barrier(ddp_comm_t *c) {
 ddp_status_t ddp_comm_wait(ddp_comm_t *c, ddp_comm_handle_t h) {
   ddp_comm_slot_t *s = NULL;
   DDP_CHECK(slot_of(c, h, "wait", &s));
-  const int64_t t0 = ddp_comm_now_ns();
+  const int64_t t0 = ddp_clock_ns();
   ddp_status_t st = c->ops->wait(c, s);
-  c->stats.wait_ms += (double)(ddp_comm_now_ns() - t0) / 1e6;
+  c->stats.wait_ms += (double)(ddp_clock_ns() - t0) / 1e6;
   slot_release(c, s);
   return st;
 }
@@ -422,9 +416,9 @@ ddp_status_t ddp_comm_test(ddp_comm_t *c, ddp_comm_handle_t h, int *done) {
 ddp_status_t ddp_comm_stream_wait(ddp_comm_t *c, ddp_comm_handle_t h, void *stream) {
   ddp_comm_slot_t *s = NULL;
   DDP_CHECK(slot_of(c, h, "stream_wait", &s));
-  const int64_t t0 = ddp_comm_now_ns();
+  const int64_t t0 = ddp_clock_ns();
   ddp_status_t st = c->ops->stream_wait(c, s, stream);
-  c->stats.wait_ms += (double)(ddp_comm_now_ns() - t0) / 1e6;
+  c->stats.wait_ms += (double)(ddp_clock_ns() - t0) / 1e6;
   slot_release(c, s);
   return st;
 }

@@ -17,7 +17,8 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/comm.h"
+#include "comm/comm.h"
+#include "core/clock.h"
 
 typedef enum ddp_comm_op {
   DDP_COMM_OP_ALLREDUCE = 0,
@@ -139,8 +140,6 @@ extern const ddp_comm_ops_t ddp_comm_mpi_test_ops;
 extern const ddp_comm_ops_t ddp_comm_nccl_ops;
 #endif
 
-/* Monotonic clock in nanoseconds, for the time statistics. */
-int64_t ddp_comm_now_ns(void);
 
 static inline void ddp_comm_add_time(ddp_comm_t *c, int64_t ns) {
   atomic_fetch_add_explicit(&c->comm_ns, ns, memory_order_relaxed);

@@ -68,7 +68,7 @@ const char *ddp_comm_default_progress(void) {
 #include <stdlib.h>
 
 #include "ddptrain/check.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 typedef struct mpi_impl {
   MPI_Comm comm;
@@ -243,9 +243,9 @@ static void *progress_main(void *arg) {
     m->q_head = (m->q_head + 1) % m->q_cap;
     --m->q_len;
     pthread_mutex_unlock(&m->lock);
-    const int64_t t0 = ddp_comm_now_ns();
+    const int64_t t0 = ddp_clock_ns();
     const ddp_status_t st = run_blocking(m, s);
-    ddp_comm_add_time(c, ddp_comm_now_ns() - t0);
+    ddp_comm_add_time(c, ddp_clock_ns() - t0);
     pthread_mutex_lock(&m->lock);
     s->status = st;
     s->done = 1;
@@ -381,7 +381,7 @@ static ddp_status_t test_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) 
   DDP_CHECK(check_count(s));
   const int n = (int)s->count;
   MPI_Request *req = &m->reqs[s->index];
-  const int64_t t0 = ddp_comm_now_ns();
+  const int64_t t0 = ddp_clock_ns();
   ddp_status_t st = DDP_OK;
   switch (s->op) {
     case DDP_COMM_OP_ALLREDUCE: {
@@ -408,7 +408,7 @@ static ddp_status_t test_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) 
       st = DDP_ERR_INTERNAL;
       break; /* blocking only */
   }
-  ddp_comm_add_time(c, ddp_comm_now_ns() - t0);
+  ddp_comm_add_time(c, ddp_clock_ns() - t0);
   if (st == DDP_OK) ++m->n_active;
   return st;
 }
@@ -425,7 +425,7 @@ static void test_complete(ddp_comm_t *c, int i, ddp_status_t st) {
 static void test_progress(ddp_comm_t *c) {
   mpi_impl_t *m = c->impl;
   if (m->n_active == 0) return;
-  const int64_t t0 = ddp_comm_now_ns();
+  const int64_t t0 = ddp_clock_ns();
   int n_ready = 0;
   const ddp_status_t st = DDP_FOREIGN_STATUS(
       ddp_mpi_status_,
@@ -441,17 +441,17 @@ static void test_progress(ddp_comm_t *c) {
       if (c->slots[i].in_use && !c->slots[i].done && m->reqs[i] == MPI_REQUEST_NULL)
         test_complete(c, i, st);
   }
-  ddp_comm_add_time(c, ddp_comm_now_ns() - t0);
+  ddp_comm_add_time(c, ddp_clock_ns() - t0);
 }
 
 static ddp_status_t test_test(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
   mpi_impl_t *m = c->impl;
   if (!s->done) {
-    const int64_t t0 = ddp_comm_now_ns();
+    const int64_t t0 = ddp_clock_ns();
     int flag = 0;
     const ddp_status_t st =
         DDP_FOREIGN_STATUS(ddp_mpi_status_, MPI_Test(&m->reqs[s->index], &flag, MPI_STATUS_IGNORE));
-    ddp_comm_add_time(c, ddp_comm_now_ns() - t0);
+    ddp_comm_add_time(c, ddp_clock_ns() - t0);
     if (st != DDP_OK || flag) test_complete(c, s->index, st);
   }
   *done = s->done;
@@ -461,10 +461,10 @@ static ddp_status_t test_test(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
 static ddp_status_t test_wait(ddp_comm_t *c, ddp_comm_slot_t *s) {
   mpi_impl_t *m = c->impl;
   if (!s->done) {
-    const int64_t t0 = ddp_comm_now_ns();
+    const int64_t t0 = ddp_clock_ns();
     const ddp_status_t st =
         DDP_FOREIGN_STATUS(ddp_mpi_status_, MPI_Wait(&m->reqs[s->index], MPI_STATUS_IGNORE));
-    ddp_comm_add_time(c, ddp_comm_now_ns() - t0);
+    ddp_comm_add_time(c, ddp_clock_ns() - t0);
     test_complete(c, s->index, st);
   }
   return s->status;
@@ -477,9 +477,9 @@ static ddp_status_t test_stream_wait(ddp_comm_t *c, ddp_comm_slot_t *s, void *st
 
 static ddp_status_t test_barrier(ddp_comm_t *c) {
   mpi_impl_t *m = c->impl;
-  const int64_t t0 = ddp_comm_now_ns();
+  const int64_t t0 = ddp_clock_ns();
   const ddp_status_t st = DDP_FOREIGN_STATUS(ddp_mpi_status_, MPI_Barrier(m->comm));
-  ddp_comm_add_time(c, ddp_comm_now_ns() - t0);
+  ddp_comm_add_time(c, ddp_clock_ns() - t0);
   return st;
 }
 

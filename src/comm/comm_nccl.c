@@ -1,5 +1,5 @@
 /* The NCCL communicator: collectives on GPU memory, ordered by CUDA streams
- * (see ddptrain/comm.h, kind "nccl", progress mode "stream").
+ * (see comm/comm.h, kind "nccl", progress mode "stream").
  *
  * Bootstrap: every rank prepares its stream and events, the ranks agree that
  * all of them could (an MPI_Allreduce, so one rank's failure is everyone's
@@ -48,7 +48,7 @@
 
 #include "backend/cuda/cuda_impl.h"
 #include "ddptrain/check.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 typedef struct nccl_impl {
   ncclComm_t comm; /* NULL once aborted */
@@ -209,7 +209,7 @@ static ddp_status_t poll_slot(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
         *done = 1;
         return DDP_OK;
       }
-      const double age = (double)(ddp_comm_now_ns() - m->issued_ns[s->index]) / 1e9;
+      const double age = (double)(ddp_clock_ns() - m->issued_ns[s->index]) / 1e9;
       if (st == DDP_OK && age > c->timeout_s) {
         char cause[160];
         snprintf(cause, sizeof cause, "no completion after %.1f s (timeout %g s)", age,
@@ -327,7 +327,7 @@ static ddp_status_t issue_on_stream(ddp_comm_t *c, ddp_comm_slot_t *s, cudaStrea
     snprintf(cause, sizeof cause, "CUDA error after the launch: %s", cudaGetErrorString(ce));
     return abort_comm(c, s, DDP_ERR_CUDA, cause);
   }
-  m->issued_ns[i] = ddp_comm_now_ns();
+  m->issued_ns[i] = ddp_clock_ns();
   m->timed[i] = 1;
   return DDP_OK;
 }
@@ -475,7 +475,7 @@ static void nccl_shutdown(ddp_comm_t *c) {
     s->buf = NULL;
     s->send = NULL;
     if (cudaEventRecord(m->done[s->index], m->stream) == cudaSuccess) {
-      m->issued_ns[s->index] = ddp_comm_now_ns();
+      m->issued_ns[s->index] = ddp_clock_ns();
       m->timed[s->index] = 0;
       wait_slot(c, s); /* aborts on an error or the timeout */
     } else {

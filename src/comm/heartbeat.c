@@ -18,7 +18,8 @@
 
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
+#include "core/clock.h"
 
 #if DDP_HAVE_MPI
 enum { MSG_BEAT = 1, MSG_BYE = 2, HB_TAG = 7 };
@@ -31,12 +32,6 @@ struct ddp_heartbeat {
   atomic_int stop;
   pthread_t thread;
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s) {
   struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
@@ -63,9 +58,9 @@ static void *watch(void *arg) {
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL;
   if ((rc = MPI_Irecv(&in, 1, MPI_INT, hb->left, HB_TAG, hb->comm, &rreq)) != MPI_SUCCESS)
     hb_fail(hb, "MPI_Irecv", rc);
-  double heard = now_s(), sent = -1e300, last_poll = heard;
+  double heard = ddp_clock_seconds(), sent = -1e300, last_poll = heard;
   for (;;) {
-    const double t = now_s();
+    const double t = ddp_clock_seconds();
     /* This thread itself was not running (the whole process was stopped or
      * starved): the silence it would measure is its own, so start afresh. */
     if (t - last_poll > 2 * hb->poll + 1.0) heard = t;

@@ -17,7 +17,7 @@
 #ifndef DDPTRAIN_COMM_HEARTBEAT_H
 #define DDPTRAIN_COMM_HEARTBEAT_H
 
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/status.h"
 
 typedef struct ddp_heartbeat ddp_heartbeat_t;

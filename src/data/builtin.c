@@ -34,7 +34,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
 #include "ddptrain/rng.h"
-#include "hash.h"
+#include "core/hash.h"
 
 #define MAX_LETTERS 8 /* operand length of copy/reverse/sort: 1..8 */
 #define MAX_DIGITS 4  /* addends: 1..4 digits */

@@ -23,7 +23,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
 #include "data/corpus_impl.h"
-#include "hash.h"
+#include "core/hash.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ddptrain reads little-endian token shards in place and needs a little-endian host"

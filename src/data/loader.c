@@ -1,4 +1,4 @@
-/* The background batch loader (see ddptrain/loader.h).
+/* The background batch loader (see data/loader.h).
  *
  * State is three sequence numbers, absolute like the seqs themselves:
  *
@@ -33,7 +33,7 @@
  * few counters, the slots must be caller-owned (pinned buffers), and the
  * release-later contract for asynchronous copies is not what general-purpose
  * queues offer. */
-#include "ddptrain/loader.h"
+#include "data/loader.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
+#include "core/clock.h"
 
 struct ddp_loader {
   ddp_loader_config_t cfg;
@@ -69,12 +70,6 @@ struct ddp_loader {
   ddp_loader_stats_t stats;
 };
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static int slot_of(const ddp_loader_t *l, int64_t seq) {
   return (int)((seq - l->base) % l->cfg.depth);
 }
@@ -87,9 +82,9 @@ static int slot_of(const ddp_loader_t *l, int64_t seq) {
 static ddp_status_t fill_one(ddp_loader_t *l, int64_t seq, double *ms) {
   void *item = l->items[slot_of(l, seq)];
   pthread_mutex_unlock(&l->mu);
-  double t0 = now_ms();
+  double t0 = (1e3 * ddp_clock_seconds());
   ddp_status_t st = l->cfg.fill(l->cfg.ctx, seq, item);
-  *ms = now_ms() - t0;
+  *ms = (1e3 * ddp_clock_seconds()) - t0;
   pthread_mutex_lock(&l->mu);
   l->stats.fill_ms += *ms;
   if (st != DDP_OK)
@@ -292,10 +287,10 @@ ddp_status_t ddp_loader_acquire(ddp_loader_t *l, int64_t seq, void **item) {
   if (l->cfg.synchronous) {
     st = fill_inline(l, seq);
   } else if (l->produced <= seq && l->fail_status == DDP_OK && !l->exited) {
-    double t0 = now_ms();
+    double t0 = (1e3 * ddp_clock_seconds());
     while (l->produced <= seq && l->fail_status == DDP_OK && !l->exited)
       pthread_cond_wait(&l->ready, &l->mu);
-    l->stats.wait_ms += now_ms() - t0;
+    l->stats.wait_ms += (1e3 * ddp_clock_seconds()) - t0;
     l->stats.waits++;
   }
   if (st == DDP_OK && l->produced <= seq) {

@@ -13,7 +13,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
 #include "ddptrain/safetensors.h"
-#include "hash.h"
+#include "core/hash.h"
 
 const char *ddp_batch_kind_name(ddp_batch_kind_t kind) {
   switch (kind) {

@@ -1,5 +1,5 @@
 /* The length-bucketing distributed sampler and the random baseline (see
- * ddptrain/sampler.h for the algorithm and the contract).
+ * data/sampler.h for the algorithm and the contract).
  *
  * Everything is integer arithmetic over the window index plus a Philox
  * stream per (seed, epoch, purpose), so the plan is bit-identical on every
@@ -9,17 +9,18 @@
  * whims. Costs are doubles computed the same way on every rank; the deal
  * compares them with a deterministic tie-break (the slot index), so equal
  * costs never make ranks disagree. */
-#include "ddptrain/sampler.h"
+#include "data/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "ascii.h"
+#include "core/ascii.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"
 #include "ddptrain/rng.h"
-#include "hash.h"
+#include "core/hash.h"
+#include "core/clock.h"
 
 /* Philox stream tags, apart from the built-in data's and each other's. */
 #define STREAM_WINDOWS UINT64_C(0x73616d706c65722e) /* window shuffle */
@@ -79,12 +80,6 @@ ddp_status_t ddp_sampler_kind_parse(const char *name, ddp_sampler_kind_t *kind) 
 
 const char *ddp_sampler_kind_name(ddp_sampler_kind_t kind) {
   return (unsigned)kind < 2 ? kind_names[kind] : "unknown";
-}
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 void ddp_sampler_destroy(ddp_sampler_t *s) {
@@ -503,7 +498,7 @@ out:
 
 static ddp_status_t build_epoch(ddp_sampler_t *s, int64_t epoch) {
   if (s->epoch == epoch) return DDP_OK;
-  const double t0 = now_seconds();
+  const double t0 = ddp_clock_seconds();
   s->epoch = -1; /* until complete */
   s->n_mb = 0;
   memset(&s->stats, 0, sizeof s->stats);
@@ -519,7 +514,7 @@ static ddp_status_t build_epoch(ddp_sampler_t *s, int64_t epoch) {
   DDP_CHECK(deal_epoch(s, epoch));
   s->stats.windows = n;
   s->stats.micro_batches = s->n_mb;
-  s->stats.build_seconds = now_seconds() - t0;
+  s->stats.build_seconds = ddp_clock_seconds() - t0;
   const int64_t S = (int64_t)s->cfg.world * s->cfg.accum;
   s->stats.plan_bytes = (int64_t)sizeof *s +
                         (3 * n + s->max_rows + s->max_len + 3) * (int64_t)sizeof(uint32_t) +

@@ -14,7 +14,7 @@
 #include "ddptrain/check.h"
 #include "model/gpt.h"
 #include "ddptrain/rng.h"
-#include "hash.h"
+#include "core/hash.h"
 #include "model/gpt_input.h"
 #include "trace/nvtx.h"
 

@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ddptrain/arena.h"
+#include "core/arena.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/nn.h"
 #include "ddptrain/param.h"
@@ -81,7 +81,7 @@ float *ddp_gpt_grads(ddp_gpt_t *m);
 /* Copies all parameters (n_params floats) to / from host memory. */
 ddp_status_t ddp_gpt_copy_params_to_host(ddp_gpt_t *m, float *host);
 ddp_status_t ddp_gpt_copy_params_from_host(ddp_gpt_t *m, const float *host);
-/* Mixed precision (ddptrain/amp.h). dtype bf16/fp16: allocates the compute
+/* Mixed precision (amp/amp.h). dtype bf16/fp16: allocates the compute
  * copy of the weights and re-sizes the activation arena for dtype elements
  * (call at set-up, once, before training): forward and backward then read
  * that copy, and store activations and activation gradients in dtype;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ascii.h"
+#include "core/ascii.h"
 #include "ddptrain/check.h"
 #include "model/builtin.h"
 #include "model/gpt.h"

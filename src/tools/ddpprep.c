@@ -34,7 +34,7 @@
 
 #include "ddptrain/data.h"
 #include "ddptrain/log.h"
-#include "hash.h"
+#include "core/hash.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 enum { MODE_FILE, MODE_SEP, MODE_JSONL };

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 
 /* n elements of dtype at x (backend memory) into a->host as fp32; half
  * values land in the upper part of the buffer first and are widened. */

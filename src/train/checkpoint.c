@@ -1,7 +1,7 @@
-/* The checkpoint file format (see ddptrain/ckpt.h): writing an image,
+/* The checkpoint file format (see train/ckpt.h): writing an image,
  * verifying and loading a file, listing and pruning a directory. JSON
  * through jansson, the checksum through zlib's crc32. */
-#include "ddptrain/ckpt.h"
+#include "train/ckpt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "ascii.h"
+#include "core/ascii.h"
 #include "ddptrain/check.h"
 #include "ddptrain/safetensors.h"
 

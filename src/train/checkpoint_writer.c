@@ -14,7 +14,8 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
+#include "core/clock.h"
 
 /* A fault-injected write fails after this many bytes: part of the file is
  * on disk, as on a real full disk, so the clean-up path runs. */
@@ -33,12 +34,6 @@ struct ddp_ckpt_writer {
   int started, busy, quit;
   ddp_status_t last_status;
 };
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* mkdir -p; errors are left to the writes, which name the path. */
 static void make_dirs(const char *dir) {
@@ -60,12 +55,12 @@ static void make_dirs(const char *dir) {
 static void write_one(ddp_ckpt_writer_t *w) {
   const int64_t step = w->img.meta.step;
   char path[1100], tmp[1200];
-  const double t0 = now_seconds();
+  const double t0 = ddp_clock_seconds();
   ddp_status_t st = ddp_ckpt_path(path, sizeof path, w->dir, step);
   if (st == DDP_OK) st = ddp_ckpt_tmp_path(tmp, sizeof tmp, w->dir, step);
   if (st == DDP_OK)
     st = ddp_ckpt_write(path, tmp, &w->img, step == w->fault_step ? FAULT_BYTES : 0);
-  const double dt = now_seconds() - t0;
+  const double dt = ddp_clock_seconds() - t0;
   if (st == DDP_OK) {
     ddp_ckpt_prune(w->dir, w->keep);
     snprintf(w->last_good, sizeof w->last_good, "%s", path);
@@ -152,7 +147,7 @@ static void wait_idle(ddp_ckpt_writer_t *w) {
 ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const float *params,
                                   const float *state, const ddp_ckpt_meta_t *meta,
                                   double *pause_ms) {
-  const double t0 = now_seconds();
+  const double t0 = ddp_clock_seconds();
   wait_idle(w);
   const size_t n = w->img.n_params;
   DDP_CHECK(ddp_backend_copy(be, w->img.params, params, n * sizeof(float),
@@ -166,7 +161,7 @@ ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const
   w->busy = 1;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
-  if (pause_ms) *pause_ms = 1e3 * (now_seconds() - t0);
+  if (pause_ms) *pause_ms = 1e3 * (ddp_clock_seconds() - t0);
   return DDP_OK;
 }
 

@@ -10,7 +10,7 @@
 #define DDPTRAIN_TRAIN_CHECKPOINT_WRITER_H
 
 #include "ddptrain/backend.h"
-#include "ddptrain/ckpt.h"
+#include "train/ckpt.h"
 
 typedef struct ddp_ckpt_writer ddp_ckpt_writer_t;
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
-#include "hash.h"
+#include "core/hash.h"
 
 static uint64_t layout_hash(const ddp_model_t *m) {
   uint64_t h = DDP_FNV1A64_INIT;

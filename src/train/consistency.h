@@ -7,7 +7,7 @@
 #ifndef DDPTRAIN_TRAIN_CONSISTENCY_H
 #define DDPTRAIN_TRAIN_CONSISTENCY_H
 
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
 #include "train/train_data.h"

@@ -4,7 +4,7 @@
 #ifndef DDPTRAIN_TRAIN_DUMP_BATCHES_H
 #define DDPTRAIN_TRAIN_DUMP_BATCHES_H
 
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "train/train_data.h"
 
 /* Micro-batches 0 .. n-1 of this rank (seq = step * accum + micro) to

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/trainer.h"
+#include "train/trainer.h"
 #include "train/train_data.h"
 
 /* The data's size in the text report's terms: documents (token data) or

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 
 static volatile sig_atomic_t g_signal;  /* first stop signal received, 0 = none */
 static volatile sig_atomic_t g_sigints; /* SIGINTs received */

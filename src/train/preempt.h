@@ -6,7 +6,7 @@
 #ifndef DDPTRAIN_TRAIN_PREEMPT_H
 #define DDPTRAIN_TRAIN_PREEMPT_H
 
-#include "ddptrain/comm.h"
+#include "comm/comm.h"
 
 /* Exit status of a second SIGINT (128 + SIGINT, as shells report it). */
 #define DDP_PREEMPT_EXIT_SECOND_SIGINT 130

@@ -1,4 +1,4 @@
-/* Bucketed overlapped gradient reduction (see ddptrain/reducer.h).
+/* Bucketed overlapped gradient reduction (see train/reducer.h).
  *
  * State per step is a ready flag per tensor and a ready count per bucket,
  * reset in finish(); nothing is allocated after create. Marking looks the
@@ -11,7 +11,7 @@
  * done, with the fused epilogue (scale and sum of squares in the same pass),
  * in bucket order on the reducer's stream; the per-bucket partials live in
  * backend memory so the norm never needs the host. */
-#include "ddptrain/reducer.h"
+#include "train/reducer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,7 +19,8 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
+#include "core/clock.h"
 
 typedef struct bucket {
   size_t offset, count;
@@ -47,12 +48,6 @@ struct ddp_reducer {
   int n_buckets;
   int next_launch; /* buckets before it are launched this step */
 };
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
 
 void ddp_reducer_destroy(ddp_reducer_t *r) {
   if (!r) return;
@@ -205,7 +200,7 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
   /* Launched buckets are completed even when the step failed, so the
    * communicator holds no orphaned handle (and peers are not left in a
    * collective this rank abandoned). */
-  const double t0 = now_ms();
+  const double t0 = (1e3 * ddp_clock_seconds());
   ddp_status_t st = DDP_OK;
   r->norm_ready = 0;
   for (int i = 0; i < r->n_buckets; ++i) {
@@ -221,7 +216,7 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
                                    r->dtype, b->count, r->scale, r->partials + i,
                                    (ddp_stream_t)r->stream);
   }
-  if (exposed_ms) *exposed_ms = now_ms() - t0;
+  if (exposed_ms) *exposed_ms = (1e3 * ddp_clock_seconds()) - t0;
   const int incomplete = r->next_launch;
   for (int i = 0; i < r->n_buckets; ++i) r->buckets[i].ready = 0;
   r->next_launch = 0;

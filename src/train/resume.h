@@ -4,9 +4,9 @@
 #define DDPTRAIN_TRAIN_RESUME_H
 
 #include "ddptrain/backend.h"
-#include "ddptrain/ckpt.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/dist.h"
+#include "train/ckpt.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
 
 /* Collective. Rank 0 takes the newest checkpoint in `dir` that opens and
  * passes its CRC (reporting and skipping corrupt ones), checks its

@@ -4,11 +4,11 @@
 #ifndef DDPTRAIN_TRAIN_TRAIN_CKPT_H
 #define DDPTRAIN_TRAIN_TRAIN_CKPT_H
 
-#include "ddptrain/ckpt.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/dist.h"
+#include "train/ckpt.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
 #include "ddptrain/model.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 #include "train/checkpoint_writer.h"
 
 typedef struct ddp_train_ckpt {

@@ -5,14 +5,14 @@
  * Token models read token shards (--data/--val-data) or the built-in task
  * set; record models read record files (--data/--val-data) or the data set
  * their model supplies (load_records). Both kinds go through one sampler
- * (ddptrain/sampler.h): token windows cost by length, records all alike. */
+ * (data/sampler.h): token windows cost by length, records all alike. */
 #ifndef DDPTRAIN_TRAIN_DATA_H
 #define DDPTRAIN_TRAIN_DATA_H
 
 #include "ddptrain/data.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
-#include "ddptrain/sampler.h"
+#include "data/sampler.h"
 
 /* One split: the corpus of a token model or the records of a record model. */
 typedef struct ddp_train_split {

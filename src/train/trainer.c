@@ -1,4 +1,4 @@
-/* The training loop (see ddptrain/trainer.h): data-parallel over the ranks
+/* The training loop (see train/trainer.h): data-parallel over the ranks
  * of the job, for any model of the registry (ddptrain/model.h), which it
  * reaches only through the model interface.
  *
@@ -12,7 +12,7 @@
  *
  * Host syncs: one per --log-every steps (loss, grad norm, per-rank timings);
  * the loader thread fills micro-batches ahead of the loop. */
-#include "ddptrain/trainer.h"
+#include "train/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,16 +20,16 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/comm.h"
-#include "ddptrain/env.h"
-#include "ddptrain/loader.h"
+#include "comm/comm.h"
+#include "core/env.h"
+#include "data/loader.h"
 #include "ddptrain/model.h"
-#include "ddptrain/optim.h"
-#include "ddptrain/reducer.h"
-#include "ddptrain/sampler.h"
-#include "ascii.h"
-#include "fault.h"
-#include "train/amp_train.h"
+#include "optim/optim.h"
+#include "train/reducer.h"
+#include "data/sampler.h"
+#include "core/ascii.h"
+#include "runtime/fault.h"
+#include "amp/amp_train.h"
 #include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/dump_batches.h"
@@ -39,6 +39,7 @@
 #include "train/train_ckpt.h"
 #include "train/train_data.h"
 #include "trace/nvtx.h"
+#include "core/clock.h"
 
 enum { TASK_EVAL_DOCS = 128, LOADER_DEPTH = 3 };
 
@@ -81,12 +82,6 @@ typedef struct trainer {
   ddp_amp_train_t amp;
   int64_t step; /* the step in progress */
 } trainer_t;
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- loader callbacks: this rank's micro-batches in consumption order ---- */
 
@@ -458,16 +453,16 @@ static void count_loop_allocs(const trainer_t *tr, totals_t *t, int first) {
 
 static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float lr) {
   const int64_t accum = tr->o->accum;
-  const double t0 = now_seconds(), host_wait0 = tr->be->host_wait_s;
+  const double t0 = ddp_clock_seconds(), host_wait0 = tr->be->host_wait_s;
   double wait_s = 0.0;
   ddp_step_info_t info = {0};
   tr->step = step;
   DDP_CHECK(ddp_anomaly_begin_step(&tr->anomaly, step));
   for (int64_t k = 0; k < accum; ++k) {
     void *item;
-    const double a0 = now_seconds();
+    const double a0 = ddp_clock_seconds();
     DDP_CHECK(ddp_loader_acquire(tr->loader, step * accum + k, &item));
-    wait_s += now_seconds() - a0;
+    wait_s += ddp_clock_seconds() - a0;
     const ddp_train_batch_t *b = item;
     info = *ddp_train_batch_info(b);
     if (info.n_targets <= 0) DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no targets", (long long)step);
@@ -482,13 +477,13 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
      * embedding backward reads its tokens) */
     DDP_CHECK(ddp_loader_release(tr->loader, item));
   }
-  const double compute_end = now_seconds();
+  const double compute_end = ddp_clock_seconds();
   ddp_model_t *m = tr->model;
   const size_t n = m->n_params;
   const float unscale = ddp_amp_unscale(&tr->amp);
   /* A half reduce dtype widens the reduced gradients in a fused epilogue
    * that also unscales them and takes their squared norm, bucket by bucket
-   * (ddptrain/reducer.h): no separate pass over the gradients for the norm,
+   * (train/reducer.h): no separate pass over the gradients for the norm,
    * and the optimizer sees unscaled gradients (grad_scale 1). Used when the
    * reducer's buckets are exactly the gradients [0, n) the norm is over. */
   const int fused = tr->fused_epilogue;
@@ -586,7 +581,7 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   DDP_CHECK(ddp_backend_copy(tr->be, &sumsq, tr->grad_sumsq, sizeof sumsq,
                              DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   DDP_CHECK(ddp_backend_sync(tr->be, NULL));
-  const double dt = now_seconds() - w->t0;
+  const double dt = ddp_clock_seconds() - w->t0;
   const double ns = (double)w->steps;
   double cmax, cmin;
   int slowest;
@@ -639,7 +634,7 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
       (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
       "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "host_issue_ms",
       1e3 * (w->compute_s - w->host_wait_s) / ns, NULL));
-  *w = (window_t){.t0 = now_seconds()};
+  *w = (window_t){.t0 = ddp_clock_seconds()};
   return DDP_OK;
 }
 
@@ -743,14 +738,14 @@ static ddp_status_t run(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   DDP_CHECK(setup(tr));
   eval_result_t ev = {.val_loss = NAN};
-  totals_t tot = {.t0 = now_seconds(), .loop_allocs = -1, .loop_raw_allocs = -1};
+  totals_t tot = {.t0 = ddp_clock_seconds(), .loop_allocs = -1, .loop_raw_allocs = -1};
   /* --stop-at ends this run early; the schedule still spans --steps. */
   int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
   if (end < tr->start_step) end = tr->start_step; /* never a checkpoint that rewinds the step */
   if (tr->start_step >= end)
     DDP_LOG_INFO("resume: %lld steps already done; nothing to train", (long long)tr->start_step);
   DDP_CHECK(ddp_loader_start(tr->loader, tr->start_step * o->accum, end * o->accum));
-  window_t w = {.t0 = now_seconds()};
+  window_t w = {.t0 = ddp_clock_seconds()};
   for (int64_t step = tr->start_step; step < end; ++step) {
     DDP_CHECK(ddp_fault_maybe_inject(tr->dist->rank, step));
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
@@ -769,21 +764,21 @@ static ddp_status_t run(trainer_t *tr) {
     if (o->check_replicas > 0 && ((step + 1) % o->check_replicas == 0 || last))
       DDP_CHECK(check_replicas(tr, step));
     if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && !last) {
-      const double e0 = now_seconds();
+      const double e0 = ddp_clock_seconds();
       DDP_CHECK(evaluate(tr, &ev));
       if (tr->val_sampler && !ev.n)
         DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, ev.val_loss);
       else if (tr->val_sampler)
         DDP_LOG_INFO("step %5lld | val loss %.4f | top-1 %.1f%%", (long long)step + 1, ev.val_loss,
                      100.0 * ev.acc);
-      const double spent = now_seconds() - e0; /* evaluation time is not training time */
+      const double spent = ddp_clock_seconds() - e0; /* evaluation time is not training time */
       w.t0 += spent;
       tot.t0 += spent;
     }
     DDP_CHECK(after_step(tr, step, stop, signo));
     if (stop) return DDP_ERR_INTERRUPTED;
   }
-  tot.t_end = now_seconds();
+  tot.t_end = ddp_clock_seconds();
   if (end - tr->start_step > 1) count_loop_allocs(tr, &tot, 0);
   DDP_CHECK(ddp_loader_stop(tr->loader));
   const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);

@@ -1,7 +1,7 @@
 /* The gradient epilogue of a half-precision all-reduce on the CPU backend
  * (ddp_optim_grad_epilogue_cpu, ddp_optim_sum_partials_cpu; see
- * ddptrain/optim.h), and the same work as entries of the CPU optimizer
- * table, which src/optim.c calls once it has checked the arguments.
+ * optim/optim.h), and the same work as entries of the CPU optimizer
+ * table, which src/optim/optim.c calls once it has checked the arguments.
  *
  * These are the CUDA kernels' twins (kernels/grad_epilogue.cu). The CPU
  * backend's memory is host memory, so the buffers are read directly; work
@@ -13,7 +13,7 @@
 
 #include "backend/cpu/cpu_optim.h"
 #include "ddptrain/check.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 
 #define BLOCK DDP_CPU_OPTIM_BLOCK
 #define LANES DDP_CPU_OPTIM_LANES

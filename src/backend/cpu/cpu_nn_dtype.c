@@ -3,7 +3,7 @@
  * fp32 calls go straight to the fp32 kernels (cpu_nn.c, cpu_attention.c),
  * so fp32 results are exactly those kernels'. Under bf16/fp16 each op
  * widens its half operands to fp32 (exact), runs the same fp32 kernel, and
- * narrows each output once with round to nearest even (src/dtype.c's
+ * narrows each output once with round to nearest even (src/core/dtype.c's
  * converters, the project's definition of the conversion). That makes every
  * half op equal, bit for bit, to "compute in fp32, round the stored result"
  * on half-representable inputs, and gives the CUDA kernels a precise oracle.

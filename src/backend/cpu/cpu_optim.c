@@ -1,8 +1,8 @@
 /* The optimizers (AdamW, SGD, LAMB) and the global gradient norm on the
  * CPU backend: the public CPU twins ddp_optim_step_cpu and
- * ddp_optim_grad_sumsq_cpu (see ddptrain/optim.h), the CPU plan, and the
+ * ddp_optim_grad_sumsq_cpu (see optim/optim.h), the CPU plan, and the
  * CPU backend's optimizer table (backend/optim_ops.h), whose entries do the
- * same work once src/optim.c has checked the arguments.
+ * same work once src/optim/optim.c has checked the arguments.
  *
  * These are the twins of the fused CUDA kernels (kernels/optim.cu), which
  * implement the same contract and are tested against these functions. The
@@ -34,7 +34,7 @@
 
 #include "backend/cpu/cpu_optim.h"
 #include "ddptrain/check.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 
 #define BLOCK DDP_CPU_OPTIM_BLOCK
 #define LANES DDP_CPU_OPTIM_LANES

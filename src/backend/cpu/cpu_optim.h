@@ -8,13 +8,13 @@
  * double partial sums that are added in one fixed tree at the end. One
  * bucket's epilogue and ddp_optim_grad_sumsq_cpu both go through the
  * helpers below, which is what makes the bucket's partial equal that
- * function's sum bit for bit (as ddptrain/optim.h promises). */
+ * function's sum bit for bit (as optim/optim.h promises). */
 #ifndef DDPTRAIN_CPU_OPTIM_H
 #define DDPTRAIN_CPU_OPTIM_H
 
 #include <stddef.h>
 
-#include "backend/optim_ops.h"
+#include "optim/optim_ops.h"
 #include "ddptrain/backend.h"
 
 extern const ddp_optim_ops_t ddp_optim_cpu_ops;

@@ -22,12 +22,13 @@
 #include "backend/cuda/cuda_nn.h"
 #include "backend/cuda/cuda_optim.h"
 #include "backend/device_error.h"
-#include "ddptrain/caching_alloc.h"
-#include "foreign_check.h"
+#include "backend/caching_alloc.h"
+#include "core/foreign_check.h"
 #include "kernels.h"
+#include "core/clock.h"
 
 /* Device memory comes from a caching allocator over cudaMalloc/cudaFree
- * (ddptrain/caching_alloc.h): after warm-up nothing reaches cudaMalloc, which
+ * (backend/caching_alloc.h): after warm-up nothing reaches cudaMalloc, which
  * synchronises the device. The allocator also knows each block's requested
  * size, which keeps the backend's byte counters exact (device memory has no
  * room for a host-readable header). */
@@ -292,23 +293,17 @@ static ddp_status_t cuda_stream_wait_event(ddp_backend_t *be, ddp_stream_t strea
   return DDP_OK;
 }
 
-static double wall_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static ddp_status_t cuda_event_synchronize(ddp_backend_t *be, ddp_event_t event) {
-  const double t0 = wall_seconds();
+  const double t0 = ddp_clock_seconds();
   DDP_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)(void *)event));
-  be->host_wait_s += wall_seconds() - t0;
+  be->host_wait_s += ddp_clock_seconds() - t0;
   return DDP_OK;
 }
 
 static ddp_status_t cuda_synchronize(ddp_backend_t *be, ddp_stream_t stream) {
-  const double t0 = wall_seconds();
+  const double t0 = ddp_clock_seconds();
   DDP_CUDA_CHECK(cudaStreamSynchronize(stream_of(be, stream)));
-  be->host_wait_s += wall_seconds() - t0;
+  be->host_wait_s += ddp_clock_seconds() - t0;
   return DDP_OK;
 }
 

@@ -45,7 +45,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_impl.h"
 #include "ddptrain/log.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 #define GEMM_CACHE_SLOTS 128
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)

@@ -1,6 +1,6 @@
 /* The CUDA side of the half all-reduce's gradient epilogue (internal):
  * entries of the CUDA optimizer table (cuda_optim.c), called by the
- * backend-neutral entry points in src/optim.c, which validate arguments
+ * backend-neutral entry points in src/optim/optim.c, which validate arguments
  * first. */
 #ifndef DDPTRAIN_CUDA_GRAD_EPILOGUE_H
 #define DDPTRAIN_CUDA_GRAD_EPILOGUE_H

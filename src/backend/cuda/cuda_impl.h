@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/caching_alloc.h"
+#include "backend/caching_alloc.h"
 
 typedef struct ddp_cuda_state {
   cudaStream_t compute;

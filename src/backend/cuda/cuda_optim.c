@@ -1,6 +1,6 @@
 /* The optimizer on the CUDA backend: plan tables, the per-step launch
  * (kernels/optim.cu) and the backend's optimizer table, whose gradient
- * epilogue entries are in cuda_grad_epilogue.c. src/optim.c has checked
+ * epilogue entries are in cuda_grad_epilogue.c. src/optim/optim.c has checked
  * every argument before an entry here runs. The per-step constants are
  * computed on the host in double exactly as the CPU twin computes them
  * (src/backend/cpu/cpu_optim.c); everything that depends on the gradients

@@ -15,7 +15,7 @@
 #endif
 
 #include "backend/device_error.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 static int current_device(void) {
   int dev = -1;

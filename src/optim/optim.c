@@ -1,4 +1,4 @@
-/* The optimizer's backend-neutral part (see ddptrain/optim.h): kind names,
+/* The optimizer's backend-neutral part (see optim/optim.h): kind names,
  * floats of state per parameter, the learning-rate schedule, the checks of
  * every argument, and the entry points that dispatch to the backend's
  * optimizer table (backend/optim_ops.h).
@@ -12,15 +12,15 @@
  * are built: a backend is reached only through its table. */
 #include <config.h>
 
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ascii.h"
-#include "backend/optim_ops.h"
+#include "core/ascii.h"
+#include "optim/optim_ops.h"
 #include "ddptrain/check.h"
 
 /* ---- names ------------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* Process bootstrap over MPI, or a singleton without it (see ddptrain/dist.h).
+/* Process bootstrap over MPI, or a singleton without it (see runtime/dist.h).
  * This is the only file outside src/comm/ that calls MPI. */
 #include <config.h>
 
@@ -9,9 +9,9 @@
 #include <mpi.h>
 #endif
 
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/log.h"
-#include "foreign_check.h"
+#include "core/foreign_check.h"
 
 #if DDP_HAVE_MPI
 ddp_status_t ddp_mpi_status_(long code, const char *expr, const char *file, int line) {

@@ -1,8 +1,8 @@
 /* The optimizer's backend interface (internal): the table a backend fills
- * so that the entry points of ddptrain/optim.h run on it, and the argument
+ * so that the entry points of optim/optim.h run on it, and the argument
  * checks those entry points share with the backends' public CPU twins.
  *
- * src/optim.c validates every call first, with the checks below, and only
+ * src/optim/optim.c validates every call first, with the checks below, and only
  * then calls the backend's table, so every backend rejects the same input
  * with the same message and an implementation may take its arguments as
  * valid: pointers non-NULL, the tensor table sorted, disjoint and covering
@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/optim.h"
+#include "optim/optim.h"
 #include "ddptrain/param.h"
 
 typedef struct ddp_optim_ops {
@@ -47,7 +47,7 @@ typedef struct ddp_optim_ops {
                                ddp_stream_t s);
 } ddp_optim_ops_t;
 
-/* The shared checks (src/optim.c). Each logs what is wrong and returns
+/* The shared checks (src/optim/optim.c). Each logs what is wrong and returns
  * DDP_ERR_INVALID_ARG, or DDP_OK; none looks at the backend, so a twin
  * checks its backend itself. */
 ddp_status_t ddp_optim_check_step(const ddp_optim_step_args_t *args);

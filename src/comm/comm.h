@@ -49,7 +49,7 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/status.h"
 

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "binding.h"
+#include "runtime/binding.h"
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 #include "ddptrain/log.h"
 
 #define MAP_LINE 256  /* one rank's line in the gathered map */

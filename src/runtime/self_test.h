@@ -4,7 +4,7 @@
 #define DDPTRAIN_TOOLS_SMOKE_H
 
 #include "ddptrain/backend.h"
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/options.h"
 
 ddp_status_t ddp_smoke_run(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_backend_t *be);

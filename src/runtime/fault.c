@@ -2,7 +2,7 @@
  * real failure would: SIGKILL, SIGSTOP, and for PAUSE a SIGSTOP that a forked
  * child lifts with SIGCONT after the pause (a stopped process cannot wake
  * itself), so every thread, the heartbeat's included, is frozen meanwhile. */
-#include "fault.h"
+#include "runtime/fault.h"
 
 #include <signal.h>
 #include <string.h>
@@ -11,9 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ascii.h"
+#include "core/ascii.h"
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 #include "ddptrain/log.h"
 
 static ddp_status_t pause_process(double seconds) {

@@ -6,7 +6,7 @@
  * gradient-norm pass it runs every step unscale by ddp_amp_unscale() (the
  * norm, and so clipping, sees the true gradients; with a half reduce dtype
  * the reducer's widening epilogue unscales and takes the norm instead, see
- * ddptrain/reducer.h), and passes the step's
+ * train/reducer.h), and passes the step's
  * flags to the optimizer, which applies the unscale and skips an overflowed
  * step by itself. ddp_amp_after_norm then moves the scaler: the flag comes
  * from the norm of the *reduced* gradients, identical on every rank, so all
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ddptrain/amp.h"
+#include "amp/amp.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/options.h"
 

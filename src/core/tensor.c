@@ -1,9 +1,9 @@
-/* Tensor descriptors: size arithmetic, validation and printing (see ddptrain/tensor.h).
+/* Tensor descriptors: size arithmetic, validation and printing (see core/tensor.h).
  *
  * ddp_tensor_init is the one place a shape is checked, so it also rejects
  * shapes whose element count or byte size would overflow: numel and bytes can
  * then multiply without checks. */
-#include "ddptrain/tensor.h"
+#include "core/tensor.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -29,7 +29,7 @@
 #endif
 
 #include "ddptrain/backend.h"
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/status.h"
 
 /* One rank's place, as printed in the map. */

@@ -19,7 +19,7 @@
 #endif
 
 #include "ddptrain/backend.h"
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/version.h"
 
 #if DDP_HAVE_OPENBLAS_THREADS

@@ -1,12 +1,12 @@
-/* Step arena (see ddptrain/arena.h). */
-#include "ddptrain/arena.h"
+/* Step arena (see core/arena.h). */
+#include "core/arena.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 
 static void set_name(ddp_arena_t *arena, const char *name) {
   snprintf(arena->name, sizeof arena->name, "%s", name ? name : "arena");

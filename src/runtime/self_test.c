@@ -7,16 +7,16 @@
  *      the error is within half an ulp of each format;
  *   4. measures the GEMM rate (the MFU reference) unless --peak-gflops is set,
  *      and reports it per rank and for the job. */
-#include "tools/smoke.h"
+#include "runtime/self_test.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ddptrain/arena.h"
+#include "core/arena.h"
 #include "ddptrain/check.h"
 #include "ddptrain/rng.h"
-#include "hash.h"
+#include "core/hash.h"
 
 enum { SMOKE_M = 67, SMOKE_N = 45, SMOKE_K = 129 };
 

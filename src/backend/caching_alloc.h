@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddptrain/backend.h" /* ddp_caching_alloc_stats_t */
 #include "ddptrain/status.h"
 
 #ifdef __cplusplus
@@ -50,16 +51,6 @@ typedef struct ddp_raw_alloc {
   void *ctx;
 } ddp_raw_alloc_t;
 
-typedef struct ddp_caching_alloc_stats {
-  uint64_t raw_alloc_calls; /* successful and failed raw allocations */
-  uint64_t raw_free_calls;
-  uint64_t oom_retries; /* raw OOMs recovered from by trimming the cache */
-  uint64_t live_blocks; /* blocks handed out and not yet freed */
-  size_t bytes_in_use;  /* rounded sizes of the live blocks */
-  size_t peak_bytes_in_use;
-  size_t bytes_reserved; /* held from the raw allocator: in use + cached */
-  size_t peak_bytes_reserved;
-} ddp_caching_alloc_stats_t;
 
 typedef struct ddp_caching_alloc ddp_caching_alloc_t;
 

@@ -1,5 +1,5 @@
-/* DDPTRAIN_* environment settings (see ddptrain/env.h). */
-#include "ddptrain/env.h"
+/* DDPTRAIN_* environment settings (see core/env.h). */
+#include "core/env.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,11 +1,11 @@
 /* Mixed precision in the training loop (see train/amp_train.h). */
-#include "train/amp_train.h"
+#include "amp/amp_train.h"
 
 #include <math.h>
 
-#include "ascii.h"
+#include "core/ascii.h"
 #include "ddptrain/check.h"
-#include "ddptrain/env.h"
+#include "core/env.h"
 
 ddp_status_t ddp_amp_setup(ddp_amp_train_t *a, const ddp_options_t *o, int rank) {
   *a = (ddp_amp_train_t){.fault_rank = -1};

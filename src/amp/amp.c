@@ -1,19 +1,19 @@
 /* Precision names and the dynamic loss scaler's state machine (see
- * ddptrain/amp.h).
+ * amp/amp.h).
  *
  * The scaler runs on the host: its input is one flag per step, which the
  * trainer takes from the gradient-norm pass it runs anyway (an inf or NaN
  * anywhere makes the sum of squares non-finite), so the state machine costs
  * nothing on the data. Every rank feeds it the same flag (computed from the
  * reduced gradients), so every rank's scaler holds the same state. */
-#include "ddptrain/amp.h"
+#include "amp/amp.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ascii.h"
+#include "core/ascii.h"
 #include "ddptrain/check.h"
 
 static const struct {

@@ -43,7 +43,7 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/comm.h"
+#include "comm/comm.h"
 #include "ddptrain/param.h"
 #include "ddptrain/status.h"
 

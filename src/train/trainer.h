@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "ddptrain/backend.h"
-#include "ddptrain/dist.h"
+#include "runtime/dist.h"
 #include "ddptrain/options.h"
 
 #ifdef __cplusplus

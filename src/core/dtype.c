@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
-#include "ascii.h"
+#include "core/ascii.h"
 
 /* ---- bit-level helpers ------------------------------------------------- */
 

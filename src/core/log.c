@@ -1,7 +1,7 @@
 /* Rank-prefixed, level-filtered logging (see ddptrain/log.h). */
 #include "ddptrain/log.h"
 
-#include "ascii.h"
+#include "core/ascii.h"
 
 #include <stdarg.h>
 #include <string.h>
