@@ -4,7 +4,7 @@
  * layernorm.h, linear.h, attention.h, xent.h, pointwise.h, optim.h); this
  * one is convert.cu's. These are C headers: the kernels are compiled by
  * nvcc, the callers (the CUDA backend and the GPU test suites) are C.
- * Launchers follow the conventions of DESIGN.md section 4: extern "C",
+ * Launchers follow the conventions of docs/design.md §9: extern "C",
  * outputs first, then inputs, then sizes, the stream last; they return a
  * ddp_status_t, validate their arguments (logging an invalid one once),
  * and only enqueue work: nothing here synchronises, so a fault inside a

@@ -60,6 +60,43 @@ static ddp_ckpt_image_t image(float *params, float *state) {
   return img;
 }
 
+/* --adam-eps is recorded twice: in the optimizer metadata and with every
+ * flag of the run; tensors of any rank (a 4-D convolution weight) keep
+ * their shapes. */
+START_TEST(test_ckpt_records_adam_eps_and_4d_shapes) {
+  char p[256];
+  ck_assert_int_eq(ddp_ckpt_path(p, sizeof p, g_dir, 7), DDP_OK);
+  ddp_param_t conv[2];
+  const int64_t w[4] = {2, 1, 1, 3}, b[1] = {4};
+  ck_assert_int_eq(ddp_param_set(&conv[0], "conv.weight", 4, w, 0, 1), DDP_OK);
+  ck_assert_int_eq(ddp_param_set(&conv[1], "conv.bias", 1, b, 6, 0), DDP_OK);
+  ddp_ckpt_image_t img = image(g_params, g_state);
+  img.tensors = conv;
+  img.meta.adam_eps = 2.5e-7;
+  ck_assert_int_eq(ddp_ckpt_write(p, NULL, &img, 0), DDP_OK);
+  ddp_ckpt_t *ck = NULL;
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_OK);
+  ck_assert_double_eq(ddp_ckpt_meta(ck)->adam_eps, 2.5e-7);
+  ck_assert_str_eq(ddp_ckpt_config_value(ck, "adam-eps"), "1e-08");
+  float params[N] = {0}, state[2 * N] = {0};
+  ddp_ckpt_image_t got = image(params, state);
+  got.tensors = conv;
+  ck_assert_int_eq(ddp_ckpt_load(ck, &got), DDP_OK);
+  ck_assert_mem_eq(params, g_params, sizeof params);
+  ddp_ckpt_close(ck);
+  /* the same 4-D tensor with its last two dimensions swapped is refused */
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_OK);
+  conv[0].shape[2] = 3;
+  conv[0].shape[3] = 1;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_ckpt_load(ck, &got), DDP_ERR_MISMATCH);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "model.conv.weight has shape [2, 1, 1, 3] there and [2, 1, 3, 1] in this model");
+  free(log);
+  ddp_ckpt_close(ck);
+}
+END_TEST
+
 static void write_ok(const char *path, int64_t step) {
   ddp_ckpt_image_t img = image(g_params, g_state);
   img.meta.step = step;
@@ -252,6 +289,7 @@ static Suite *ckpt_suite(void) {
   tcase_add_test(tc, test_ckpt_crc_catches_corruption);
   tcase_add_test(tc, test_ckpt_failed_write_keeps_previous);
   tcase_add_test(tc, test_ckpt_shape_mismatch_is_named);
+  tcase_add_test(tc, test_ckpt_records_adam_eps_and_4d_shapes);
   tcase_add_test(tc, test_ckpt_list_and_prune);
   suite_add_tcase(s, tc);
   return s;

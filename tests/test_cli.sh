@@ -54,6 +54,22 @@ else
   # shellcheck disable=SC2086
   check "--nvtx on without CUDA" 1 "this build has no CUDA" "$DDPTRAIN" $TINY --nvtx on
 fi
+check "unknown --model" 2 "option --model: 'resnet9' is not valid" "$DDPTRAIN" --model resnet9
+check "--help has a section per model" 0 "Model gpt (--model gpt)" "$DDPTRAIN" --help
+check "--adam-eps must be positive" 2 "option --adam-eps: 0 is out of range" "$DDPTRAIN" --adam-eps 0
+# --adam-eps reaches the optimizer: a large epsilon changes the first steps
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TINY > "$out.eps1" 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TINY --adam-eps 0.1 > "$out.eps2" 2>&1
+l1=$(sed -n 's/.*step     4\/4 | loss \([0-9.]*\).*/\1/p' "$out.eps1")
+l2=$(sed -n 's/.*step     4\/4 | loss \([0-9.]*\).*/\1/p' "$out.eps2")
+if [ -n "$l1" ] && [ -n "$l2" ] && [ "$l1" != "$l2" ]; then
+  echo "ok: --adam-eps 0.1 changes the loss after 4 steps ($l1 -> $l2)"
+else
+  echo "FAIL: --adam-eps had no effect ('$l1' vs '$l2')"; fail=1
+fi
+rm -f "$out.eps1" "$out.eps2"
 check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
 check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
 check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \

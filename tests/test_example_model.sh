@@ -84,6 +84,20 @@ else
   echo "FAIL: the checkpoint runs failed"; show first; show second; fail=1
 fi
 
+# A checkpoint of this model refuses another model or another hidden width
+# (its ckpt_keys), naming the flag, and writes nothing.
+for bad in "--model gpt:--model is 'mlp' there and 'gpt' now" \
+           "--mlp-hidden 32:--mlp-hidden is '64' there and '32' now"; do
+  flag=${bad%%:*} msg=${bad#*:}
+  # shellcheck disable=SC2086
+  run refuse 1 --steps 40 --resume "$dest/ck" $flag
+  if grep -qF -- "$msg" "$dest/refuse.log"; then
+    echo "ok: resuming with $flag is refused: $msg"
+  else
+    echo "FAIL: resuming with $flag: expected '$msg'"; show refuse; fail=1
+  fi
+done
+
 # 4. the command line
 "$prog" --help > "$dest/help.txt" 2>&1
 for want in "Usage: mpirun -np N mlp_classifier" "Model mlp (--model mlp)" "--mlp-hidden H" "Model gpt"; do

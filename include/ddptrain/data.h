@@ -8,7 +8,7 @@
  *
  * Vocabulary used throughout:
  *   document  the tokens from one EOT up to (not including) the next EOT; the
- *             EOT *starts* each document (DESIGN.md §3, a contract). A lone EOT
+ *             EOT *starts* each document (docs/design.md §5.1, a contract). A lone EOT
  *             (length 1) has nothing to predict and is skipped.
  *   window    a training row cut from one document: at most seq_len + 1
  *             tokens, i.e. seq_len inputs and seq_len targets (the window
@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* ---- batch kinds ------------------------------------------------------------ */
-/* What a model trains on (docs/design.md, batch kinds):
+/* What a model trains on (docs/design.md §4, batch kinds):
  *   tokens   rows of token windows of varying length, padded (ddp_batch_t);
  *            a sample's cost grows with its length, and the sampler buckets
  *            by length and balances the ranks by cost;
@@ -131,7 +131,7 @@ uint64_t ddp_corpus_fingerprint(const ddp_corpus_t *corpus);
 /* Frees or unmaps everything; safe on a zeroed or half-built corpus. */
 void ddp_corpus_destroy(ddp_corpus_t *corpus);
 
-/* ---- shards (DESIGN.md §3, a contract) ------------------------------------- */
+/* ---- shards (docs/design.md §5.1, a contract) ------------------------------------- */
 
 #define DDP_SHARD_HEADER_INTS 256
 #define DDP_SHARD_HEADER_BYTES (DDP_SHARD_HEADER_INTS * 4)
@@ -200,7 +200,7 @@ typedef struct ddp_step_info {
   int64_t epoch;         /* of the step's micro-batches */
   int64_t step_in_epoch; /* 0 .. steps in the epoch - 1 */
   int64_t n_targets;     /* target tokens over all ranks and micro-batches:
-                            the loss normaliser (DESIGN.md) */
+                            the loss normaliser (docs/design.md §5.3) */
   int64_t n_padded;      /* B * T summed over all ranks and micro-batches */
   double cost_max;       /* per-rank cost (a * B*T + b * B*T^2) of the step: */
   double cost_mean;      /* the imbalance is cost_max / cost_mean */

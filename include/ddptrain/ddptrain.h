@@ -1,6 +1,6 @@
 /* ddptrain: the whole public API in one include. What is installed is what a
  * program needs to define a model and run the trainer on it (see
- * docs/design.md, "Models"): the model interface and its parameter table,
+ * docs/design.md §3, "Models"): the model interface and its parameter table,
  * the batch kinds, the backend and its kernels, flags, status and logging.
  * The trainer's own machinery (sampler, reducer, communicators, optimizer,
  * checkpoints) is internal and may change between versions. */

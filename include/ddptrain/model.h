@@ -19,7 +19,7 @@
  *   - under bf16/fp16, a compute copy of the weights in that type, which the
  *     optimizer pass writes as it updates the masters.
  *
- * The contract of a training micro-step (docs/design.md, loss
+ * The contract of a training micro-step (docs/design.md §5.3, loss
  * normalisation): forward_backward computes the SUM of the per-target
  * losses of its batch, adds it to a loss accumulator kept in backend memory
  * (read with take_loss, so nothing syncs per step), and back-propagates

@@ -1,7 +1,7 @@
 /* The parameter table: the one description of a model's tensors.
  *
  * A model keeps its parameters in one flat fp32 buffer and its gradients in
- * another, laid out in the order backward finishes them (docs/design.md,
+ * another, laid out in the order backward finishes them (docs/design.md §3,
  * "Models"). One ddp_param_t per tensor says where it lives in those
  * buffers and what it is. Everything else that needs to know about tensors
  * reads this table as it is, with no copy of its own:

@@ -4,7 +4,7 @@
  * in a collective.
  *
  * The ranks form a ring on a private duplicate of MPI_COMM_WORLD: each sends
- * a small beat to rank+1 every timeout/5 seconds and watches rank-1. A rank
+ * a small beat to rank+1 every timeout/10 seconds and watches rank-1. A rank
  * that has heard nothing from rank-1 for `timeout` seconds logs
  * "rank R on HOST has not been heard from for S s" and calls MPI_Abort, which
  * ends every process of the job. The beats come from the thread, not the step

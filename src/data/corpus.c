@@ -1,7 +1,7 @@
 /* Token corpus: segments (mapped shards or host arrays), validation and the
  * window index (see ddptrain/data.h for the vocabulary).
  *
- * Documents are found by their leading EOT (DESIGN.md §3). Tokens before a
+ * Documents are found by their leading EOT (docs/design.md §5.1). Tokens before a
  * segment's first EOT (a shard cut in the middle of a document, as llm.c's
  * writers do) are kept as a document of their own rather than dropped:
  * losing data silently is the one thing a reader must not do. One warning

@@ -1,5 +1,5 @@
 /* The distributed sampler: which windows form which micro-batch, and which
- * rank trains it at which step (DESIGN.md, sampler contract).
+ * rank trains it at which step (docs/design.md §5.4, a contract).
  *
  * The plan of an epoch is a pure function of (seed, epoch, corpus, world,
  * accum, budget, chunk, cost): every rank computes the whole plan, so every

@@ -1,4 +1,4 @@
-/* llm.c-compatible token shards (DESIGN.md §3, a contract): a reader that
+/* llm.c-compatible token shards (docs/design.md §5.1, a contract): a reader that
  * memory-maps one shard or a glob of them into a corpus, and an atomic
  * writer.
  *

@@ -1,4 +1,4 @@
-/* ddpprep: turns text into llm.c-compatible token shards (DESIGN.md §3),
+/* ddpprep: turns text into llm.c-compatible token shards (docs/design.md §5.1),
  * byte-level: token = byte 0..255, EOT = 256 starts each document, vocab 257.
  *
  * Inputs are files, directories (recursed, entries in strcmp order so the

@@ -49,8 +49,9 @@ ddp_status_t ddp_ckpt_tmp_path(char *buf, size_t len, const char *dir, int64_t s
 char *ddp_ckpt_config_json(const ddp_options_t *opts) {
   json_t *o = json_object();
   char value[1100];
+  /* the flags of this run: the runtime's and its model's, not other models' */
   for (int i = 0; o && i < ddp_options_count(); ++i)
-    if (ddp_options_format(opts, i, value, sizeof value) == 0)
+    if (ddp_options_applies(opts, i) && ddp_options_format(opts, i, value, sizeof value) == 0)
       json_object_set_new(o, ddp_options_name(i), json_string(value));
   char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
   json_decref(o);

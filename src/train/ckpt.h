@@ -80,7 +80,9 @@ int ddp_ckpt_slot_names(const char *optimizer, const char *const **names);
 ddp_status_t ddp_ckpt_path(char *buf, size_t len, const char *dir, int64_t step);
 ddp_status_t ddp_ckpt_tmp_path(char *buf, size_t len, const char *dir, int64_t step);
 
-/* Every option of `opts` as a JSON object of strings; malloc'ed, NULL on OOM. */
+/* Every option of `opts` that applies to its run (the runtime's and its
+ * model's own, ddp_options_applies) as a JSON object of strings; malloc'ed,
+ * NULL on OOM. */
 char *ddp_ckpt_config_json(const ddp_options_t *opts);
 
 /* Writes img to `path` atomically. enospc_after_bytes > 0 makes the write

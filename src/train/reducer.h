@@ -1,6 +1,5 @@
 /* The gradient reducer: bucketed, asynchronous SUM all-reduce of the flat
- * gradient buffer, overlapped with backward (DESIGN.md, parameters,
- * gradients, buckets).
+ * gradient buffer, overlapped with backward (docs/design.md §6.2).
  *
  * Gradients live in one buffer laid out in the order backward finishes them
  * (the model's contract), so buckets are contiguous slices of it and the

@@ -7,14 +7,15 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
+#include "ddptrain/model.h"
 
-/* Flags whose change makes a checkpoint unusable: they fix the model's
- * tensors, the optimizer's state or the data the sampler position counts
- * in. A difference is an error; any other is a warning (a new --lr or
- * --steps is a legitimate choice, though the run is then no longer the
- * uninterrupted one). */
-static const char *const k_structural[] = {"data",   "seq-len",   "n-layer", "n-head",
-                                           "n-embd", "optimizer", NULL};
+/* Flags whose change makes a checkpoint unusable: the runtime's own fix
+ * which model it is, the optimizer's state and the data the sampler
+ * position counts in; the model adds the flags that fix its tensors
+ * (ddp_model_ops_t.ckpt_keys). A difference is an error; any other is a
+ * warning (a new --lr or --steps is a legitimate choice, though the run is
+ * then no longer the uninterrupted one). */
+static const char *const k_structural[] = {"model", "data", "optimizer", NULL};
 /* Flags that are expected to change from one leg of a run to the next. */
 static const char *const k_run_control[] = {"resume", "stop-at", "save-every", "detect-anomaly",
                                             NULL};
@@ -30,11 +31,13 @@ static ddp_status_t check_config(const ddp_ckpt_t *ck, const char *path,
   char now[1100];
   for (int i = 0; i < ddp_options_count(); ++i) {
     const char *name = ddp_options_name(i);
-    if (!ddp_options_must_agree(i) || listed(k_run_control, name)) continue;
+    if (!ddp_options_must_agree(i) || !ddp_options_applies(opts, i) || listed(k_run_control, name))
+      continue;
     const char *then = ddp_ckpt_config_value(ck, name);
     if (ddp_options_format(opts, i, now, sizeof now) != 0 || !then || strcmp(then, now) == 0)
       continue;
-    if (listed(k_structural, name))
+    const ddp_model_ops_t *model = ddp_model_find(opts->model);
+    if (listed(k_structural, name) || (model && model->ckpt_keys && listed(model->ckpt_keys, name)))
       DDP_FAIL(DDP_ERR_MISMATCH,
                "cannot resume from %s: --%s is '%s' there and '%s' now (it shapes the model, "
                "its optimizer state or the data)",

@@ -3,7 +3,7 @@
  *
  * One optimizer step takes `accum` micro-batches. The loss of a step is the
  * sum of token losses over its micro-batches divided by the step's number of
- * target tokens, which the plan knows before the step starts (DESIGN.md, loss
+ * target tokens, which the plan knows before the step starts (docs/design.md §5.3, loss
  * normalisation); the first micro-step's backward overwrites the gradients,
  * later ones accumulate. The loss stays on the device and is read once per
  * --log-every steps. */
