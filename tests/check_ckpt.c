@@ -91,7 +91,8 @@ START_TEST(test_ckpt_records_adam_eps_and_4d_shapes) {
   ddp_test_log_start();
   ck_assert_int_eq(ddp_ckpt_load(ck, &got), DDP_ERR_MISMATCH);
   char *log = ddp_test_log_stop();
-  ddp_assert_contains(log, "model.conv.weight has shape [2, 1, 1, 3] there and [2, 1, 3, 1] in this model");
+  ddp_assert_contains(
+      log, "model.conv.weight has shape [2, 1, 1, 3] there and [2, 1, 3, 1] in this model");
   free(log);
   ddp_ckpt_close(ck);
 }

@@ -17,7 +17,7 @@
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
 #include "ddptrain/safetensors.h"
-#include "ddptrain/sampler.h"
+#include "data/sampler.h"
 #include "train/train_data.h"
 
 #define CAPTURE(log, call)       \

@@ -96,8 +96,9 @@ typedef struct ddp_model_ops {
   /* Flags that fix the model's tensors (NULL-terminated names, its own or
    * core ones): resuming with another value is an error naming the flag.
    * Optional: NULL: only the runtime's own structural flags are checked
-   * (--model, --data, --seq-len, --optimizer), and the checkpoint's tensor
-   * names and shapes must still match the model's table. */
+   * (--model, --data, --optimizer, and --seq-len for token models), and the
+   * checkpoint's tensor names and shapes must still match the model's
+   * table. */
   const char *const *ckpt_keys;
   /* Checks the combination of the model's flags (one line naming the flags)
    * before any data is read. Optional: NULL: only each flag's own range and

@@ -66,6 +66,17 @@ static int flag_taken(const char *name) {
   return 0;
 }
 
+/* A flag of this model, or one of the runtime's (not another model's). */
+static int own_or_core_flag(const ddp_model_ops_t *ops, const char *name) {
+  for (int i = 0; i < ops->n_options; ++i)
+    if (strcmp(ops->options[i].name, name) == 0) return 1;
+  if (!flag_taken(name)) return 0;
+  for (int m = 0; m < g_n_models; ++m)
+    for (int i = 0; i < g_models[m]->n_options; ++i)
+      if (strcmp(g_models[m]->options[i].name, name) == 0) return 0;
+  return 1;
+}
+
 static ddp_status_t check_ops(const ddp_model_ops_t *ops) {
   if (!ops) DDP_FAIL(DDP_ERR_INVALID_ARG, "model_register: NULL model");
   const char *name = ops->name ? ops->name : "(unnamed)";
@@ -120,9 +131,9 @@ static ddp_status_t check_ops(const ddp_model_ops_t *ops) {
 
 ddp_status_t ddp_model_register(const ddp_model_ops_t *ops) {
   ensure_builtins();
-  DDP_CHECK(check_ops(ops));
-  if (ddp_model_find(ops->name))
+  if (ops && ops->name && ddp_model_find(ops->name))
     DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s is registered already", ops->name);
+  DDP_CHECK(check_ops(ops));
   if (g_n_models == MAX_MODELS)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: the registry holds %d models at most", ops->name,
              MAX_MODELS);
@@ -134,8 +145,9 @@ ddp_status_t ddp_model_register(const ddp_model_ops_t *ops) {
   free(probe);
   if (st == DDP_OK) {
     for (const char *const *k = ops->ckpt_keys; k && *k; ++k)
-      if (!flag_taken(*k)) {
-        DDP_LOG_ERROR("model %s: checkpoint key --%s is not a flag", ops->name, *k);
+      if (!own_or_core_flag(ops, *k)) {
+        DDP_LOG_ERROR("model %s: checkpoint key --%s is neither its own flag nor a ddptrain flag",
+                      ops->name, *k);
         st = DDP_ERR_INVALID_ARG;
       }
   }

@@ -64,8 +64,9 @@ ddp_status_t ddp_param_table_check(const ddp_param_t *t, int n, size_t total, co
       DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: tensor %d has no name", who, i);
     if (t[i].ndim < 1 || t[i].ndim > DDP_PARAM_MAX_DIMS || count != t[i].count || !count)
       DDP_FAIL(DDP_ERR_INVALID_ARG,
-               "%s: tensor %s: %d dimensions, count %zu does not match its shape", who, t[i].name,
-               t[i].ndim, t[i].count);
+               "%s: tensor %s: %d dimensions, count %zu does not match its shape (sizes beyond "
+               "ndim must be 1, as ddp_param_set leaves them)",
+               who, t[i].name, t[i].ndim, t[i].count);
     if (t[i].offset != next)
       DDP_FAIL(DDP_ERR_INVALID_ARG,
                "%s: tensor %s starts at element %zu, expected %zu (tensors must tile the buffer "

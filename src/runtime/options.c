@@ -293,7 +293,7 @@ static int get_row(int index, row_ref_t *out) {
                          .def = d->def,
                          .min = d->min,
                          .max = d->max,
-                         .metavar = d->metavar,
+                         .metavar = d->metavar ? d->metavar : "VALUE",
                          .section = ops->name,
                          .help = d->help,
                          .per_rank = d->per_rank};

@@ -11,7 +11,8 @@
 
 /* Flags whose change makes a checkpoint unusable: the runtime's own fix
  * which model it is, the optimizer's state and the data the sampler
- * position counts in; the model adds the flags that fix its tensors
+ * position counts in (for token models --seq-len too: it cuts the
+ * windows); the model adds the flags that fix its tensors
  * (ddp_model_ops_t.ckpt_keys). A difference is an error; any other is a
  * warning (a new --lr or --steps is a legitimate choice, though the run is
  * then no longer the uninterrupted one). */
@@ -37,7 +38,9 @@ static ddp_status_t check_config(const ddp_ckpt_t *ck, const char *path,
     if (ddp_options_format(opts, i, now, sizeof now) != 0 || !then || strcmp(then, now) == 0)
       continue;
     const ddp_model_ops_t *model = ddp_model_find(opts->model);
-    if (listed(k_structural, name) || (model && model->ckpt_keys && listed(model->ckpt_keys, name)))
+    const int tokens = model && model->batch_kind == DDP_BATCH_TOKENS;
+    if (listed(k_structural, name) || (tokens && strcmp(name, "seq-len") == 0) ||
+        (model && model->ckpt_keys && listed(model->ckpt_keys, name)))
       DDP_FAIL(DDP_ERR_MISMATCH,
                "cannot resume from %s: --%s is '%s' there and '%s' now (it shapes the model, "
                "its optimizer state or the data)",
