@@ -42,26 +42,7 @@
     (log) = ddp_test_log_stop(); \
   } while (0)
 
-/* Parses a NULL-terminated argument list on top of the defaults; the log
- * goes to *log (freed by the caller) or is dropped. */
-static ddp_status_t parse(ddp_options_t *o, char **log, const char *first, ...) {
-  char *argv[24] = {"ddptrain"};
-  int argc = 1;
-  va_list ap;
-  va_start(ap, first);
-  for (const char *a = first; a && argc < 23; a = va_arg(ap, const char *))
-    argv[argc++] = (char *)a;
-  va_end(ap);
-  ck_assert_int_eq(ddp_options_defaults(o), DDP_OK);
-  ddp_test_log_start();
-  const ddp_status_t st = ddp_options_parse(o, argc, argv);
-  char *out = ddp_test_log_stop();
-  if (log)
-    *log = out;
-  else
-    free(out);
-  return st;
-}
+#define parse ddp_test_parse
 
 /* The row index of flag `name`, asserting it exists. */
 static int row_of(const char *name) {

@@ -6,25 +6,7 @@
 #include "check_util.h"
 #include "ddptrain/options.h"
 
-/* Parses a NULL-terminated list of arguments; captures what was logged. */
-static ddp_status_t parse(ddp_options_t *o, char **log, const char *first, ...) {
-  char *argv[16] = {"ddptrain"};
-  int argc = 1;
-  va_list ap;
-  va_start(ap, first);
-  for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
-    argv[argc++] = (char *)a;
-  va_end(ap);
-  ck_assert_int_eq(ddp_options_defaults(o), DDP_OK);
-  ddp_test_log_start();
-  ddp_status_t st = ddp_options_parse(o, argc, argv);
-  char *out = ddp_test_log_stop();
-  if (log)
-    *log = out;
-  else
-    free(out);
-  return st;
-}
+#define parse ddp_test_parse
 
 START_TEST(test_options_defaults) {
   ddp_options_t o;

@@ -693,18 +693,8 @@ static const ddp_model_ops_t k_tgen = {.name = "tgen",
                                        .devices = DDP_MODEL_ON(DDP_DEVICE_KIND_CPU),
                                        .load_records = gen_records};
 
-/* Options from a NULL-terminated argument list (core flags only). */
-static void options(ddp_options_t *o, const char *first, ...) {
-  char *argv[16] = {"ddptrain"};
-  int argc = 1;
-  va_list ap;
-  va_start(ap, first);
-  for (const char *a = first; a && argc < 15; a = va_arg(ap, const char *))
-    argv[argc++] = (char *)a;
-  va_end(ap);
-  ck_assert_int_eq(ddp_options_defaults(o), DDP_OK);
-  ck_assert_int_eq(ddp_options_parse(o, argc, argv), DDP_OK);
-}
+/* Options from a NULL-terminated argument list that must parse. */
+#define options(o, ...) ck_assert_int_eq(ddp_test_parse((o), NULL, __VA_ARGS__), DDP_OK)
 
 /* Loads the data for `model`; the log goes to *log (caller frees). */
 static ddp_status_t load(const ddp_options_t *o, const ddp_model_ops_t *model, ddp_train_data_t *d,

@@ -4,12 +4,14 @@
 #define DDPTRAIN_TESTS_CHECK_UTIL_H
 
 #include <check.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ddptrain/backend.h"
 #include "ddptrain/log.h"
+#include "ddptrain/options.h"
 
 /* ck_assert records a mark point on every call (a write to the parent
  * process in fork mode), which turns per-row or per-token checks into
@@ -88,5 +90,27 @@ static inline void ddp_test_free_tracked(void) {
 /* Asserts that `text` contains `needle`, showing both on failure. */
 #define ddp_assert_contains(text, needle) \
   ck_assert_msg(strstr((text), (needle)) != NULL, "expected '%s' in: %s", (needle), (text))
+
+/* Parses a NULL-terminated argument list on top of the defaults, as the
+ * program would; what was logged goes to *log (freed by the caller) or is
+ * dropped when log is NULL. */
+static inline ddp_status_t ddp_test_parse(ddp_options_t *o, char **log, const char *first, ...) {
+  char *argv[24] = {"ddptrain"};
+  int argc = 1;
+  va_list ap;
+  va_start(ap, first);
+  for (const char *a = first; a && argc < 23; a = va_arg(ap, const char *))
+    argv[argc++] = (char *)a;
+  va_end(ap);
+  ck_assert_int_eq(ddp_options_defaults(o), DDP_OK);
+  ddp_test_log_start();
+  const ddp_status_t st = ddp_options_parse(o, argc, argv);
+  char *out = ddp_test_log_stop();
+  if (log)
+    *log = out;
+  else
+    free(out);
+  return st;
+}
 
 #endif
