@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "check_util.h"
 #include "amp/amp.h"
+#include "check_util.h"
 
 static ddp_loss_scaler_t make(float init, int64_t window, float min_scale) {
   ddp_loss_scaler_config_t c = ddp_loss_scaler_defaults();

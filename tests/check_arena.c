@@ -4,9 +4,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "ddptrain/backend.h"
 #include "check_util.h"
 #include "core/arena.h"
-#include "ddptrain/backend.h"
 
 static ddp_backend_t *g_be;
 

@@ -10,8 +10,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "runtime/binding.h"
 #include "check_util.h"
+#include "runtime/binding.h"
 #include "runtime/dist.h"
 
 #if DDP_HAVE_HWLOC

@@ -5,8 +5,8 @@
  * (every raw block is freed by destroy; ASan checks the host side). */
 #include <stdint.h>
 
-#include "check_util.h"
 #include "backend/caching_alloc.h"
+#include "check_util.h"
 
 /* ---- the fake raw allocator ---------------------------------------------- */
 

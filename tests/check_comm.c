@@ -18,11 +18,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "ddptrain/dtype.h"
+#include "ddptrain/log.h"
 #include "check_util.h"
 #include "comm/comm.h"
 #include "runtime/dist.h"
-#include "ddptrain/dtype.h"
-#include "ddptrain/log.h"
 
 /* Under LeakSanitizer, what MPI_Init and MPI_Finalize allocate and never
  * free is not this suite's leak. tests/lsan.supp matches such memory by

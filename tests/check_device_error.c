@@ -6,9 +6,9 @@
  * end to end. */
 #include <config.h>
 
+#include "ddptrain/log.h"
 #include "backend/device_error.h"
 #include "check_util.h"
-#include "ddptrain/log.h"
 #include "core/foreign_check.h"
 
 START_TEST(test_device_error_op_name_is_the_called_function) {

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_util.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/log.h"
+#include "check_util.h"
 #include "core/tensor.h"
 
 /* GCC defines __FLT16_MANT_DIG__ exactly when _Float16 is usable. */

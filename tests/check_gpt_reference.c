@@ -11,11 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ddptrain/rng.h"
+#include "ddptrain/safetensors.h"
 #include "check_util.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
-#include "ddptrain/rng.h"
-#include "ddptrain/safetensors.h"
 
 enum { L = 2, NH = 3, C = 24, TMAX = 13, V = 67, B = 3, STEPS = 10 };
 static const int k_lengths[B] = {13, 9, 5};

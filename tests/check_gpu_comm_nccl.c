@@ -20,13 +20,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cuda/cuda_impl.h"
-#include "check_util.h"
 #include "ddptrain/backend.h"
-#include "comm/comm.h"
-#include "runtime/dist.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/log.h"
+#include "backend/cuda/cuda_impl.h"
+#include "check_util.h"
+#include "comm/comm.h"
+#include "runtime/dist.h"
 
 static ddp_dist_t g_dist;
 static ddp_backend_t *g_be; /* the CUDA backend */

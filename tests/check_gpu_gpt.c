@@ -32,9 +32,9 @@
 #include <string.h>
 
 #include "check_util.h"
+#include "gpu_twin.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
-#include "gpu_twin.h"
 
 static const ddp_gpt_config_t k_cfg = {
     .n_layer = 2, .n_head = 3, .n_embd = 48, .max_seq_len = 32, .vocab = 131};

@@ -31,11 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm.h"
 #include "ddptrain/dtype.h"
+#include "comm/comm.h"
+#include "gpu_twin.h"
 #include "optim/optim.h"
 #include "train/reducer.h"
-#include "gpu_twin.h"
 
 enum { TAIL = 8 }; /* floats past n that must stay poisoned */
 
@@ -207,8 +207,11 @@ END_TEST
 
 /* The reducer end to end on each backend, one rank: tensors of odd sizes,
  * buckets of several kernel blocks. */
-static const ddp_param_t k_tensors[] = {
-    {.offset = 0, .count = 100}, {.offset = 100, .count = 5001}, {.offset = 5101, .count = 300007}, {.offset = 305108, .count = 20001}, {.offset = 325109, .count = 3}};
+static const ddp_param_t k_tensors[] = {{.offset = 0, .count = 100},
+                                        {.offset = 100, .count = 5001},
+                                        {.offset = 5101, .count = 300007},
+                                        {.offset = 305108, .count = 20001},
+                                        {.offset = 325109, .count = 3}};
 enum { N_TENSORS = 5, N_ELEMS = 325112 };
 
 static void reduce_on(ddp_backend_t *be, ddp_dtype_t dt, const float *g0, float scale, float *out,

@@ -40,8 +40,8 @@
 #include <string.h>
 
 #include "ddptrain/dtype.h"
-#include "optim/optim.h"
 #include "gpu_twin.h"
+#include "optim/optim.h"
 
 enum { N_SEG = 41, N_KIND = 5, N_MODE = 3 };
 static ddp_param_t g_segs[N_SEG];

@@ -21,8 +21,8 @@
 #include <string.h>
 
 #include "ddptrain/data.h"
-#include "model/gpt.h"
 #include "gpu_twin.h"
+#include "model/gpt.h"
 #include "model/gpt_input.h"
 
 START_TEST(test_gpu_batch_buffers_are_pinned) {
@@ -51,10 +51,11 @@ START_TEST(test_gpu_staged_tokens_arrive_under_load) {
   ck_assert_int_eq(ddp_batch_init_host(&b, twin_gpu, N, 4), DDP_OK);
   float *a = twin_dev_alloc(twin_gpu, sizeof(float) * GEMM_N * GEMM_N);
   float *c = twin_dev_alloc(twin_gpu, sizeof(float) * GEMM_N * GEMM_N);
-  ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, a, DDP_DTYPE_F32, 0.001f,
-                                       (size_t)GEMM_N * GEMM_N, NULL),
-                   DDP_OK);
-  int32_t *seen_in = malloc(PUTS * N * sizeof *seen_in), *seen_tg = malloc(PUTS * N * sizeof *seen_tg);
+  ck_assert_int_eq(
+      twin_gpu->ops->fill(twin_gpu, a, DDP_DTYPE_F32, 0.001f, (size_t)GEMM_N * GEMM_N, NULL),
+      DDP_OK);
+  int32_t *seen_in = malloc(PUTS * N * sizeof *seen_in),
+          *seen_tg = malloc(PUTS * N * sizeof *seen_tg);
   int32_t *d_in = NULL, *d_tg = NULL;
   for (int p = 0; p < PUTS; ++p) {
     if (p % 8 == 0) keep_compute_busy(a, c, GEMM_N);

@@ -21,15 +21,15 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "check_util.h"
 #include "ddptrain/check.h"
-#include "train/ckpt.h"
-#include "runtime/dist.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
 #include "ddptrain/param.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/version.h"
+#include "check_util.h"
+#include "runtime/dist.h"
+#include "train/ckpt.h"
 #include "train/resume.h"
 
 /* ---- helpers ------------------------------------------------------------------ */

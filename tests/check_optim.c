@@ -13,10 +13,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "check_util.h"
 #include "ddptrain/backend.h"
-#include "optim/optim.h"
 #include "ddptrain/rng.h"
+#include "check_util.h"
+#include "optim/optim.h"
 
 static ddp_backend_t *g_be;
 

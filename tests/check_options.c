@@ -3,8 +3,8 @@
  * out-of-range value, bad device, stray argument). */
 #include <stdarg.h>
 
-#include "check_util.h"
 #include "ddptrain/options.h"
+#include "check_util.h"
 
 #define parse ddp_test_parse
 

@@ -12,11 +12,11 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-#include "check_util.h"
 #include "ddptrain/data.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
 #include "ddptrain/safetensors.h"
+#include "check_util.h"
 #include "data/sampler.h"
 #include "train/train_data.h"
 

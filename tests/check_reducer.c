@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddptrain/rng.h"
 #include "check_util.h"
 #include "comm/comm.h"
-#include "runtime/dist.h"
 #include "optim/optim.h"
+#include "runtime/dist.h"
 #include "train/reducer.h"
-#include "ddptrain/rng.h"
 
 /* What MPI_Init and MPI_Finalize allocate and never free is not this
  * suite's leak (see tests/check_comm.c). */
@@ -36,8 +36,9 @@
 #endif
 
 /* 6 tensors, 4-byte floats: 100, 50, 300, 1000, 20, 20 elements. */
-static const ddp_param_t k_tensors[] = {{.offset = 0, .count = 100},    {.offset = 100, .count = 50},  {.offset = 150, .count = 300},
-                                                 {.offset = 450, .count = 1000}, {.offset = 1450, .count = 20}, {.offset = 1470, .count = 20}};
+static const ddp_param_t k_tensors[] = {
+    {.offset = 0, .count = 100},    {.offset = 100, .count = 50},  {.offset = 150, .count = 300},
+    {.offset = 450, .count = 1000}, {.offset = 1450, .count = 20}, {.offset = 1470, .count = 20}};
 enum { N_TENSORS = 6, N_ELEMS = 1490 };
 
 static ddp_dist_t dist = {.rank = 0, .world = 1, .local_rank = 0, .local_size = 1};

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_util.h"
 #include "ddptrain/data.h"
+#include "check_util.h"
 #include "data/sampler.h"
 
 #define expect_near(a, b)                                                                   \

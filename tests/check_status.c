@@ -2,9 +2,9 @@
  * line) and the error-propagation macros. */
 #include <config.h>
 
-#include "check_util.h"
 #include "ddptrain/check.h"
 #include "ddptrain/status.h"
+#include "check_util.h"
 #include "core/foreign_check.h"
 
 START_TEST(test_status_strings_cover_every_code) {

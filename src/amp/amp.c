@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/ascii.h"
 #include "ddptrain/check.h"
+#include "core/ascii.h"
 
 static const struct {
   const char *name;

@@ -3,8 +3,8 @@
 
 #include <math.h>
 
-#include "core/ascii.h"
 #include "ddptrain/check.h"
+#include "core/ascii.h"
 #include "core/env.h"
 
 ddp_status_t ddp_amp_setup(ddp_amp_train_t *a, const ddp_options_t *o, int rank) {

@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "amp/amp.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/options.h"
+#include "amp/amp.h"
 
 typedef struct ddp_amp_train {
   ddp_precision_t precision;

@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/caching_alloc.h"
 #include "ddptrain/check.h"
+#include "backend/caching_alloc.h"
 
 typedef struct block block_t;
 struct block {

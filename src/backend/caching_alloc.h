@@ -51,7 +51,6 @@ typedef struct ddp_raw_alloc {
   void *ctx;
 } ddp_raw_alloc_t;
 
-
 typedef struct ddp_caching_alloc ddp_caching_alloc_t;
 
 ddp_status_t ddp_caching_alloc_create(const ddp_raw_alloc_t *raw, ddp_caching_alloc_t **out);

@@ -13,8 +13,8 @@ ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, doubl
 ddp_status_t ddp_backend_measure_gemm_gflops_dtype(ddp_backend_t *be, ddp_dtype_t dtype, int64_t n,
                                                    double seconds, double *gflops) {
   if (!be || !gflops || n < 1 || n > 16384 || !(seconds >= 0) || !ddp_dtype_is_float(dtype))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "measure_gemm_gflops: bad arguments (n = %lld, %s)",
-             (long long)n, ddp_dtype_name(dtype));
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "measure_gemm_gflops: bad arguments (n = %lld, %s)", (long long)n,
+             ddp_dtype_name(dtype));
   const size_t bytes = (size_t)(n * n) * ddp_dtype_size(dtype);
   void *a = NULL, *b = NULL, *c = NULL;
   ddp_status_t st = DDP_OK;

@@ -23,8 +23,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm_impl.h"
 #include "ddptrain/check.h"
+#include "comm/comm_impl.h"
 
 /* Preference order within a kind does not matter: the progress mode picks. */
 static const ddp_comm_ops_t *const k_registry[] = {

@@ -49,9 +49,9 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "runtime/dist.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/status.h"
+#include "runtime/dist.h"
 
 #ifdef __cplusplus
 extern "C" {

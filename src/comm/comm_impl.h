@@ -140,7 +140,6 @@ extern const ddp_comm_ops_t ddp_comm_mpi_test_ops;
 extern const ddp_comm_ops_t ddp_comm_nccl_ops;
 #endif
 
-
 static inline void ddp_comm_add_time(ddp_comm_t *c, int64_t ns) {
   atomic_fetch_add_explicit(&c->comm_ns, ns, memory_order_relaxed);
 }

@@ -46,8 +46,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda/cuda_impl.h"
 #include "ddptrain/check.h"
+#include "backend/cuda/cuda_impl.h"
 #include "core/foreign_check.h"
 
 typedef struct nccl_impl {

@@ -18,8 +18,8 @@
 
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
-#include "core/foreign_check.h"
 #include "core/clock.h"
+#include "core/foreign_check.h"
 
 #if DDP_HAVE_MPI
 enum { MSG_BEAT = 1, MSG_BYE = 2, HB_TAG = 7 };

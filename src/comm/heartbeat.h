@@ -17,8 +17,8 @@
 #ifndef DDPTRAIN_COMM_HEARTBEAT_H
 #define DDPTRAIN_COMM_HEARTBEAT_H
 
-#include "runtime/dist.h"
 #include "ddptrain/status.h"
+#include "runtime/dist.h"
 
 typedef struct ddp_heartbeat ddp_heartbeat_t;
 

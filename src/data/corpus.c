@@ -22,8 +22,8 @@
 
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
-#include "data/corpus_impl.h"
 #include "core/hash.h"
+#include "data/corpus_impl.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ddptrain reads little-endian token shards in place and needs a little-endian host"

@@ -15,12 +15,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/ascii.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"
 #include "ddptrain/rng.h"
-#include "core/hash.h"
+#include "core/ascii.h"
 #include "core/clock.h"
+#include "core/hash.h"
 
 /* Philox stream tags, apart from the built-in data's and each other's. */
 #define STREAM_WINDOWS UINT64_C(0x73616d706c65722e) /* window shuffle */
@@ -179,8 +179,7 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
   s->epoch_first = malloc((size_t)s->epoch_first_cap * sizeof *s->epoch_first);
   if (!s->order || !s->scratch || !s->shuffled || !s->counts || !s->epoch_first) {
     ddp_sampler_destroy(s);
-    DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for a plan of %lld windows",
-             (long long)n_items);
+    DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for a plan of %lld windows", (long long)n_items);
   }
   s->epoch_first[0] = 0;
   *out = s;
@@ -702,8 +701,7 @@ ddp_status_t ddp_batch_init(ddp_batch_t *b, int64_t tokens, int max_rows) {
   return DDP_OK;
 }
 
-ddp_status_t ddp_batch_init_host(ddp_batch_t *b, ddp_backend_t *be, int64_t tokens,
-                                 int max_rows) {
+ddp_status_t ddp_batch_init_host(ddp_batch_t *b, ddp_backend_t *be, int64_t tokens, int max_rows) {
   if (!b || !be || tokens < 1 || max_rows < 1)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_init_host: %lld tokens / %d rows", (long long)tokens,
              max_rows);

@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "ddptrain/check.h"
-#include "data/corpus_impl.h"
 #include "ddptrain/data.h"
+#include "data/corpus_impl.h"
 
 /* Tokens converted per read/write call: 64 Ki tokens, at most 256 KiB. */
 #define CHUNK_TOKENS 65536

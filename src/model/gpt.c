@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
-#include "model/gpt.h"
 #include "ddptrain/rng.h"
 #include "core/hash.h"
+#include "model/gpt.h"
 #include "model/gpt_input.h"
 #include "trace/nvtx.h"
 

@@ -30,10 +30,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/arena.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/nn.h"
 #include "ddptrain/param.h"
+#include "core/arena.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 
 #include "ddptrain/check.h"
-#include "model/gpt.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/version.h"
+#include "model/gpt.h"
 
 ddp_status_t ddp_gpt_export_safetensors(ddp_gpt_t *m, const char *path) {
   if (!m || !path) DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_export: NULL argument");

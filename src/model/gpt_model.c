@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/ascii.h"
 #include "ddptrain/check.h"
+#include "core/ascii.h"
 #include "model/builtin.h"
 #include "model/gpt.h"
 

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ascii.h"
 #include "ddptrain/check.h"
 #include "ddptrain/safetensors.h"
 #include "ddptrain/version.h"
+#include "core/ascii.h"
 #include "model/builtin.h"
 
 /* ---- the registry ------------------------------------------------------------ */

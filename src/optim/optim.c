@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddptrain/check.h"
 #include "core/ascii.h"
 #include "optim/optim_ops.h"
-#include "ddptrain/check.h"
 
 /* ---- names ------------------------------------------------------------- */
 

@@ -20,8 +20,8 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "optim/optim.h"
 #include "ddptrain/param.h"
+#include "optim/optim.h"
 
 typedef struct ddp_optim_ops {
   /* The backend's part of a plan for n parameters laid out as tensors

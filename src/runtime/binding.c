@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/binding.h"
 #include "ddptrain/check.h"
-#include "core/env.h"
 #include "ddptrain/log.h"
+#include "core/env.h"
+#include "runtime/binding.h"
 
 #define MAP_LINE 256  /* one rank's line in the gathered map */
 #define KEY_WIDTH 128 /* "host pci" */

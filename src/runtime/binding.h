@@ -29,8 +29,8 @@
 #endif
 
 #include "ddptrain/backend.h"
-#include "runtime/dist.h"
 #include "ddptrain/status.h"
+#include "runtime/dist.h"
 
 /* One rank's place, as printed in the map. */
 typedef struct ddp_binding {

@@ -19,8 +19,8 @@
 #endif
 
 #include "ddptrain/backend.h"
-#include "runtime/dist.h"
 #include "ddptrain/version.h"
+#include "runtime/dist.h"
 
 #if DDP_HAVE_OPENBLAS_THREADS
 char *openblas_get_config(void);

@@ -9,9 +9,9 @@
 #include <mpi.h>
 #endif
 
-#include "runtime/dist.h"
 #include "ddptrain/log.h"
 #include "core/foreign_check.h"
+#include "runtime/dist.h"
 
 #if DDP_HAVE_MPI
 ddp_status_t ddp_mpi_status_(long code, const char *expr, const char *file, int line) {
@@ -100,7 +100,6 @@ ddp_status_t ddp_dist_agree_u64(const ddp_dist_t *dist, const char *what, uint64
   (void)value;
   return DDP_OK;
 }
-
 
 ddp_status_t ddp_dist_sum_double(const ddp_dist_t *dist, double *value) {
 #if DDP_HAVE_MPI

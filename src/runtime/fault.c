@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/ascii.h"
 #include "ddptrain/check.h"
-#include "core/env.h"
 #include "ddptrain/log.h"
+#include "core/ascii.h"
+#include "core/env.h"
 
 static ddp_status_t pause_process(double seconds) {
   const pid_t self = getpid();

@@ -14,18 +14,18 @@
 #include <string.h>
 
 #include "ddptrain/backend.h"
-#include "comm/comm.h"
-#include "runtime/dist.h"
-#include "core/env.h"
 #include "ddptrain/log.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
-#include "train/trainer.h"
 #include "ddptrain/version.h"
-#include "core/ascii.h"
-#include "runtime/binding.h"
+#include "comm/comm.h"
 #include "comm/heartbeat.h"
+#include "core/ascii.h"
+#include "core/env.h"
+#include "runtime/binding.h"
+#include "runtime/dist.h"
 #include "runtime/self_test.h"
+#include "train/trainer.h"
 
 /* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
  * and resume from the checkpoint just written. */

@@ -7,16 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ascii.h"
-#include "core/hash.h"
-#include "amp/amp.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"
-#include "core/env.h"
 #include "ddptrain/log.h"
 #include "ddptrain/model.h"
-#include "optim/optim.h"
+#include "amp/amp.h"
+#include "core/ascii.h"
+#include "core/env.h"
+#include "core/hash.h"
 #include "data/sampler.h"
+#include "optim/optim.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 

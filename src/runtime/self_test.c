@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/arena.h"
 #include "ddptrain/check.h"
 #include "ddptrain/rng.h"
+#include "core/arena.h"
 #include "core/hash.h"
 
 enum { SMOKE_M = 67, SMOKE_N = 45, SMOKE_K = 129 };

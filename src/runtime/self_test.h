@@ -4,8 +4,8 @@
 #define DDPTRAIN_TOOLS_SMOKE_H
 
 #include "ddptrain/backend.h"
-#include "runtime/dist.h"
 #include "ddptrain/options.h"
+#include "runtime/dist.h"
 
 ddp_status_t ddp_smoke_run(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_backend_t *be);
 

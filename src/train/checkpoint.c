@@ -13,9 +13,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/ascii.h"
 #include "ddptrain/check.h"
 #include "ddptrain/safetensors.h"
+#include "core/ascii.h"
 
 /* The metadata values the CRC covers, in order (after the tensor data). */
 static const char *const k_crc_keys[] = {"format",  "step", "config",      "optimizer",

@@ -14,8 +14,8 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
-#include "core/env.h"
 #include "core/clock.h"
+#include "core/env.h"
 
 /* A fault-injected write fails after this many bytes: part of the file is
  * on disk, as on a real full disk, so the clean-up path runs. */

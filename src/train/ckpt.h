@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ddptrain/param.h"
 #include "ddptrain/options.h"
+#include "ddptrain/param.h"
 #include "ddptrain/status.h"
 
 #ifdef __cplusplus

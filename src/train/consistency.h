@@ -7,9 +7,9 @@
 #ifndef DDPTRAIN_TRAIN_CONSISTENCY_H
 #define DDPTRAIN_TRAIN_CONSISTENCY_H
 
-#include "runtime/dist.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
+#include "runtime/dist.h"
 #include "train/train_data.h"
 
 /* Every flag that must agree (ddp_options_must_agree), the model's tensor

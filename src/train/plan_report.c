@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 #include "ddptrain/check.h"
-#include "train/trainer.h"
 #include "train/train_data.h"
+#include "train/trainer.h"
 
 /* The data's size in the text report's terms: documents (token data) or
  * records, and their tokens. */

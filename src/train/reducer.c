@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
-#include "optim/optim.h"
 #include "core/clock.h"
+#include "optim/optim.h"
 
 typedef struct bucket {
   size_t offset, count;

@@ -42,9 +42,9 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
-#include "comm/comm.h"
 #include "ddptrain/param.h"
 #include "ddptrain/status.h"
+#include "comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,9 +4,9 @@
 #define DDPTRAIN_TRAIN_RESUME_H
 
 #include "ddptrain/backend.h"
-#include "train/ckpt.h"
 #include "comm/comm.h"
 #include "runtime/dist.h"
+#include "train/ckpt.h"
 
 /* Collective. Rank 0 takes the newest checkpoint in `dir` that opens and
  * passes its CRC (reporting and skipping corrupt ones), checks its

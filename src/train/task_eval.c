@@ -25,8 +25,8 @@ static int argmax(const float *x, int n) {
 /* Decodes rows[0..n) together; T is the longest prompt + answer. Causal
  * attention means the padding after a row's current end cannot influence
  * the position being decoded, so rows of different lengths share forwards. */
-static ddp_status_t decode_group(ddp_model_t *m, const ddp_corpus_t *val, row_t *rows, int n,
-                                 int T, int32_t *inputs, int32_t *docs, float *logits) {
+static ddp_status_t decode_group(ddp_model_t *m, const ddp_corpus_t *val, row_t *rows, int n, int T,
+                                 int32_t *inputs, int32_t *docs, float *logits) {
   const int V = (int)m->n_outputs;
   const ddp_batch_t batch = {.inputs = inputs, .targets = NULL, .B = n, .T = T};
   int steps = 0;

@@ -81,8 +81,8 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
     meta.step = done;
     meta.scaler = *scaler;
     double pause_ms = 0.0;
-    DDP_CHECK(ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state, &meta,
-                                   &pause_ms));
+    DDP_CHECK(
+        ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state, &meta, &pause_ms));
     tc->last_saved = done;
     DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
                  (long long)done, pause_ms);

@@ -4,19 +4,19 @@
 #ifndef DDPTRAIN_TRAIN_TRAIN_CKPT_H
 #define DDPTRAIN_TRAIN_TRAIN_CKPT_H
 
-#include "train/ckpt.h"
-#include "comm/comm.h"
-#include "runtime/dist.h"
 #include "ddptrain/model.h"
+#include "comm/comm.h"
 #include "optim/optim.h"
+#include "runtime/dist.h"
 #include "train/checkpoint_writer.h"
+#include "train/ckpt.h"
 
 typedef struct ddp_train_ckpt {
   const ddp_options_t *o;
   const ddp_dist_t *dist;
   ddp_backend_t *be;
   ddp_model_t *model;
-  float *state; /* optimizer state, backend memory */
+  float *state;            /* optimizer state, backend memory */
   ddp_ckpt_image_t layout; /* views the model's parameter table */
   char *config;
   ddp_ckpt_writer_t *writer; /* rank 0 with --save */

@@ -20,26 +20,26 @@
 #include <time.h>
 
 #include "ddptrain/check.h"
+#include "ddptrain/model.h"
+#include "amp/amp_train.h"
 #include "comm/comm.h"
+#include "core/ascii.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "data/loader.h"
-#include "ddptrain/model.h"
-#include "optim/optim.h"
-#include "train/reducer.h"
 #include "data/sampler.h"
-#include "core/ascii.h"
+#include "optim/optim.h"
 #include "runtime/fault.h"
-#include "amp/amp_train.h"
+#include "trace/nvtx.h"
 #include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/dump_batches.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
+#include "train/reducer.h"
 #include "train/task_eval.h"
 #include "train/train_ckpt.h"
 #include "train/train_data.h"
-#include "trace/nvtx.h"
-#include "core/clock.h"
 
 enum { TASK_EVAL_DOCS = 128, LOADER_DEPTH = 3 };
 

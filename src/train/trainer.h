@@ -13,8 +13,8 @@
 #include <stdio.h>
 
 #include "ddptrain/backend.h"
-#include "runtime/dist.h"
 #include "ddptrain/options.h"
+#include "runtime/dist.h"
 
 #ifdef __cplusplus
 extern "C" {

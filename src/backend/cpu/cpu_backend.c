@@ -16,11 +16,11 @@
 #include <hwloc.h>
 #endif
 
-#include "backend/backend_impl.h"
 #include "ddptrain/check.h"
+#include "ddptrain/nn.h"
+#include "backend/backend_impl.h"
 #include "backend/cpu/cpu_nn_impl.h"
 #include "backend/cpu/cpu_optim.h"
-#include "ddptrain/nn.h"
 
 #if DDP_HAVE_OPENBLAS_THREADS
 /* OpenBLAS's own thread control; declared in its cblas.h, repeated here in

@@ -11,8 +11,8 @@
 
 #include <stddef.h>
 
-#include "backend/cpu/cpu_optim.h"
 #include "ddptrain/check.h"
+#include "backend/cpu/cpu_optim.h"
 #include "optim/optim.h"
 
 #define BLOCK DDP_CPU_OPTIM_BLOCK

@@ -16,10 +16,10 @@
  * under fp32. */
 #include <stdint.h>
 
-#include "backend/cpu/cpu_nn_impl.h"
 #include "ddptrain/check.h"
 #include "ddptrain/dtype.h"
 #include "ddptrain/nn.h"
+#include "backend/cpu/cpu_nn_impl.h"
 
 #define NN_REQUIRE(cond, ...)                                       \
   do {                                                              \

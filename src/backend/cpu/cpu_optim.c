@@ -32,8 +32,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/cpu/cpu_optim.h"
 #include "ddptrain/check.h"
+#include "backend/cpu/cpu_optim.h"
 #include "optim/optim.h"
 
 #define BLOCK DDP_CPU_OPTIM_BLOCK

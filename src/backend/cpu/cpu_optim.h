@@ -14,8 +14,8 @@
 
 #include <stddef.h>
 
-#include "optim/optim_ops.h"
 #include "ddptrain/backend.h"
+#include "optim/optim_ops.h"
 
 extern const ddp_optim_ops_t ddp_optim_cpu_ops;
 

@@ -17,15 +17,15 @@
 #include <time.h>
 
 #include "backend/backend_impl.h"
+#include "backend/caching_alloc.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_nn.h"
 #include "backend/cuda/cuda_optim.h"
 #include "backend/device_error.h"
-#include "backend/caching_alloc.h"
+#include "core/clock.h"
 #include "core/foreign_check.h"
 #include "kernels.h"
-#include "core/clock.h"
 
 /* Device memory comes from a caching allocator over cudaMalloc/cudaFree
  * (backend/caching_alloc.h): after warm-up nothing reaches cudaMalloc, which

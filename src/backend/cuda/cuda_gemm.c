@@ -42,9 +42,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddptrain/log.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_impl.h"
-#include "ddptrain/log.h"
 #include "core/foreign_check.h"
 
 #define GEMM_CACHE_SLOTS 128

@@ -13,10 +13,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "ddptrain/check.h"
 #include "backend/cuda/cuda_grad_epilogue.h"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_optim.h"
-#include "ddptrain/check.h"
 #include "optim.h"
 
 typedef struct ddp_cuda_optim_plan {
