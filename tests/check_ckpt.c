@@ -1,12 +1,19 @@
 /* Checkpoint format: a round trip of tensors, optimizer slots and metadata;
- * the CRC catching a flipped data byte and an edited metadata value; an
- * atomic write that fails part-way (ENOSPC) leaving the previous file and
- * no temporary behind; shape mismatches named; directory listing and
- * pruning ignoring other names. */
+ * the CRC catching a flipped data byte, an edited metadata value and two
+ * swapped tensor names; format 1 refused by name; an atomic write that
+ * fails part-way (ENOSPC) leaving the previous file and no temporary
+ * behind; shape mismatches named; directory listing and pruning ignoring
+ * other names and sparing the resumed-from step; checkpoints above a
+ * start step set aside (and an error naming the file when that fails); the
+ * temporary files of dead writers removed, those of live ones and of other
+ * hosts kept. */
 #define _GNU_SOURCE /* memmem */
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "ddptrain/safetensors.h"
 
 #include "check_util.h"
 #include "train/ckpt.h"
@@ -268,7 +275,7 @@ START_TEST(test_ckpt_list_and_prune) {
   ck_assert_int_eq(got[2], 2);
   ck_assert_int_eq(got[3], 1);
   free(got);
-  ddp_ckpt_prune(g_dir, 2);
+  ddp_ckpt_prune(g_dir, 2, -1);
   ck_assert_int_eq(ddp_ckpt_list(g_dir, &got, &n), DDP_OK);
   ck_assert_int_eq(n, 2);
   ck_assert_int_eq(got[1], 10);
@@ -282,6 +289,238 @@ START_TEST(test_ckpt_list_and_prune) {
 }
 END_TEST
 
+/* Reads a file whole; *n its size. */
+static unsigned char *slurp(const char *p, long *n) {
+  *n = file_size(p);
+  unsigned char *b = malloc((size_t)*n);
+  FILE *f = fopen(p, "rb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fread(b, 1, (size_t)*n, f), (size_t)*n);
+  fclose(f);
+  return b;
+}
+
+static void spill(const char *p, const unsigned char *b, long n) {
+  FILE *f = fopen(p, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fwrite(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+}
+
+/* Two tensors of one shape whose names have one length ("h.0.w", "h.1.w"):
+ * swapping the names in the header keeps the file valid safetensors and
+ * every shape right, so only the CRC can tell that the weights would land
+ * in the wrong tensors. */
+START_TEST(test_ckpt_crc_covers_tensor_names) {
+  ddp_param_t twins[2];
+  const int64_t shape[1] = {5};
+  ck_assert_int_eq(ddp_param_set(&twins[0], "h.0.w", 1, shape, 0, 1), DDP_OK);
+  ck_assert_int_eq(ddp_param_set(&twins[1], "h.1.w", 1, shape, 5, 1), DDP_OK);
+  char p[256];
+  ck_assert_int_eq(ddp_ckpt_path(p, sizeof p, g_dir, 4), DDP_OK);
+  ddp_ckpt_image_t img = image(g_params, g_state);
+  img.tensors = twins;
+  ck_assert_int_eq(ddp_ckpt_write(p, NULL, &img, 0), DDP_OK);
+  long n = 0;
+  unsigned char *b = slurp(p, &n);
+  int swapped = 0;
+  for (long i = 0; i + 5 <= n && i < 8 + 4096; ++i) /* the header only */
+    if (memcmp(b + i, "h.0.w", 5) == 0)
+      b[i + 2] = '1', ++swapped;
+    else if (memcmp(b + i, "h.1.w", 5) == 0)
+      b[i + 2] = '0', ++swapped;
+  ck_assert_int_eq(swapped, 2 * 3); /* model., optim.exp_avg., optim.exp_avg_sq. */
+  spill(p, b, n);
+  free(b);
+  ddp_safetensors_t *raw = NULL; /* still a well-formed file */
+  ck_assert_int_eq(ddp_safetensors_open(p, &raw), DDP_OK);
+  ddp_safetensors_close(raw);
+  ddp_ckpt_t *ck = NULL;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_ERR_FORMAT);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, p);
+  ddp_assert_contains(log, "checksum mismatch");
+  ddp_assert_contains(log, "names, shapes or offsets");
+  free(log);
+  ck_assert_ptr_null(ck);
+  /* a shape edited to another of the same size ([2, 3] -> [3, 2]) too */
+  write_ok(p, 4);
+  b = slurp(p, &n);
+  unsigned char *hit = memmem(b, (size_t)n, "[2,3]", 5);
+  ck_assert_ptr_nonnull(hit);
+  memcpy(hit, "[3,2]", 5);
+  spill(p, b, n);
+  free(b);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_ERR_FORMAT);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "checksum mismatch");
+  free(log);
+}
+END_TEST
+
+/* A format-1 file (checksum of the data and values only) is refused with a
+ * message that says why, not loaded. */
+START_TEST(test_ckpt_refuses_format_1) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/ckpt_00000009.safetensors", g_dir);
+  ddp_st_tensor_t t = {
+      .name = "model.a.weight", .dtype = DDP_DTYPE_F32, .ndim = 1, .data = g_params};
+  t.shape[0] = N;
+  const char *meta[] = {"format", DDP_CKPT_FORMAT_1, "step", "9", "crc32", "00000000", NULL};
+  ck_assert_int_eq(ddp_safetensors_write(p, &t, 1, meta), DDP_OK);
+  ddp_ckpt_t *ck = NULL;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_ERR_FORMAT);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "format ddptrain-checkpoint-1, written by an older ddptrain");
+  ddp_assert_contains(log, "reads only ddptrain-checkpoint-2");
+  free(log);
+  ck_assert_ptr_null(ck);
+}
+END_TEST
+
+static void make_file(const char *dir, const char *name) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+}
+
+static int exists(const char *dir, const char *name) {
+  char p[1100];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+/* --keep never deletes the checkpoint the run resumed from. */
+START_TEST(test_ckpt_prune_spares_resumed_from) {
+  char p[256];
+  const int64_t steps[] = {5, 10, 15, 20};
+  for (int i = 0; i < 4; ++i) {
+    ck_assert_int_eq(ddp_ckpt_path(p, sizeof p, g_dir, steps[i]), DDP_OK);
+    write_ok(p, steps[i]);
+  }
+  ddp_ckpt_prune(g_dir, 1, 10);
+  ck_assert(exists(g_dir, "ckpt_00000020.safetensors"));
+  ck_assert(exists(g_dir, "ckpt_00000010.safetensors"));
+  ck_assert(!exists(g_dir, "ckpt_00000015.safetensors"));
+  ck_assert(!exists(g_dir, "ckpt_00000005.safetensors"));
+}
+END_TEST
+
+/* Checkpoints above the start step move to superseded/, keeping their
+ * names (a name already taken there gets ".1"); the others stay. */
+START_TEST(test_ckpt_set_aside_moves_higher_steps) {
+  char p[512], aside[256];
+  const int64_t steps[] = {5, 10, 20, 30};
+  for (int i = 0; i < 4; ++i) {
+    ck_assert_int_eq(ddp_ckpt_path(p, sizeof p, g_dir, steps[i]), DDP_OK);
+    write_ok(p, steps[i]);
+  }
+  snprintf(aside, sizeof aside, "%s/superseded", g_dir);
+  ck_assert_int_eq(mkdir(aside, 0777), 0);
+  make_file(aside, "ckpt_00000030.safetensors"); /* set aside by an earlier run */
+  int moved = -1;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_ckpt_set_aside(g_dir, 10, &moved), DDP_OK);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "its step 30 is above the step 10 this run starts at");
+  free(log);
+  ck_assert_int_eq(moved, 2);
+  int64_t *got = NULL;
+  int n = 0;
+  ck_assert_int_eq(ddp_ckpt_list(g_dir, &got, &n), DDP_OK);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(got[0], 10);
+  ck_assert_int_eq(got[1], 5);
+  free(got);
+  ck_assert(exists(aside, "ckpt_00000020.safetensors"));
+  ck_assert(exists(aside, "ckpt_00000030.safetensors.1"));
+  snprintf(p, sizeof p, "%s/ckpt_00000030.safetensors.1", aside);
+  ddp_ckpt_t *ck = NULL; /* moved whole: still a valid checkpoint */
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_OK);
+  ddp_ckpt_close(ck);
+  /* nothing above the start step: nothing moves */
+  ck_assert_int_eq(ddp_ckpt_set_aside(g_dir, 10, &moved), DDP_OK);
+  ck_assert_int_eq(moved, 0);
+}
+END_TEST
+
+/* A checkpoint that cannot be moved is an error naming it, and it stays. */
+START_TEST(test_ckpt_set_aside_failure_is_named) {
+  char p[256];
+  ck_assert_int_eq(ddp_ckpt_path(p, sizeof p, g_dir, 8), DDP_OK);
+  write_ok(p, 8);
+  make_file(g_dir, "superseded"); /* a file where the directory should be */
+  int moved = -1;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_ckpt_set_aside(g_dir, 2, &moved), DDP_ERR_IO);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, p);
+  ddp_assert_contains(log, "above the step 2 this run starts at");
+  free(log);
+  ck_assert_int_eq(moved, 0);
+  ddp_ckpt_t *ck = NULL;
+  ck_assert_int_eq(ddp_ckpt_open(p, &ck), DDP_OK);
+  ddp_ckpt_close(ck);
+}
+END_TEST
+
+/* A PID that has just exited (and was reaped): not alive. */
+static long dead_pid(void) {
+  const pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(0);
+  ck_assert_int_eq(waitpid(child, NULL, 0), child);
+  return (long)child;
+}
+
+START_TEST(test_ckpt_removes_tmp_of_dead_writers_only) {
+  char host[256], name[512];
+  ddp_ckpt_host_name(host, sizeof host);
+  const long dead = dead_pid();
+  /* removed: this host and a dead PID; this process's own PID (it has not
+   * written); the older name without a host and a dead PID */
+  snprintf(name, sizeof name, ".ckpt_00000005.safetensors.tmp.%s.%ld", host, dead);
+  make_file(g_dir, name);
+  char own[512];
+  ck_assert_int_eq(ddp_ckpt_tmp_path(own, sizeof own, g_dir, 6), DDP_OK);
+  make_file(g_dir, strrchr(own, '/') + 1);
+  snprintf(name, sizeof name, ".ckpt_00000007.safetensors.tmp.%ld", dead);
+  make_file(g_dir, name);
+  /* kept: a live PID of this host (the parent), another host's file, other names */
+  snprintf(name, sizeof name, ".ckpt_00000008.safetensors.tmp.%s.%ld", host, (long)getppid());
+  make_file(g_dir, name);
+  snprintf(name, sizeof name, ".ckpt_00000009.safetensors.tmp.other-node.%ld", dead);
+  make_file(g_dir, name);
+  make_file(g_dir, ".ckpt_x.safetensors.tmp.1");
+  make_file(g_dir, "ckpt_00000010.safetensors.tmp.1");
+  int removed = -1, kept = -1;
+  ddp_test_log_start();
+  ddp_ckpt_remove_stale_tmp(g_dir, &removed, &kept);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "written by process");
+  ddp_assert_contains(log, "on host other-node, which this host cannot check");
+  free(log);
+  ck_assert_int_eq(removed, 3);
+  ck_assert_int_eq(kept, 2);
+  snprintf(name, sizeof name, ".ckpt_00000005.safetensors.tmp.%s.%ld", host, dead);
+  ck_assert(!exists(g_dir, name));
+  ck_assert(!exists(g_dir, strrchr(own, '/') + 1));
+  snprintf(name, sizeof name, ".ckpt_00000007.safetensors.tmp.%ld", dead);
+  ck_assert(!exists(g_dir, name));
+  snprintf(name, sizeof name, ".ckpt_00000008.safetensors.tmp.%s.%ld", host, (long)getppid());
+  ck_assert(exists(g_dir, name));
+  snprintf(name, sizeof name, ".ckpt_00000009.safetensors.tmp.other-node.%ld", dead);
+  ck_assert(exists(g_dir, name));
+  ck_assert(exists(g_dir, ".ckpt_x.safetensors.tmp.1"));
+  ck_assert(exists(g_dir, "ckpt_00000010.safetensors.tmp.1"));
+}
+END_TEST
+
 static Suite *ckpt_suite(void) {
   Suite *s = suite_create("ckpt");
   TCase *tc = tcase_create("core");
@@ -292,6 +531,12 @@ static Suite *ckpt_suite(void) {
   tcase_add_test(tc, test_ckpt_shape_mismatch_is_named);
   tcase_add_test(tc, test_ckpt_records_adam_eps_and_4d_shapes);
   tcase_add_test(tc, test_ckpt_list_and_prune);
+  tcase_add_test(tc, test_ckpt_crc_covers_tensor_names);
+  tcase_add_test(tc, test_ckpt_refuses_format_1);
+  tcase_add_test(tc, test_ckpt_prune_spares_resumed_from);
+  tcase_add_test(tc, test_ckpt_set_aside_moves_higher_steps);
+  tcase_add_test(tc, test_ckpt_set_aside_failure_is_named);
+  tcase_add_test(tc, test_ckpt_removes_tmp_of_dead_writers_only);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -30,7 +30,9 @@ extern "C" {
   X(DDP_ERR_CUBLAS, -13, "cuBLAS error")                               \
   X(DDP_ERR_CUDNN, -14, "cuDNN error")                                 \
   X(DDP_ERR_NCCL, -15, "NCCL error")                                   \
-  X(DDP_ERR_MPI, -16, "MPI error")
+  X(DDP_ERR_MPI, -16, "MPI error")                                     \
+  X(DDP_ERR_PREEMPTED_UNSAVED, -17, "preempted without a checkpoint")  \
+  X(DDP_ERR_FINAL_UNSAVED, -18, "final checkpoint not written")
 
 typedef enum ddp_status {
 #define DDP_STATUS_ENUM_(name, value, desc) name = value,

@@ -4,9 +4,13 @@
  * this is the one place that turns a failure into an exit code, and with
  * several ranks it aborts the whole job (MPI_Abort) so no rank is left
  * waiting for another. Exit codes: 0 success, 1 runtime failure, 2 bad
- * command line, 75 preempted (a stop signal; the checkpoint is written), 130
- * a second SIGINT (src/train/preempt.c). The `ddptrain` program
- * (src/tools/ddptrain.c) is this call with the built-in models. */
+ * command line, 74 trained to the end but the final checkpoint was not
+ * written (the run's last line says so), 75 preempted (a stop signal) with
+ * the checkpoint of the last step on disk: requeue and resume, 76 preempted
+ * without one (no --save, or its write failed), 130 a second SIGINT
+ * (src/train/preempt.c). 74, 75 and 76 are the same on every rank: the
+ * ranks share rank 0's write result before they exit. The `ddptrain`
+ * program (src/tools/ddptrain.c) is this call with the built-in models. */
 #include "ddptrain/main.h"
 
 #include <stdio.h>
@@ -28,8 +32,31 @@
 #include "train/trainer.h"
 
 /* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
- * and resume from the checkpoint just written. */
-enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_PREEMPTED = 75 };
+ * and resume from the checkpoint just written. EXIT_FINAL_UNSAVED is
+ * EX_IOERR; EXIT_PREEMPTED_UNSAVED is ddptrain's own: not 75, so a requeue
+ * script does not take it for a checkpoint. */
+enum {
+  EXIT_RUNTIME = 1,
+  EXIT_USAGE = 2,
+  EXIT_FINAL_UNSAVED = 74,
+  EXIT_PREEMPTED = 75,
+  EXIT_PREEMPTED_UNSAVED = 76
+};
+
+/* The exit code of an ending every rank agreed on (the stop vote and the
+ * shared outcome of the last checkpoint), or 0 for any other status. */
+static int agreed_exit(ddp_status_t st) {
+  switch (st) {
+    case DDP_ERR_INTERRUPTED:
+      return EXIT_PREEMPTED;
+    case DDP_ERR_PREEMPTED_UNSAVED:
+      return EXIT_PREEMPTED_UNSAVED;
+    case DDP_ERR_FINAL_UNSAVED:
+      return EXIT_FINAL_UNSAVED;
+    default:
+      return 0;
+  }
+}
 
 /* Why this rank has no GPU to train on, for the other ranks' log. */
 static void gpu_why(ddp_status_t made, char *why, size_t len) {
@@ -212,13 +239,13 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
     st = ddp_heartbeat_start(&dist, opts.heartbeat_timeout, &hb);
     if (st == DDP_OK)
       st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
-    /* a clean end, or a preemption every rank agreed on: stop the ring before MPI ends */
-    if (st == DDP_OK || st == DDP_ERR_INTERRUPTED) ddp_heartbeat_stop(hb);
+    /* a clean end, or an ending every rank agreed on: stop the ring before MPI ends */
+    if (st == DDP_OK || agreed_exit(st)) ddp_heartbeat_stop(hb);
   }
   ddp_backend_destroy(be);
-  if (st == DDP_ERR_INTERRUPTED) { /* every rank voted to stop at the same step */
+  if (agreed_exit(st)) { /* every rank ends the same way: no abort needed */
     ddp_dist_finalize(&dist);
-    return EXIT_PREEMPTED;
+    return agreed_exit(st);
   }
   if (st != DDP_OK) {
     DDP_LOG_ERROR("rank %d on %s stops: %s", dist.rank, dist.host, ddp_status_string(st));

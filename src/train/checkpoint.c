@@ -1,10 +1,8 @@
 /* The checkpoint file format (see train/ckpt.h): writing an image,
- * verifying and loading a file, listing and pruning a directory. JSON
+ * verifying and loading a file (the directory is checkpoint_dir.c). JSON
  * through jansson, the checksum through zlib's crc32. */
 #include "train/ckpt.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -17,7 +15,7 @@
 #include "ddptrain/safetensors.h"
 #include "core/ascii.h"
 
-/* The metadata values the CRC covers, in order (after the tensor data). */
+/* The metadata entries the CRC covers, in order (after the tensors). */
 static const char *const k_crc_keys[] = {"format",  "step", "config",      "optimizer",
                                          "sampler", "rng",  "loss_scaler", NULL};
 
@@ -40,7 +38,9 @@ ddp_status_t ddp_ckpt_path(char *buf, size_t len, const char *dir, int64_t step)
 }
 
 ddp_status_t ddp_ckpt_tmp_path(char *buf, size_t len, const char *dir, int64_t step) {
-  int n = snprintf(buf, len, "%s/.ckpt_%08lld.safetensors.tmp.%ld", dir, (long long)step,
+  char host[256];
+  ddp_ckpt_host_name(host, sizeof host);
+  int n = snprintf(buf, len, "%s/.ckpt_%08lld.safetensors.tmp.%s.%ld", dir, (long long)step, host,
                    (long)getpid());
   if (n < 0 || (size_t)n >= len) DDP_FAIL(DDP_ERR_INVALID_ARG, "checkpoint path too long: %s", dir);
   return DDP_OK;
@@ -77,10 +77,54 @@ static size_t tensor_bytes(const ddp_st_tensor_t *t) {
   return n;
 }
 
+/* A text field and its terminating NUL: moving bytes from one field into
+ * the next changes the sum. */
+static uLong crc_text(uLong crc, const char *s) {
+  return crc_bytes(crc, s, strlen(s) + 1);
+}
+
+/* One tensor as the CRC sees it: its header entry and where its data
+ * starts, counted from the first tensor's data. */
+typedef struct crc_entry {
+  const ddp_st_tensor_t *t;
+  size_t offset;
+} crc_entry_t;
+
+static int cmp_entry(const void *a, const void *b) {
+  const crc_entry_t *x = a, *y = b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return strcmp(x->t->name, y->t->name); /* empty tensors share an offset */
+}
+
+/* The header entries and the data of n tensors, in data order (the order
+ * of the header's JSON keys carries no meaning, so it must not change the
+ * sum): for each, its name, "dtype shape offset" and its bytes. A name moved
+ * to another tensor's bytes, or a changed shape or offset, changes it. */
+static uLong crc_tensors(uLong crc, crc_entry_t *e, int n) {
+  qsort(e, (size_t)n, sizeof *e, cmp_entry);
+  for (int i = 0; i < n; ++i) {
+    const ddp_st_tensor_t *t = e[i].t;
+    char desc[64 + 24 * DDP_SAFETENSORS_MAX_DIMS];
+    size_t at = (size_t)snprintf(desc, sizeof desc, "%s [", ddp_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim && at < sizeof desc; ++d)
+      at += (size_t)snprintf(desc + at, sizeof desc - at, "%s%lld", d ? "," : "",
+                             (long long)t->shape[d]);
+    if (at < sizeof desc) snprintf(desc + at, sizeof desc - at, "] %zu", e[i].offset);
+    crc = crc_text(crc, t->name);
+    crc = crc_text(crc, desc);
+    crc = crc_bytes(crc, t->data, tensor_bytes(t));
+  }
+  return crc;
+}
+
+/* kv: key, value, ... NULL; each key of k_crc_keys with its value. */
 static uLong crc_meta(uLong crc, const char *const *kv) {
   for (int k = 0; k_crc_keys[k]; ++k)
     for (int i = 0; kv[i]; i += 2)
-      if (strcmp(kv[i], k_crc_keys[k]) == 0) crc = crc_bytes(crc, kv[i + 1], strlen(kv[i + 1]));
+      if (strcmp(kv[i], k_crc_keys[k]) == 0) {
+        crc = crc_text(crc, kv[i]);
+        crc = crc_text(crc, kv[i + 1]);
+      }
   return crc;
 }
 
@@ -97,6 +141,7 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
   ddp_st_tensor_t *t = calloc((size_t)nt, sizeof *t);
   char *names = calloc((size_t)nt, 96);
   char *opt = NULL, *smp = NULL, *rng = NULL, *scl = NULL, step[24];
+  crc_entry_t *entries = NULL;
   if (!t || !names) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "checkpoint: out of host memory");
   for (int s = -1, j = 0; s < img->n_slots; ++s)
     for (int i = 0; i < img->n_tensors; ++i, ++j) {
@@ -137,8 +182,12 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
                       "loss_scaler", scl,
                       NULL,          NULL,
                       NULL};
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (int j = 0; j < nt; ++j) crc = crc_bytes(crc, t[j].data, tensor_bytes(&t[j]));
+  /* the safetensors writer lays the tensors out in this order, back to back */
+  entries = malloc((size_t)nt * sizeof *entries);
+  if (!entries) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "checkpoint: out of host memory");
+  for (size_t j = 0, at = 0; j < (size_t)nt; at += tensor_bytes(&t[j]), ++j)
+    entries[j] = (crc_entry_t){.t = &t[j], .offset = at};
+  uLong crc = crc_tensors(crc32(0L, Z_NULL, 0), entries, nt);
   crc = crc_meta(crc, kv);
   char crc_hex[16];
   snprintf(crc_hex, sizeof crc_hex, "%08lx", (unsigned long)crc);
@@ -150,6 +199,7 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
   ddp_st_write_opts_t wo = {.tmp_path = tmp_path, .enospc_after_bytes = enospc_after_bytes};
   st = ddp_safetensors_write_opts(path, t, nt, meta, &wo);
 out:
+  free(entries);
   free(opt);
   free(smp);
   free(rng);
@@ -242,36 +292,59 @@ ddp_status_t ddp_ckpt_open(const char *path, ddp_ckpt_t **out) {
     DDP_FAIL(DDP_ERR_OOM, "checkpoint: out of host memory");
   }
   ddp_status_t st = DDP_OK;
+  ddp_st_tensor_t *tensors = NULL;
+  crc_entry_t *entries = NULL;
   DDP_CHECK_GOTO(ddp_safetensors_open(path, &ck->st), st, fail);
   const char *format = ddp_safetensors_meta(ck->st, "format");
-  const char *crc_text = ddp_safetensors_meta(ck->st, "crc32");
+  const char *crc_text_stored = ddp_safetensors_meta(ck->st, "crc32");
+  if (format && strcmp(format, DDP_CKPT_FORMAT_1) == 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail,
+                  "%s: format %s, written by an older ddptrain whose checksum does not cover "
+                  "the tensor names and shapes; this version reads only %s (resume with the "
+                  "ddptrain that wrote it, or start over)",
+                  path, format, DDP_CKPT_FORMAT);
   if (!format || strcmp(format, DDP_CKPT_FORMAT) != 0)
     DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail, "%s: not a ddptrain checkpoint (format '%s')", path,
                   format ? format : "missing");
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (int i = 0; i < ddp_safetensors_count(ck->st); ++i) {
-    ddp_st_tensor_t t;
-    DDP_CHECK_GOTO(ddp_safetensors_get(ck->st, i, &t), st, fail);
-    crc = crc_bytes(crc, t.data, tensor_bytes(&t));
+  const int nt = ddp_safetensors_count(ck->st);
+  tensors = calloc((size_t)nt + 1, sizeof *tensors);
+  entries = calloc((size_t)nt + 1, sizeof *entries);
+  if (!tensors || !entries) DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "checkpoint: out of host memory");
+  const char *first = NULL; /* the lowest data address: offsets count from it */
+  for (int i = 0; i < nt; ++i) {
+    DDP_CHECK_GOTO(ddp_safetensors_get(ck->st, i, &tensors[i]), st, fail);
+    const char *at = tensors[i].data;
+    if (!first || at < first) first = at;
   }
+  for (int i = 0; i < nt; ++i)
+    entries[i] =
+        (crc_entry_t){.t = &tensors[i], .offset = (size_t)((const char *)tensors[i].data - first)};
+  uLong crc = crc_tensors(crc32(0L, Z_NULL, 0), entries, nt);
   const char *kv[2 * 8 + 1];
   int n = 0;
   for (int k = 0; k_crc_keys[k]; ++k) {
     const char *v = ddp_safetensors_meta(ck->st, k_crc_keys[k]);
+    if (!v) continue; /* a missing entry is missing from the sum */
     kv[n++] = k_crc_keys[k];
-    kv[n++] = v ? v : "";
+    kv[n++] = v;
   }
   kv[n] = NULL;
   crc = crc_meta(crc, kv);
   char want[16];
   snprintf(want, sizeof want, "%08lx", (unsigned long)crc);
-  if (!crc_text || strcmp(crc_text, want) != 0)
-    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail, "%s: checksum mismatch (crc32 %s stored, %s computed)",
-                  path, crc_text ? crc_text : "missing", want);
+  if (!crc_text_stored || strcmp(crc_text_stored, want) != 0)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, fail,
+                  "%s: checksum mismatch (crc32 %s stored, %s computed): its tensors, their "
+                  "names, shapes or offsets, or its metadata changed after it was written",
+                  path, crc_text_stored ? crc_text_stored : "missing", want);
   DDP_CHECK_GOTO(parse_meta(ck), st, fail);
+  free(tensors);
+  free(entries);
   *out = ck;
   return DDP_OK;
 fail:
+  free(tensors);
+  free(entries);
   ddp_ckpt_close(ck);
   return st;
 }
@@ -316,67 +389,4 @@ ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img) {
     }
   img->meta = ck->meta;
   return DDP_OK;
-}
-
-/* ---- the directory ------------------------------------------------------------- */
-
-static int cmp_desc(const void *a, const void *b) {
-  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* The step of "ckpt_%08lld.safetensors", or -1 for any other name. */
-static int64_t step_of(const char *name) {
-  long long step;
-  int end = 0;
-  if (sscanf(name, "ckpt_%lld.safetensors%n", &step, &end) != 1 || name[end] != '\0' || step < 0 ||
-      strncmp(name, "ckpt_", 5) != 0 || name[5] < '0' || name[5] > '9')
-    return -1;
-  return step;
-}
-
-ddp_status_t ddp_ckpt_list(const char *dir, int64_t **steps, int *n) {
-  *steps = NULL;
-  *n = 0;
-  DIR *d = opendir(dir);
-  if (!d) {
-    if (errno == ENOENT) return DDP_OK;
-    DDP_FAIL(DDP_ERR_IO, "cannot read checkpoint directory %s: %s", dir, strerror(errno));
-  }
-  int cap = 0;
-  ddp_status_t st = DDP_OK;
-  for (struct dirent *e; (e = readdir(d));) {
-    const int64_t s = step_of(e->d_name);
-    if (s < 0) continue;
-    if (*n == cap) {
-      cap = cap ? 2 * cap : 16;
-      int64_t *g = realloc(*steps, (size_t)cap * sizeof *g);
-      if (!g) {
-        st = DDP_ERR_OOM;
-        break;
-      }
-      *steps = g;
-    }
-    (*steps)[(*n)++] = s;
-  }
-  closedir(d);
-  if (st != DDP_OK) {
-    free(*steps);
-    *steps = NULL;
-    *n = 0;
-    DDP_FAIL(st, "checkpoint directory %s: out of host memory", dir);
-  }
-  if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
-  return DDP_OK;
-}
-
-void ddp_ckpt_prune(const char *dir, int keep) {
-  int64_t *steps = NULL;
-  int n = 0;
-  if (ddp_ckpt_list(dir, &steps, &n) != DDP_OK) return;
-  char path[4200];
-  for (int i = keep; i < n; ++i)
-    if (ddp_ckpt_path(path, sizeof path, dir, steps[i]) == DDP_OK && unlink(path) != 0)
-      DDP_LOG_WARN("cannot delete old checkpoint %s: %s", path, strerror(errno));
-  free(steps);
 }

@@ -24,6 +24,7 @@ enum { FAULT_BYTES = 4096 };
 struct ddp_ckpt_writer {
   char dir[1024];
   int keep;
+  int64_t protect; /* the step resumed from: never pruned; -1 none */
   int64_t fault_step;
   ddp_ckpt_image_t img; /* layout + staging buffers (params, state) */
   char *config;
@@ -62,7 +63,7 @@ static void write_one(ddp_ckpt_writer_t *w) {
     st = ddp_ckpt_write(path, tmp, &w->img, step == w->fault_step ? FAULT_BYTES : 0);
   const double dt = ddp_clock_seconds() - t0;
   if (st == DDP_OK) {
-    ddp_ckpt_prune(w->dir, w->keep);
+    ddp_ckpt_prune(w->dir, w->keep, w->protect);
     snprintf(w->last_good, sizeof w->last_good, "%s", path);
     const double mib = (double)w->img.n_params * (1 + w->img.n_slots) * 4 / 1048576.0;
     DDP_LOG_INFO("checkpoint: step %lld written to %s (%.1f MiB in %.2f s, in the background)",
@@ -95,8 +96,23 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, const ddp_ckpt_image_t *layout,
-                                    const char *config, ddp_ckpt_writer_t **out) {
+/* Before the first write: the temporary files of killed writers go, and
+ * checkpoints above the start step move aside (see checkpoint_dir.c). */
+static ddp_status_t prepare_dir(ddp_ckpt_writer_t *w, int64_t resumed_from) {
+  int removed = 0, kept = 0, moved = 0;
+  ddp_ckpt_remove_stale_tmp(w->dir, &removed, &kept);
+  DDP_CHECK(ddp_ckpt_set_aside(w->dir, resumed_from > 0 ? resumed_from : 0, &moved));
+  int64_t *steps = NULL;
+  int n = 0;
+  if (ddp_ckpt_list(w->dir, &steps, &n) == DDP_OK && n > 0)
+    ddp_ckpt_path(w->last_good, sizeof w->last_good, w->dir, steps[0]);
+  free(steps);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, int64_t resumed_from,
+                                    const ddp_ckpt_image_t *layout, const char *config,
+                                    ddp_ckpt_writer_t **out) {
   *out = NULL;
   ddp_ckpt_writer_t *w = calloc(1, sizeof *w);
   if (!w) DDP_FAIL(DDP_ERR_OOM, "checkpoint writer: out of host memory");
@@ -105,6 +121,7 @@ ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, const ddp_ckpt_im
   DDP_CHECK_GOTO(ddp_env_get_double(DDP_ENV_FAULT_CKPT_FULL_STEP, &fault), st, fail);
   snprintf(w->dir, sizeof w->dir, "%s", dir);
   w->keep = keep;
+  w->protect = resumed_from;
   w->fault_step = fault > 0 ? (int64_t)fault : -1;
   w->img = *layout;
   const size_t floats = layout->n_params * (size_t)(1 + layout->n_slots);
@@ -126,11 +143,7 @@ ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, const ddp_ckpt_im
     DDP_FAIL_GOTO(st, DDP_ERR_INTERNAL, fail, "checkpoint writer: cannot start a thread");
   w->started = 1;
   make_dirs(dir);
-  int64_t *steps = NULL;
-  int n = 0;
-  if (ddp_ckpt_list(dir, &steps, &n) == DDP_OK && n > 0)
-    ddp_ckpt_path(w->last_good, sizeof w->last_good, dir, steps[0]);
-  free(steps);
+  DDP_CHECK_GOTO(prepare_dir(w, resumed_from), st, fail);
   *out = w;
   return DDP_OK;
 fail:

@@ -5,7 +5,8 @@
  * creation; a thread then writes the file, renames it into place and prunes
  * old checkpoints while training goes on. A failed write (full disk,
  * unwritable directory) is a warning naming the path: training continues
- * and the previous checkpoint is left as it was. */
+ * and the previous checkpoint is left as it was; ddp_ckpt_writer_flush
+ * tells the caller, which decides what the run's end makes of it. */
 #ifndef DDPTRAIN_TRAIN_CHECKPOINT_WRITER_H
 #define DDPTRAIN_TRAIN_CHECKPOINT_WRITER_H
 
@@ -15,9 +16,15 @@
 typedef struct ddp_ckpt_writer ddp_ckpt_writer_t;
 
 /* layout: tensors, n_tensors, n_params, n_slots and slot_names of the images
- * to write (the pointers must outlive the writer); config: JSON text, copied. */
-ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, const ddp_ckpt_image_t *layout,
-                                    const char *config, ddp_ckpt_writer_t **out);
+ * to write (the pointers must outlive the writer); config: JSON text, copied.
+ * resumed_from: the step of the checkpoint the run resumed from, -1 for a
+ * fresh run. Before its thread writes anything it prepares dir: removes the
+ * temporary files of dead writers and sets aside (to dir/superseded/) every
+ * checkpoint above the step the run starts at (an error if one cannot be
+ * moved). Pruning (--keep) never deletes the checkpoint of resumed_from. */
+ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, int64_t resumed_from,
+                                    const ddp_ckpt_image_t *layout, const char *config,
+                                    ddp_ckpt_writer_t **out);
 void ddp_ckpt_writer_destroy(ddp_ckpt_writer_t *w);
 
 /* Waits for the previous write, copies params (n_params) and state

@@ -7,7 +7,7 @@
  *             optim.<slot>.<name>     optimizer state per parameter:
  *                                     exp_avg, exp_avg_sq (AdamW, LAMB) or
  *                                     momentum_buffer (SGD)
- *   metadata  format    "ddptrain-checkpoint-1"
+ *   metadata  format    "ddptrain-checkpoint-2"
  *             step      optimizer steps completed = the sampler position
  *                       (the global step the next run starts at)
  *             config    every option of the run, {"flag": "value"}
@@ -17,12 +17,21 @@
  *                       counter-based, so a key and a position are its state
  *             loss_scaler {"enabled", "scale", "growth_tracker", "skipped_steps"}:
  *                       optimizer t = step - skipped_steps
- *             crc32     CRC-32 (zlib) of the tensor data in file order, then
- *                       of the metadata values above in that order; a file
- *                       whose CRC differs is corrupt.
- * Writes are atomic (DIR/.ckpt_<step>.safetensors.tmp.<pid>, fsync, rename,
- * fsync of DIR), so a crash or a full disk never leaves a damaged file under
- * a checkpoint name and never touches an older checkpoint. */
+ *             crc32     CRC-32 (zlib) of the header and the data: for each
+ *                       tensor in data order its name, dtype, shape and
+ *                       offset, then its bytes; then each metadata key above
+ *                       with its value, in that order. A file whose CRC
+ *                       differs is corrupt: a flipped data byte, an edited
+ *                       value and two swapped tensor names are all caught.
+ *                       Format 1 summed only the data and the values, and is
+ *                       refused with a message saying so.
+ * Writes are atomic (DIR/.ckpt_<step>.safetensors.tmp.<host>.<pid>, fsync,
+ * rename, fsync of DIR), so a crash or a full disk never leaves a damaged
+ * file under a checkpoint name and never touches an older checkpoint.
+ *
+ * The directory (checkpoint_dir.c): ckpt_<step>.safetensors files, newest =
+ * highest step; superseded/ holds checkpoints a run set aside because their
+ * step was above the step it started at (ddp_ckpt_set_aside). */
 #ifndef DDPTRAIN_CKPT_H
 #define DDPTRAIN_CKPT_H
 
@@ -37,7 +46,12 @@
 extern "C" {
 #endif
 
-#define DDP_CKPT_FORMAT "ddptrain-checkpoint-1"
+#define DDP_CKPT_FORMAT "ddptrain-checkpoint-2"
+/* The format before the CRC covered the header: refused by name. */
+#define DDP_CKPT_FORMAT_1 "ddptrain-checkpoint-1"
+/* The sub-directory of a checkpoint directory that ddp_ckpt_set_aside
+ * moves checkpoints into. */
+#define DDP_CKPT_SUPERSEDED "superseded"
 
 /* The dynamic loss scaler's state (GradScaler semantics). */
 typedef struct ddp_ckpt_scaler {
@@ -76,7 +90,8 @@ typedef struct ddp_ckpt_image {
 int ddp_ckpt_slot_names(const char *optimizer, const char *const **names);
 
 /* "DIR/ckpt_%08lld.safetensors" and its temporary twin
- * "DIR/.ckpt_%08lld.safetensors.tmp.<pid>"; DDP_ERR_INVALID_ARG if too long. */
+ * "DIR/.ckpt_%08lld.safetensors.tmp.<host>.<pid>" (host: ddp_ckpt_host_name);
+ * DDP_ERR_INVALID_ARG if too long. */
 ddp_status_t ddp_ckpt_path(char *buf, size_t len, const char *dir, int64_t step);
 ddp_status_t ddp_ckpt_tmp_path(char *buf, size_t len, const char *dir, int64_t step);
 
@@ -101,11 +116,30 @@ const char *ddp_ckpt_config_value(const ddp_ckpt_t *ck, const char *flag);
  * every tensor of img's layout is there with its shape (errors name it). */
 ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img);
 
+/* This host's name as the temporary files carry it: gethostname(), with any
+ * character other than [A-Za-z0-9._-] turned into '_' ("localhost" if it
+ * has none). */
+void ddp_ckpt_host_name(char *buf, size_t len);
+
 /* The steps of the checkpoints in dir, newest first; *steps malloc'ed (NULL
  * when *n == 0). A missing directory is an empty list. */
 ddp_status_t ddp_ckpt_list(const char *dir, int64_t **steps, int *n);
-/* Deletes all but the `keep` newest checkpoints; failures are warnings. */
-void ddp_ckpt_prune(const char *dir, int keep);
+/* Deletes all but the `keep` newest checkpoints, never the one of step
+ * `protect` (-1: none); failures are warnings. */
+void ddp_ckpt_prune(const char *dir, int keep, int64_t protect);
+/* Moves every checkpoint of dir whose step is above `above` into
+ * dir/superseded/ (created if needed; a name already there gets a ".N"
+ * suffix), so that it neither outranks the checkpoints a run starting at
+ * step `above` writes nor gets pruned in their place. *moved: how many.
+ * A directory that cannot be listed moves nothing; a file that cannot be
+ * moved is an error naming it (nothing else is changed after it). */
+ddp_status_t ddp_ckpt_set_aside(const char *dir, int64_t above, int *moved);
+/* Deletes the temporary files (.ckpt_*.safetensors.tmp.<host>.<pid>) of
+ * writers that are gone: those of this host (and of the older name without
+ * a host) whose PID is not alive here, or is this process's own (it has not
+ * written yet). Another host's files are kept, with a warning naming them:
+ * their PID means nothing here. Call it before this process writes. */
+void ddp_ckpt_remove_stale_tmp(const char *dir, int *removed, int *kept);
 
 #ifdef __cplusplus
 }

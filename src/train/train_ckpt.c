@@ -32,7 +32,7 @@ static ddp_status_t make_layout(ddp_train_ckpt_t *tc, const ddp_optim_config_t *
 }
 
 static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *start_step,
-                           ddp_ckpt_scaler_t *scaler) {
+                           ddp_ckpt_scaler_t *scaler, int *resumed) {
   const ddp_options_t *o = tc->o;
   const int automatic = strcmp(o->resume, "auto") == 0;
   if (automatic && !o->save[0])
@@ -42,6 +42,7 @@ static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *star
   DDP_CHECK(ddp_train_resume(o, tc->dist, comm, tc->be, automatic ? o->save : o->resume, automatic,
                              &tc->layout, tc->model->params, tc->state, &meta, &found));
   if (!found) return DDP_OK;
+  *resumed = 1;
   *start_step = meta.step;
   *scaler = meta.scaler;
   tc->last_saved = meta.step;
@@ -59,13 +60,16 @@ ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
                                  const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
                                  ddp_model_t *model, float *state, const ddp_optim_config_t *ocfg,
                                  int64_t *start_step, ddp_ckpt_scaler_t *scaler) {
-  *tc = (ddp_train_ckpt_t){.o = o, .dist = dist, .be = be, .model = model, .state = state};
+  *tc = (ddp_train_ckpt_t){
+      .o = o, .dist = dist, .comm = comm, .be = be, .model = model, .state = state};
   *start_step = 0;
   if (!o->save[0] && !o->resume[0]) return DDP_OK;
   DDP_CHECK(make_layout(tc, ocfg));
-  if (o->resume[0]) DDP_CHECK(resume(tc, comm, start_step, scaler));
+  int resumed = 0;
+  if (o->resume[0]) DDP_CHECK(resume(tc, comm, start_step, scaler, &resumed));
   if (o->save[0] && dist->rank == 0)
-    DDP_CHECK(ddp_ckpt_writer_create(o->save, (int)o->keep, &tc->layout, tc->config, &tc->writer));
+    DDP_CHECK(ddp_ckpt_writer_create(o->save, (int)o->keep, resumed ? *start_step : -1, &tc->layout,
+                                     tc->config, &tc->writer));
   return DDP_OK;
 }
 
@@ -89,6 +93,23 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
   }
   /* A failed write was reported by the writer and is not fatal. */
   if (wait) (void)ddp_ckpt_writer_flush(tc->writer);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_train_ckpt_save_final(ddp_train_ckpt_t *tc, int64_t done,
+                                       const ddp_ckpt_scaler_t *scaler,
+                                       ddp_train_ckpt_outcome_t *outcome) {
+  int32_t v = DDP_TRAIN_CKPT_NO_SAVE; /* rank 0's answer; the others add 0 */
+  if (tc->writer) {
+    DDP_CHECK(ddp_train_ckpt_save(tc, done, scaler, 0));
+    /* the status of the last write, which is this step's (or, when nothing
+     * was trained, the checkpoint resumed from, which is on disk) */
+    v = ddp_ckpt_writer_flush(tc->writer) == DDP_OK ? DDP_TRAIN_CKPT_ON_DISK
+                                                    : DDP_TRAIN_CKPT_FAILED;
+  }
+  if (tc->dist->world > 1)
+    DDP_CHECK(ddp_comm_allreduce_sum(tc->comm, &v, 1, DDP_DTYPE_I32, NULL, NULL));
+  *outcome = (ddp_train_ckpt_outcome_t)v;
   return DDP_OK;
 }
 

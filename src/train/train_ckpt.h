@@ -14,6 +14,7 @@
 typedef struct ddp_train_ckpt {
   const ddp_options_t *o;
   const ddp_dist_t *dist;
+  ddp_comm_t *comm; /* host communicator: the ranks share the final write's outcome */
   ddp_backend_t *be;
   ddp_model_t *model;
   float *state;            /* optimizer state, backend memory */
@@ -40,6 +41,23 @@ int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done);
  * ranks and runs without --save do nothing. */
 ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
                                  const ddp_ckpt_scaler_t *scaler, int wait);
+
+/* Where the checkpoint of a run's last step stands, as every rank learns it
+ * from rank 0 (ddp_train_ckpt_save_final). */
+typedef enum ddp_train_ckpt_outcome {
+  DDP_TRAIN_CKPT_NO_SAVE = 0, /* no --save directory: none was asked for */
+  DDP_TRAIN_CKPT_ON_DISK = 1, /* written (or already there: nothing trained since) */
+  DDP_TRAIN_CKPT_FAILED = 2   /* asked for and not written; the writer named the cause */
+} ddp_train_ckpt_outcome_t;
+
+/* Collective. The checkpoint of the last step: rank 0 with --save hands the
+ * state after `done` steps to the writer and waits for the file; then one
+ * all-reduce gives every rank the same *outcome, so all ranks end with the
+ * same exit status and none exits before rank 0's file is complete (a
+ * launcher may end the whole job as soon as one rank has exited). */
+ddp_status_t ddp_train_ckpt_save_final(ddp_train_ckpt_t *tc, int64_t done,
+                                       const ddp_ckpt_scaler_t *scaler,
+                                       ddp_train_ckpt_outcome_t *outcome);
 
 void ddp_train_ckpt_destroy(ddp_train_ckpt_t *tc);
 

@@ -717,17 +717,34 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
 }
 
 /* After each step: periodic checkpoints, or the last one when the ranks
- * voted to stop (signo: this rank's stop signal, 0 if another rank's). */
+ * voted to stop (signo: this rank's stop signal, 0 if another rank's).
+ * After a stop it returns DDP_OK when the checkpoint is on disk (the loop
+ * then ends the run with DDP_ERR_INTERRUPTED, exit status 75: requeue and
+ * resume) and DDP_ERR_PREEMPTED_UNSAVED when there is none (exit status
+ * 76), the same on every rank. */
 static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo) {
   const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
   if (stop) {
-    DDP_LOG_INFO("preempted (%s) after step %lld: %s, exit status 75",
+    DDP_LOG_INFO("preempted (%s) after step %lld: %s",
                  signo ? strsignal(signo) : "a stop signal on another rank", (long long)step + 1,
                  tr->o->save[0] ? "writing a checkpoint" : "no --save directory, nothing saved");
-    DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 1));
-    /* No rank exits before rank 0's file is complete: a launcher may end
-     * the whole job as soon as one rank has exited non-zero. */
-    return tr->dist->world > 1 ? ddp_comm_barrier(tr->comm) : DDP_OK;
+    ddp_train_ckpt_outcome_t got;
+    DDP_CHECK(ddp_train_ckpt_save_final(&tr->ckpt, step + 1, &scaler, &got));
+    if (got == DDP_TRAIN_CKPT_ON_DISK) {
+      DDP_LOG_INFO(
+          "preempted: the checkpoint of step %lld is on disk; exit status 75 (requeue "
+          "and resume)",
+          (long long)step + 1);
+      return DDP_OK;
+    }
+    if (tr->dist->rank == 0)
+      DDP_LOG_ERROR(
+          "preempted after step %lld WITHOUT a checkpoint of it (%s): exit status 76, "
+          "not 75; a requeued run would resume from an older checkpoint, if any, or "
+          "start over",
+          (long long)step + 1,
+          got == DDP_TRAIN_CKPT_FAILED ? "its write failed, see above" : "no --save directory");
+    return DDP_ERR_PREEMPTED_UNSAVED;
   }
   if (ddp_train_ckpt_due(&tr->ckpt, step + 1))
     DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 0));
@@ -782,7 +799,11 @@ static ddp_status_t run(trainer_t *tr) {
   if (end - tr->start_step > 1) count_loop_allocs(tr, &tot, 0);
   DDP_CHECK(ddp_loader_stop(tr->loader));
   const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
-  DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, end, &scaler, 1));
+  /* A failed final checkpoint does not stop the evaluation and the export
+   * (the export is then the only copy of the weights); the run ends with
+   * DDP_ERR_FINAL_UNSAVED (exit status 74) and says so last. */
+  ddp_train_ckpt_outcome_t final_ckpt;
+  DDP_CHECK(ddp_train_ckpt_save_final(&tr->ckpt, end, &scaler, &final_ckpt));
   if (end < tr->steps)
     DDP_LOG_INFO("--stop-at: stopped after step %lld of %lld", (long long)end,
                  (long long)tr->steps);
@@ -813,6 +834,14 @@ static ddp_status_t run(trainer_t *tr) {
   if (o->export_path[0] && tr->dist->rank == 0) {
     DDP_CHECK(ddp_model_export(tr->model, o->export_path));
     DDP_LOG_INFO("exported %zu parameters to %s", tr->model->n_params, o->export_path);
+  }
+  if (final_ckpt == DDP_TRAIN_CKPT_FAILED) {
+    if (tr->dist->rank == 0)
+      DDP_LOG_ERROR(
+          "the final checkpoint (step %lld) was NOT written to %s (see the warning "
+          "above): exit status 74",
+          (long long)end, o->save);
+    return DDP_ERR_FINAL_UNSAVED;
   }
   return DDP_OK;
 }
