@@ -11,7 +11,9 @@
 #    written; --resume of a directory without checkpoints is an error;
 #  - disk full (fault injection always; a real full tmpfs when root) and an
 #    unwritable directory: training continues, a warning names the path,
-#    the previous checkpoint stays intact.
+#    the previous checkpoint stays intact;
+#  - a final checkpoint that fails: the evaluation and --export still run,
+#    the last line says so, exit 74 (on every rank with 2 ranks), not 0.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 dir=$(mktemp -d)
@@ -184,9 +186,10 @@ else
 fi
 train 1 "$dir/notdir.log" --save "$dir/full.st/sub" --save-every 5
 rc=$?
-if [ $rc -eq 0 ] && grep -q "cannot create checkpoint directory $dir/full.st/sub" "$dir/notdir.log" &&
-  grep -q "step 20 NOT written to $dir/full.st/sub/ckpt_00000020.safetensors" "$dir/notdir.log"; then
-  ok "an unusable --save directory: warnings name it, training completes"
+if [ $rc -eq 74 ] && grep -q "cannot create checkpoint directory $dir/full.st/sub" "$dir/notdir.log" &&
+  grep -q "step 20 NOT written to $dir/full.st/sub/ckpt_00000020.safetensors" "$dir/notdir.log" &&
+  grep -q "step    20/20" "$dir/notdir.log"; then
+  ok "an unusable --save directory: warnings name it, training completes, exit 74"
 else
   bad "unwritable directory (exit $rc)" "$dir/notdir.log"
 fi
@@ -195,7 +198,7 @@ if [ "$(id -u)" -eq 0 ] && mkdir -p "$dir/mnt" && mount -t tmpfs -o size=160k tm
   # one checkpoint of this model is about 105 KiB: the second does not fit
   train 1 "$dir/tmpfs.log" --save "$mnt" --save-every 5 --keep 3
   rc=$?
-  if [ $rc -eq 0 ] && grep -q "No space left on device" "$dir/tmpfs.log" &&
+  if [ $rc -eq 74 ] && grep -q "No space left on device" "$dir/tmpfs.log" &&
     grep -q "step 10 NOT written to $mnt/ckpt_00000010.safetensors" "$dir/tmpfs.log" &&
     [ "$(ls -A "$mnt")" = "ckpt_00000005.safetensors" ] && grep -q "step    20/20" "$dir/tmpfs.log" &&
     train 1 "$dir/tmpfs2.log" --resume "$mnt" --stop-at 6 && grep -q "loaded .*ckpt_00000005" "$dir/tmpfs2.log"; then
@@ -206,5 +209,29 @@ if [ "$(id -u)" -eq 0 ] && mkdir -p "$dir/mnt" && mount -t tmpfs -o size=160k tm
   umount "$mnt" && mnt=
 else
   echo "SKIP: full tmpfs test (needs root and mount; the fault-injected ENOSPC above covers the path)"
+fi
+
+# ---- the final checkpoint fails ----------------------------------------------------
+d="$dir/final"
+DDPTRAIN_FAULT_CKPT_FULL_STEP=20 train 1 "$d.log" --save "$d" --save-every 5 --export "$d.st"
+rc=$?
+if [ $rc -eq 74 ] && [ -s "$d.st" ] && grep -q "summary: final train loss" "$d.log" &&
+  tail -n 1 "$d.log" | grep -q "ERROR: the final checkpoint (step 20) was NOT written to $d (see the warning above): exit status 74" &&
+  [ "$(ls -A "$d" | tr '\n' ' ')" = "ckpt_00000005.safetensors ckpt_00000010.safetensors ckpt_00000015.safetensors " ]; then
+  ok "a failed final checkpoint: the export is written, the last line says so, exit 74"
+else
+  bad "failed final checkpoint (exit $rc; directory: $(ls -A "$d" | tr '\n' ' '))" "$d.log"
+fi
+if [ -n "$MPIRUN" ]; then
+  # each rank's own exit status, through a shell around it
+  d="$dir/final2"
+  # shellcheck disable=SC2016,SC2086
+  DDPTRAIN_FAULT_CKPT_FULL_STEP=20 timeout 300 "$MPIRUN" -x DDPTRAIN_FAULT_CKPT_FULL_STEP -np 2 \
+    sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit status $?"' "$DDPTRAIN" $TINY --steps 20 --save "$d" > "$d.log" 2>&1
+  if grep -q "^rank 0 exit status 74$" "$d.log" && grep -q "^rank 1 exit status 74$" "$d.log"; then
+    ok "2 ranks, a failed final checkpoint: both ranks exit 74"
+  else
+    bad "2 ranks, failed final checkpoint" "$d.log"
+  fi
 fi
 exit $fail

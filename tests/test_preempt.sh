@@ -9,7 +9,10 @@
 #    itself then exits 1 while every rank exits 75) and SIGUSR1 to mpirun
 #    (forwarded; mpirun exits 75), each followed by an exact resume;
 #  - SIGTERM to one rank's process only: the stop vote stops both ranks
-#    after the same step.
+#    after the same step;
+#  - preempted without a checkpoint (no --save, or a --save directory where
+#    the write fails): exit 76, not 75, with an error saying why; with 2
+#    ranks every rank exits 76 (each rank's status seen through a shell).
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 dir=$(mktemp -d)
@@ -58,12 +61,34 @@ for sig in TERM INT; do
   wait_for "$dir/$name.log" "step     3/20" && kill -$sig $pid
   wait $pid
   rc=$?
-  step=$(sed -n 's/.*preempted (.*) after step \([0-9]*\): writing a checkpoint, exit status 75/\1/p' "$dir/$name.log")
-  if [ $rc -eq 75 ] && [ -n "$step" ] && [ "$step" -lt 20 ] && [ -e "$dir/$name/ckpt_$(printf %08d "$step").safetensors" ]; then
+  step=$(sed -n 's/.*preempted (.*) after step \([0-9]*\): writing a checkpoint$/\1/p' "$dir/$name.log")
+  if [ $rc -eq 75 ] && [ -n "$step" ] && [ "$step" -lt 20 ] && [ -e "$dir/$name/ckpt_$(printf %08d "$step").safetensors" ] &&
+    grep -q "preempted: the checkpoint of step $step is on disk; exit status 75" "$dir/$name.log"; then
     echo "ok: $name: SIG$sig stops the run after step $step with a checkpoint, exit 75"
     exact_resume "$name" 1 "$dir/ref1.st" "$dir/$name"
   else
     bad "$name: exit $rc, step '$step'" "$dir/$name.log"
+  fi
+done
+
+# Preempted without a checkpoint: no --save, and a --save path under a
+# regular file (every write fails, even as root). Exit 76, never 75.
+for how in nosave badsave; do
+  name=np1-$how
+  save=
+  [ $how = badsave ] && save="--save $dir/ref1.st/sub"
+  # shellcheck disable=SC2086
+  DDPTRAIN_FAULT_STEP_SLEEP_MS=$SLOW "$DDPTRAIN" $ARGS $save > "$dir/$name.log" 2>&1 &
+  pid=$!
+  wait_for "$dir/$name.log" "step     3/20" && kill -USR1 $pid
+  wait $pid
+  rc=$?
+  [ $how = badsave ] && why="its write failed, see above" || why="no --save directory"
+  if [ $rc -eq 76 ] && grep -q "ERROR: preempted after step [0-9]* WITHOUT a checkpoint of it ($why): exit status 76" "$dir/$name.log" &&
+    ! grep -q "exit status 75" "$dir/$name.log"; then
+    echo "ok: $name: preempted without a checkpoint ($why): exit 76"
+  else
+    bad "$name: exit $rc (expected 76)" "$dir/$name.log"
   fi
 done
 
@@ -98,7 +123,7 @@ for sig in TERM USR1; do
   wait_for "$dir/$name.log" "step     3/20" && kill -$sig "$(pgrep -P $pid)"
   wait $pid
   rc=$?
-  step=$(sed -n 's/.*preempted (.*) after step \([0-9]*\): writing a checkpoint, exit status 75/\1/p' "$dir/$name.log")
+  step=$(sed -n 's/.*preempted (.*) after step \([0-9]*\): writing a checkpoint$/\1/p' "$dir/$name.log")
   [ "$sig" = TERM ] && want=1 || want=75
   if [ $rc -eq $want ] && [ -n "$step" ] && [ -e "$dir/$name/ckpt_$(printf %08d "$step").safetensors" ]; then
     echo "ok: $name: SIG$sig to mpirun stops both ranks after step $step with a checkpoint (mpirun exits $rc)"
@@ -107,6 +132,29 @@ for sig in TERM USR1; do
     bad "$name: mpirun exit $rc (expected $want), step '$step'" "$dir/$name.log"
   fi
 done
+
+# 2 ranks whose checkpoint write fails, SIGUSR1 to rank 1's process: both
+# ranks exit 76 (not only rank 0, which alone knows about the write).
+# shellcheck disable=SC2016,SC2086
+DDPTRAIN_FAULT_STEP_SLEEP_MS=$SLOW timeout 300 "$MPIRUN" -x DDPTRAIN_FAULT_STEP_SLEEP_MS -np 2 \
+  sh -c '"$0" "$@"; echo "rank $OMPI_COMM_WORLD_RANK exit status $?"' \
+  "$DDPTRAIN" $ARGS --save "$dir/ref1.st/sub" > "$dir/np2-badsave.log" 2>&1 &
+pid=$!
+wait_for "$dir/np2-badsave.log" "step     3/20"
+rank1=
+for sh_pid in $(pgrep -P "$(pgrep -P $pid)"); do
+  for p in $(pgrep -P "$sh_pid"); do
+    if tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then rank1=$p; fi
+  done
+done
+[ -n "$rank1" ] && kill -USR1 "$rank1"
+wait $pid
+if [ -n "$rank1" ] && grep -q "^rank 0 exit status 76$" "$dir/np2-badsave.log" &&
+  grep -q "^rank 1 exit status 76$" "$dir/np2-badsave.log"; then
+  echo "ok: 2 ranks preempted, the checkpoint write failed: both ranks exit 76"
+else
+  bad "2 ranks, preempted with a failing write (rank 1 pid '$rank1')" "$dir/np2-badsave.log"
+fi
 
 # SIGTERM to rank 1 alone: the vote stops rank 0 too, after the same step.
 # shellcheck disable=SC2086

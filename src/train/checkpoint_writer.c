@@ -70,8 +70,8 @@ static void write_one(ddp_ckpt_writer_t *w) {
                  (long long)step, path, mib, dt);
   } else {
     DDP_LOG_WARN(
-        "checkpoint: step %lld NOT written to %s (see the error above); training "
-        "continues, the newest checkpoint is still %s",
+        "checkpoint: step %lld NOT written to %s (see the error above); the newest "
+        "checkpoint is still %s",
         (long long)step, path, w->last_good[0] ? w->last_good : "none");
   }
   w->last_status = st;
