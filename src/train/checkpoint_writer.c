@@ -55,7 +55,7 @@ static void make_dirs(const char *dir) {
 
 static void write_one(ddp_ckpt_writer_t *w) {
   const int64_t step = w->img.meta.step;
-  char path[1100], tmp[1200];
+  char path[1100], tmp[1400]; /* tmp: path + host name + PID */
   const double t0 = ddp_clock_seconds();
   ddp_status_t st = ddp_ckpt_path(path, sizeof path, w->dir, step);
   if (st == DDP_OK) st = ddp_ckpt_tmp_path(tmp, sizeof tmp, w->dir, step);
