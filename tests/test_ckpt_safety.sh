@@ -5,7 +5,8 @@
 #    not kept in place), --keep spares the resumed-from 180, and the next
 #    --resume loads 195, the newest valid state;
 #  - a fresh run into a directory of higher steps sets them aside too, so
-#    --keep 1 keeps its own checkpoint and --resume takes it;
+#    --keep 1 keeps its own checkpoint and --resume takes it; one that
+#    cannot be moved stops the run (exit 1) before anything is written;
 #  - temporary files of dead writers are removed at start-up; a live PID's
 #    and another host's are kept;
 #  - two tensor names swapped in a checkpoint's header (same shapes, same
@@ -68,6 +69,21 @@ if [ $rc -eq 0 ] && [ "$got" = "ckpt_00000010.safetensors superseded " ] &&
   ok "a fresh run sets the old run's higher steps aside and resumes from its own step 10"
 else
   bad "fresh run into a used directory (exit $rc; directory: $got; superseded: $aside)" "$d.d.log"
+fi
+
+# a checkpoint that cannot be set aside (superseded is a file here) stops
+# the run before it writes anything, naming the file
+d="$dir/stuck"
+train "$d.a.log" --save "$d" --stop-at 8 || bad "first run" "$d.a.log"
+printf 'not a directory' > "$d/superseded"
+train "$d.b.log" --save "$d" --stop-at 4
+rc=$?
+got=$(ls "$d" | tr '\n' ' ')
+if [ $rc -eq 1 ] && grep -q "cannot move $d/ckpt_00000008.safetensors (step 8, above the step 0 this run starts at) to $d/superseded/: it is not a directory" "$d.b.log" &&
+  [ "$got" = "ckpt_00000008.safetensors superseded " ]; then
+  ok "a checkpoint that cannot be set aside: exit 1 naming it, nothing written or lost"
+else
+  bad "set-aside failure (exit $rc; directory: $got)" "$d.b.log"
 fi
 
 # ---- item: temporary files of killed writers ------------------------------------------
