@@ -652,6 +652,8 @@ void ddp_options_print_help_for(FILE *out, const char *program) {
   fprintf(out,
           "\nExit status: 0 success, 1 runtime failure, 2 bad command line, 75 preempted\n"
           "(SIGTERM, SIGUSR1 or SIGINT: the step finished and a checkpoint was written),\n"
+          "76 preempted without a checkpoint (no --save, or its write failed), 74 trained\n"
+          "to the end but the final checkpoint was not written,\n"
           "130 a second SIGINT (immediate exit).\n"
           "Errors name the rank that saw them; a fatal error on one rank ends every rank.\n");
 }
