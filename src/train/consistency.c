@@ -54,10 +54,10 @@ static ddp_status_t name_values(const ddp_dist_t *dist, const ddp_options_t *o, 
   const char *name = ddp_options_name(index);
   if (dist->rank == 0 && other > 0)
     ddp_log_at(DDP_LOG_LEVEL_ERROR, NULL, 0,
-               "ranks were given different flags: %s--%s is '%.200s' on rank 0 and '%.200s' on "
-               "rank %d (%d of %d ranks differ from rank 0); every rank of a job needs the same "
-               "flags, except %s and the GPU number of --device",
-               strcmp(name, "device") == 0 ? "the kind of " : "", name, all,
+               "ranks disagree on flag --%s: %s'%.200s' on rank 0 and '%.200s' on rank %d "
+               "(%d of %d ranks differ from rank 0); every rank of a job needs the same flags, "
+               "except %s and the GPU number of --device",
+               name, strcmp(name, "device") == 0 ? "the device kind is " : "", all,
                all + (size_t)other * VALUE_WIDTH, other, n_differ, dist->world, locals);
   free(all);
   return DDP_OK;
