@@ -2,7 +2,8 @@
  * malformed-shard error (each message names the file and the byte offset),
  * atomic writes, memory-mapped corpora over a glob of shards (name order,
  * windows that never cross shards, disagreeing shards, headless shards, the
- * fingerprint ranks compare), a shard over 2 GiB read through 64-bit offsets,
+ * fingerprint ranks compare and its sampled content hash, the vocabulary
+ * bound), a shard over 2 GiB read through 64-bit offsets,
  * the window index (long documents cut into windows overlapping by one
  * token, every target exactly once) and the built-in data set (determinism,
  * disjoint splits, length distribution, correct answers). Micro-batches and
@@ -20,6 +21,7 @@
 
 #include "check_util.h"
 #include "ddptrain/data.h"
+#include "data/corpus_impl.h"
 
 /* One scratch directory per test case, made and removed in the parent
  * process (an unchecked fixture), so that it goes even when a test fails
@@ -349,6 +351,91 @@ START_TEST(test_data_shard_eot_not_below_vocab_is_format_error) {
   log = read_expect_error(path, DDP_ERR_FORMAT);
   ddp_assert_contains(log, "vocab size -5 at byte 16");
   free(log);
+}
+END_TEST
+
+START_TEST(test_data_shard_vocab_above_2_24_is_format_error) {
+  char path[256], msg[200];
+  path_in_dir(path, sizeof path, "vocab.bin");
+  const uint32_t tok[3] = {0, 1, 2};
+  /* the largest int32, llm.c's uint32 magic in the vocab slot, and one past
+   * the bound: each would size a model by it */
+  const int32_t bad[3] = {INT32_MAX, DDP_SHARD_MAGIC_U32, DDP_SHARD_MAX_VOCAB + 1};
+  for (int i = 0; i < 3; ++i) {
+    const int32_t h[5] = {DDP_SHARD_MAGIC_U32, DDP_SHARD_VERSION_U32, 3, 0, bad[i]};
+    write_raw(path, h, tok, sizeof tok);
+    char *log = read_expect_error(path, DDP_ERR_FORMAT);
+    snprintf(msg, sizeof msg,
+             "vocab size %d at byte 16 (header slot [4]) exceeds the largest supported, 16777216",
+             (int)bad[i]);
+    ddp_assert_contains(log, msg);
+    free(log);
+  }
+  /* the bound itself is a vocabulary */
+  const int32_t h[5] = {DDP_SHARD_MAGIC_U32, DDP_SHARD_VERSION_U32, 3, 0, DDP_SHARD_MAX_VOCAB};
+  write_raw(path, h, tok, sizeof tok);
+  ddp_corpus_t c;
+  ck_assert_int_eq(ddp_shard_read(&c, path, 8), DDP_OK);
+  ck_assert_int_eq(c.vocab, DDP_SHARD_MAX_VOCAB);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_data_vocab_above_2_24_is_refused_by_writer_and_host_corpus) {
+  char path[256], tmp[300];
+  path_in_dir(path, sizeof path, "big-vocab.bin");
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  const int32_t tok[3] = {0, 1, 2};
+  ddp_corpus_t c;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_shard_write(path, tok, 3, 0, DDP_SHARD_MAX_VOCAB + 1), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_corpus_from_tokens(&c, tok, 3, 0, DDP_SHARD_MAX_VOCAB + 1, 8, "mem"),
+                   DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "vocab size 16777217 exceeds the largest supported");
+  ddp_assert_contains(log, "mem: vocabulary size 16777217 exceeds the largest supported");
+  free(log);
+  ck_assert(!file_exists(path));
+  ck_assert(!file_exists(tmp));
+  assert_zeroed(&c);
+  /* the bound itself is written and read back */
+  ck_assert_int_eq(ddp_shard_write(path, tok, 3, 0, DDP_SHARD_MAX_VOCAB), DDP_OK);
+  ck_assert_int_eq(ddp_shard_read(&c, path, 8), DDP_OK);
+  ck_assert_int_eq(c.vocab, DDP_SHARD_MAX_VOCAB);
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_data_sample_hash_reads_the_sampled_blocks) {
+  /* small: every byte counts */
+  enum { SMALL = 64 * 4096, BIG = 16 << 20, BLOCK = 4096, STRIDE = 1 << 20 };
+  unsigned char *b = calloc(BIG, 1);
+  ck_assert_ptr_nonnull(b);
+  for (int i = 0; i < BIG; ++i) b[i] = (unsigned char)(i * 131u >> 3);
+  const uint64_t small = ddp_corpus_sample_hash(b, SMALL);
+  for (int at = 0; at < SMALL; at += 4093) {
+    b[at] ^= 1;
+    ck_assert_msg(ddp_corpus_sample_hash(b, SMALL) != small, "byte %d of a small buffer", at);
+    b[at] ^= 1;
+  }
+  /* the length is hashed: a prefix is another content */
+  ck_assert(ddp_corpus_sample_hash(b, SMALL - 1) != small);
+  /* large: the first, each stride's and the last block count, bytes
+   * between them do not (what makes it cheap) */
+  const uint64_t big = ddp_corpus_sample_hash(b, BIG);
+  const int counted[] = {
+      0, 1023, BLOCK - 1, STRIDE, STRIDE + BLOCK - 1, 7 * STRIDE + 17, BIG - BLOCK, BIG - 1};
+  for (size_t k = 0; k < sizeof counted / sizeof counted[0]; ++k) {
+    b[counted[k]] ^= 0x80;
+    ck_assert_msg(ddp_corpus_sample_hash(b, BIG) != big, "byte %d is sampled", counted[k]);
+    b[counted[k]] ^= 0x80;
+  }
+  b[STRIDE + BLOCK] ^= 0x80;
+  ck_assert(ddp_corpus_sample_hash(b, BIG) == big);
+  b[STRIDE + BLOCK] ^= 0x80;
+  /* an empty buffer hashes its length alone */
+  ck_assert(ddp_corpus_sample_hash(b, 0) != big);
+  free(b);
 }
 END_TEST
 
@@ -756,7 +843,7 @@ START_TEST(test_data_corpus_open_headless_shard_head_is_a_document) {
 }
 END_TEST
 
-START_TEST(test_data_corpus_fingerprint_follows_names_and_sizes_only) {
+START_TEST(test_data_corpus_fingerprint_follows_names_sizes_and_content) {
   const int32_t a[] = {GE, 1, 2, 3, GE, 4};
   const int32_t b[] = {GE, 5, 6, 7, 8};
   char path[256], pattern[256];
@@ -799,6 +886,24 @@ START_TEST(test_data_corpus_fingerprint_follows_names_and_sizes_only) {
   ck_assert(renamed != base);
   ddp_corpus_destroy(&c);
   ck_assert_int_eq(rename(to, from), 0);
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  ck_assert(ddp_corpus_fingerprint(&c) == base); /* and back */
+  ddp_corpus_destroy(&c);
+
+  /* a shard's content changes, not its name, size or documents: the
+   * shard's own fingerprint stays, its content hash and the corpus's do not */
+  const int32_t b1[] = {GE, 5, 6, 9, 8};
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  const uint64_t seg1 = ddp_corpus_segment_fingerprint(&c, 1);
+  const uint64_t content1 = c.segs[1].content_hash;
+  ddp_corpus_destroy(&c);
+  write_shard(path, "f1.bin", b1, 5, GE, GV);
+  ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
+  ck_assert(ddp_corpus_segment_fingerprint(&c, 1) == seg1);
+  ck_assert(c.segs[1].content_hash != content1);
+  ck_assert(ddp_corpus_fingerprint(&c) != base);
+  ddp_corpus_destroy(&c);
+  write_shard(path, "f1.bin", b, 5, GE, GV);
   ck_assert_int_eq(ddp_corpus_open(&c, pattern, 32), DDP_OK);
   ck_assert(ddp_corpus_fingerprint(&c) == base); /* and back */
   ddp_corpus_destroy(&c);
@@ -1232,6 +1337,9 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_data_shard_token_not_below_vocab_is_format_error);
   tcase_add_test(tc, test_data_shard_empty_is_format_error);
   tcase_add_test(tc, test_data_shard_eot_not_below_vocab_is_format_error);
+  tcase_add_test(tc, test_data_shard_vocab_above_2_24_is_format_error);
+  tcase_add_test(tc, test_data_vocab_above_2_24_is_refused_by_writer_and_host_corpus);
+  tcase_add_test(tc, test_data_sample_hash_reads_the_sampled_blocks);
   tcase_add_test(tc, test_data_shard_write_refuses_bad_input_without_creating_files);
   tcase_add_test(tc, test_data_shard_failed_write_leaves_no_file);
   suite_add_tcase(s, tc);
@@ -1247,7 +1355,7 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_data_corpus_open_glob_without_match_is_io_error);
   tcase_add_test(tc, test_data_corpus_open_shards_that_disagree_are_format_errors);
   tcase_add_test(tc, test_data_corpus_open_headless_shard_head_is_a_document);
-  tcase_add_test(tc, test_data_corpus_fingerprint_follows_names_and_sizes_only);
+  tcase_add_test(tc, test_data_corpus_fingerprint_follows_names_sizes_and_content);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("corpus");

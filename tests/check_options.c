@@ -1,6 +1,7 @@
-/* Command-line parameters: defaults, both value syntaxes, and every kind of
+/* Command-line parameters: defaults, both value syntaxes, every kind of
  * bad input (unknown flag with a suggestion, missing value, malformed number,
- * out-of-range value, bad device, stray argument). */
+ * out-of-range value, bad device, stray argument), combinations of flags
+ * refused before the ranks start, and which flags ranks must agree on. */
 #include <stdarg.h>
 
 #include "ddptrain/options.h"
@@ -185,6 +186,79 @@ START_TEST(test_options_format_round_trips) {
 }
 END_TEST
 
+/* Parses the flags, then expects ddp_options_validate to refuse them with
+ * one line containing `text` (NULL: to accept them). */
+static void expect_combination(const char *text, const char *a, const char *b, const char *c,
+                               const char *d) {
+  ddp_options_t o;
+  ck_assert_int_eq(parse(&o, NULL, a, b, c, d, NULL), DDP_OK);
+  ddp_test_log_start();
+  const ddp_status_t st = ddp_options_validate(&o);
+  char *log = ddp_test_log_stop();
+  if (!text) {
+    ck_assert_msg(st == DDP_OK, "%s %s %s %s refused: %s", a, b, c ? c : "", d ? d : "", log);
+  } else {
+    ck_assert_msg(st == DDP_ERR_INVALID_ARG, "%s %s %s %s accepted", a, b, c ? c : "", d ? d : "");
+    ddp_assert_contains(log, text);
+    const char *nl = strchr(log, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "more than one line: %s", log);
+  }
+  free(log);
+}
+
+START_TEST(test_options_validate_refuses_combinations) {
+  expect_combination(NULL, "--seq-len", "64", "--tokens-per-batch", "64");
+  expect_combination("option --tokens-per-batch 10 is smaller than --seq-len 48", "--seq-len", "48",
+                     "--tokens-per-batch", "10");
+  expect_combination("option --n-embd 7 is not a multiple of --n-head 2", "--n-embd", "7",
+                     "--n-head", "2");
+  expect_combination(NULL, "--n-embd", "8", "--n-head", "2");
+  expect_combination("option --min-lr 0.5 exceeds --lr 0.1", "--min-lr", "0.5", "--lr", "0.1");
+  expect_combination("option --val-data needs --data", "--val-data", "v.bin", NULL, NULL);
+  expect_combination(NULL, "--val-data", "v.bin", "--data", "t.bin");
+  expect_combination("option --resume auto needs --save DIR", "--resume", "auto", NULL, NULL);
+  expect_combination(NULL, "--resume", "auto", "--save", "ck");
+  /* the loss scale floor matters only where a scaler runs */
+  expect_combination("option --loss-scale-min 1e+06 exceeds --loss-scale-init 65536", "--precision",
+                     "fp16", "--loss-scale-min", "1e6");
+  expect_combination(NULL, "--precision", "bf16", "--loss-scale-min", "1e9");
+}
+END_TEST
+
+START_TEST(test_options_rank_rules) {
+  ddp_options_t o;
+  ck_assert_int_eq(parse(&o, NULL, "--device", "cuda:3", "--save", "ck", "--threads", "3", NULL),
+                   DDP_OK);
+  char value[1100];
+  int device = -1, save = -1, threads = -1, lr = -1, tf32 = -1;
+  for (int i = 0; i < ddp_options_count(); ++i) {
+    const char *name = ddp_options_name(i);
+    if (strcmp(name, "device") == 0) device = i;
+    if (strcmp(name, "save") == 0) save = i;
+    if (strcmp(name, "threads") == 0) threads = i;
+    if (strcmp(name, "lr") == 0) lr = i;
+    if (strcmp(name, "tf32") == 0) tf32 = i;
+  }
+  /* the kind of device must agree, not its number */
+  ck_assert_int_eq(ddp_options_rank_value(&o, device, value, sizeof value), 0);
+  ck_assert_str_eq(value, "cuda");
+  /* rank 0 writes checkpoints: every rank must be given the same --save,
+   * though a resume may change it */
+  ck_assert_int_eq(ddp_options_rank_value(&o, save, value, sizeof value), 0);
+  ck_assert_str_eq(value, "ck");
+  ck_assert_int_eq(ddp_options_must_agree(save), 0);
+  /* a run's settings: both */
+  ck_assert_int_eq(ddp_options_rank_value(&o, lr, value, sizeof value), 0);
+  ck_assert_int_eq(ddp_options_must_agree(lr), 1);
+  ck_assert_int_eq(ddp_options_must_agree(tf32), 1);
+  /* a rank's own cores */
+  ck_assert_int_eq(ddp_options_rank_value(&o, threads, value, sizeof value), 1);
+  ck_assert_int_eq(ddp_options_must_agree(threads), 0);
+  ck_assert_int_eq(ddp_options_rank_value(&o, -1, value, sizeof value), -1);
+  ck_assert_int_eq(ddp_options_rank_value(&o, save, value, 2), -1); /* "ck" needs 3 */
+}
+END_TEST
+
 static Suite *options_suite(void) {
   Suite *s = suite_create("options");
   TCase *tc = tcase_create("core");
@@ -198,6 +272,8 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_tf32_on_off);
   tcase_add_test(tc, test_options_help_lists_every_flag);
   tcase_add_test(tc, test_options_format_round_trips);
+  tcase_add_test(tc, test_options_validate_refuses_combinations);
+  tcase_add_test(tc, test_options_rank_rules);
   suite_add_tcase(s, tc);
   return s;
 }

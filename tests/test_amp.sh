@@ -76,8 +76,8 @@ if [ $rc -eq 2 ] && grep -q -- "--loss-scaling" "$dir/out"; then ok "--loss-scal
 # shellcheck disable=SC2086
 "$DDPTRAIN" $M1 --steps 3 --precision fp16 --loss-scale-min 1e6 > "$dir/out" 2>&1
 rc=$?
-if [ $rc -eq 1 ] && grep -q -- "--loss-scale-min 1e+06 must lie in \[0, --loss-scale-init 65536\]" "$dir/out"; then
-  ok "--loss-scale-min above --loss-scale-init is rejected (exit 1)"
+if [ $rc -eq 2 ] && grep -q -- "--loss-scale-min 1e+06 exceeds --loss-scale-init 65536" "$dir/out"; then
+  ok "--loss-scale-min above --loss-scale-init is rejected (exit 2)"
 else
   bad "--loss-scale-min above the initial scale (exit $rc)"; show "$dir/out"
 fi

@@ -167,8 +167,8 @@ else
 fi
 train 1 "$dir/auto-nosave.log" --resume auto
 rc=$?
-if [ $rc -eq 1 ] && grep -q "resume auto needs --save DIR" "$dir/auto-nosave.log"; then
-  ok "--resume auto without --save: exit 1"
+if [ $rc -eq 2 ] && grep -q "resume auto needs --save DIR" "$dir/auto-nosave.log"; then
+  ok "--resume auto without --save: exit 2"
 else
   bad "--resume auto without --save (exit $rc)" "$dir/auto-nosave.log"
 fi

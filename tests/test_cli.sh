@@ -1,7 +1,8 @@
 #!/bin/sh
 # The ddptrain program as a user meets it: --help, --version, --build-info,
 # --self-test and a short training job as a single process, and bad command
-# lines (exit 2 with one clear line, nothing else run).
+# lines, flags that cannot go together included (exit 2 with one clear line,
+# nothing else run).
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 fail=0
@@ -70,6 +71,36 @@ else
   echo "FAIL: --adam-eps had no effect ('$l1' vs '$l2')"; fail=1
 fi
 rm -f "$out.eps1" "$out.eps2"
+# Combinations of flags are command-line errors too: exit 2 and exactly one
+# line, before the ranks start (no start-up line precedes it).
+check1() { # like check, and the output is that one line
+  check "$@"
+  if [ "$(wc -l < "$out")" -ne 1 ]; then
+    echo "FAIL: $1: $(wc -l < "$out") lines of output, expected 1"; sed 's/^/  | /' "$out"; fail=1
+  fi
+}
+# shellcheck disable=SC2086
+check1 "--n-embd not a multiple of --n-head" 2 "option --n-embd 7 is not a multiple of --n-head 2" \
+  "$DDPTRAIN" $TINY --n-embd 7 --n-head 2
+# shellcheck disable=SC2086
+check1 "--tokens-per-batch below one row" 2 \
+  "option --tokens-per-batch 10 is smaller than --seq-len 48" "$DDPTRAIN" $TINY --tokens-per-batch 10
+# shellcheck disable=SC2086
+check1 "--min-lr above --lr" 2 "option --min-lr 0.5 exceeds --lr 0.1" \
+  "$DDPTRAIN" $TINY --lr 0.1 --min-lr 0.5
+# shellcheck disable=SC2086
+check1 "--val-data without --data" 2 "option --val-data needs --data" \
+  "$DDPTRAIN" $TINY --val-data v.bin
+# shellcheck disable=SC2086
+check1 "--resume auto without --save" 2 "option --resume auto needs --save DIR" \
+  "$DDPTRAIN" $TINY --resume auto
+# shellcheck disable=SC2086
+check1 "--loss-scale-min above --loss-scale-init" 2 \
+  "option --loss-scale-min 100 exceeds --loss-scale-init 10" \
+  "$DDPTRAIN" $TINY --precision fp16 --loss-scale-init 10 --loss-scale-min 100
+# shellcheck disable=SC2086
+check1 "--plan-only checks combinations too" 2 "option --tokens-per-batch 10 is smaller" \
+  "$DDPTRAIN" $TINY --tokens-per-batch 10 --plan-only
 check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
 check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
 check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \

@@ -86,10 +86,13 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on flag --lr" "$d
 else
   echo "FAIL: flag mismatch (exit $rc)"; sed 's/^/  | /' "$dir/mm.log"; fail=1
 fi
-printf 'hello world\n' | "$top_builddir/ddpprep" -o "$dir/a" > /dev/null 2>&1
-printf 'another text\n' | "$top_builddir/ddpprep" -o "$dir/b" > /dev/null 2>&1
-timeout 60 "$MPIRUN" -np 1 "$DDPTRAIN" $MODEL --data "$dir/a_train_*.bin" --val-data "" : \
-  -np 1 "$DDPTRAIN" $MODEL --data "$dir/b_train_*.bin" > "$dir/md.log" 2>&1
+# The same --data (a flag that differed would be refused first) names other
+# files on each rank: each runs in a directory of its own.
+mkdir "$dir/a" "$dir/b"
+printf 'hello world\n' | "$top_builddir/ddpprep" -o "$dir/a/d" > /dev/null 2>&1
+printf 'another text\n' | "$top_builddir/ddpprep" -o "$dir/b/d" > /dev/null 2>&1
+timeout 60 "$MPIRUN" -np 1 -wdir "$dir/a" "$DDPTRAIN" $MODEL --data "d_train_*.bin" : \
+  -np 1 -wdir "$dir/b" "$DDPTRAIN" $MODEL --data "d_train_*.bin" > "$dir/md.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on the training data" "$dir/md.log"; then
   echo "ok: different data on two ranks stops both (exit $rc)"

@@ -117,5 +117,5 @@ expect() { # expect STATUS MESSAGE ARGS...: a bad command line, refused before t
 expect 2 "option --n-layer belongs to --model gpt; this run trains --model mlp" --n-layer 4
 expect 2 "option --mlp-hidden: 0 is out of range" --mlp-hidden 0
 expect 2 "model mlp runs on the CPU backend only, not 'cuda'" --device cuda
-expect 1 "--precision bf16: model mlp computes in fp32 only" --precision bf16
+expect 2 "--precision bf16: model mlp computes in fp32 only" --precision bf16
 exit $fail

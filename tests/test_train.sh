@@ -67,7 +67,7 @@ bad() { # description, expected-exit, expected-text, args...
     echo "ok: $desc"
   fi
 }
-bad "n-embd not divisible by n-head" 1 "--n-embd 30 is not divisible by --n-head 4" \
+bad "n-embd not divisible by n-head" 2 "--n-embd 30 is not a multiple of --n-head 4" \
   --n-embd 30 --n-head 4
 bad "missing data file" 1 "no file matches '$dir/nothing_*.bin'" --data "$dir/nothing_*.bin"
 # A uint16 shard (magic 20240520, version 1) declaring vocabulary 100, EOT 99,
@@ -120,6 +120,6 @@ fi
 cp "$dir/other_000000.bin" "$dir/text_train_000002.bin"
 bad "shards that disagree on the vocabulary" 1 "has EOT 999 and vocabulary 1000" \
   --data "$dir/text_train_*.bin"
-bad "tokens-per-batch below seq-len" 1 "--tokens-per-batch 32 is smaller than --seq-len 48" \
+bad "tokens-per-batch below seq-len" 2 "--tokens-per-batch 32 is smaller than --seq-len 48" \
   --tokens-per-batch 32
 exit $fail

@@ -66,6 +66,9 @@ typedef struct ddp_token_seg {
   void *map;  /* mmap'ed region to unmap (NULL for host arrays) */
   size_t map_bytes;
   int64_t file_bytes; /* the shard's size (0 for host arrays) */
+  /* A hash of the bytes (a shard's header included) in sampled blocks, set
+   * when the corpus is indexed; ranks compare it (see corpus.c). */
+  uint64_t content_hash;
 } ddp_token_seg_t;
 
 /* The document index: one 16-byte entry per window (a document that fits in
@@ -125,8 +128,13 @@ ddp_status_t ddp_corpus_from_tokens(ddp_corpus_t *corpus, const int32_t *tokens,
 ddp_status_t ddp_corpus_open(ddp_corpus_t *corpus, const char *pattern, int seq_len);
 
 /* A 64-bit fingerprint of the data: shard names (without directories),
- * sizes and token counts, EOT, vocab and seq_len; ranks compare it. */
+ * sizes, token counts and sampled content, EOT, vocab and seq_len; ranks
+ * compare it. */
 uint64_t ddp_corpus_fingerprint(const ddp_corpus_t *corpus);
+
+/* Segment seg's name (without directories), size and token count: what
+ * names a shard when fingerprints differ (its content is content_hash). */
+uint64_t ddp_corpus_segment_fingerprint(const ddp_corpus_t *corpus, int seg);
 
 /* Frees or unmaps everything; safe on a zeroed or half-built corpus. */
 void ddp_corpus_destroy(ddp_corpus_t *corpus);
@@ -141,22 +149,26 @@ void ddp_corpus_destroy(ddp_corpus_t *corpus);
 #define DDP_SHARD_VERSION_U32 7
 #define DDP_SHARD_GPT2_EOT 50256 /* what a shard without [3]/[4] means */
 #define DDP_SHARD_GPT2_VOCAB 50257
+/* The largest vocabulary a shard may declare (2^24): beyond any tokenizer
+ * in use, and the last size whose ids are exact in fp32. A header beyond it
+ * is corrupt, not a model to allocate. */
+#define DDP_SHARD_MAX_VOCAB (1 << 24)
 
 /* Opens one .bin shard (memory-mapped, 64-bit offsets) as a corpus indexed
  * with seq_len. DDP_ERR_IO: cannot open, stat or map; DDP_ERR_FORMAT: bad
  * magic or version, truncated header, token count disagreeing with the file
- * size, no tokens, a bad EOT id or vocab size, a token >= vocab; each
- * message names the file and the byte offset. On error `corpus` is left
- * zeroed. */
+ * size, no tokens, a bad EOT id or vocab size (at most DDP_SHARD_MAX_VOCAB),
+ * a token >= vocab; each message names the file and the byte offset. On
+ * error `corpus` is left zeroed. */
 ddp_status_t ddp_shard_read(ddp_corpus_t *corpus, const char *path, int seq_len);
 
 /* Writes tokens as a shard: uint16 (magic 20240520 v1) when vocab <= 65536,
  * else uint32 (20240801 v7), with EOT and vocab in header slots [3] and [4].
  * Atomic: the data goes to "<path>.tmp", is fsync'ed and renamed over path,
  * so a failed write leaves no file under `path` (an existing file there is
- * untouched). Bad input (no tokens, EOT or a token outside [0, vocab), more
- * tokens than the int32 header count can say) is refused before any file is
- * created. */
+ * untouched). Bad input (no tokens, EOT or a token outside [0, vocab), a
+ * vocab above DDP_SHARD_MAX_VOCAB, more tokens than the int32 header count
+ * can say) is refused before any file is created. */
 ddp_status_t ddp_shard_write(const char *path, const int32_t *tokens, int64_t n_tokens, int32_t eot,
                              int32_t vocab);
 

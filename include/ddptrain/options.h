@@ -130,11 +130,26 @@ ddp_status_t ddp_options_get_string(const ddp_options_t *opts, const char *name,
  * Checkpoints record and compare only the flags that apply. */
 int ddp_options_applies(const ddp_options_t *opts, int index);
 
-/* Whether row `index` must have the same value on every rank (all but
- * per-rank outputs and local hardware settings), and a hash of its value
- * in `opts`: the trainer compares these across ranks at start-up. */
+/* Whether row `index` is part of the run's configuration (every flag but
+ * the job's outputs and actions and the ranks' local settings), and a hash
+ * of its value in `opts`: --resume compares these with a checkpoint's. */
 int ddp_options_must_agree(int index);
 uint64_t ddp_options_value_hash(const ddp_options_t *opts, int index);
+
+/* The text of row `index` that every rank of a job must share, into buf:
+ * its value as ddp_options_format writes it (for --device only the kind:
+ * the GPU ordinal may differ). Returns 0, 1 for a row that may differ
+ * between ranks (a rank's local hardware or profiling setting), or -1 for
+ * a bad index or a value longer than len - 1. ddp_main compares these
+ * across ranks before any other start-up work (docs/design.md §6.1). */
+int ddp_options_rank_value(const ddp_options_t *opts, int index, char *buf, size_t len);
+
+/* Checks the combinations of flags that single rows cannot express (e.g.
+ * --tokens-per-batch below --seq-len, --min-lr above --lr), then the
+ * model's own `validate`. Needs no data and no MPI, so ddp_main runs it
+ * before the ranks start. A failure is one logged line naming the flags,
+ * DDP_ERR_INVALID_ARG (exit status 2). */
+ddp_status_t ddp_options_validate(const ddp_options_t *opts);
 
 /* Row `index`'s value in `opts` as text that parses back to it (numbers
  * with full precision, strings as they are, actions 0/1); 0 on success, -1

@@ -14,7 +14,14 @@
  * against the vocabulary, so a bad token is found at start-up, with its file
  * and byte offset, and never at step 10000. Tokens are read in the host's
  * byte order straight from the mapping; shards are little-endian, so a
- * big-endian host is refused at compile time rather than misreading data. */
+ * big-endian host is refused at compile time rather than misreading data.
+ *
+ * Each segment also gets a content hash that ranks compare, so a shard of
+ * the same name and size but other bytes on one rank is refused instead of
+ * trained on. It samples the bytes rather than reading them all again: the
+ * index pass has just brought the segment into the page cache, and a few
+ * KiB per MiB cost next to nothing there (bench/shard_fingerprint.sh),
+ * while a full hash would cost a second pass over 100 GB at hash speed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +131,39 @@ static ddp_status_t push_document(index_builder_t *b, int32_t seg, int64_t start
     }                                                                           \
   } while (0)
 
+/* ---- the content hash --------------------------------------------------------- */
+
+/* A sample is SAMPLE_BYTES at each multiple of the stride, plus the last
+ * SAMPLE_BYTES. The stride is n / MIN_SAMPLES clamped to [SAMPLE_BYTES,
+ * MAX_STRIDE]: a small file is hashed whole, every file gets at least
+ * MIN_SAMPLES samples, and a large one SAMPLE_BYTES per MAX_STRIDE (0.4%).
+ * Offsets depend only on n, so every rank samples the same places. */
+#define SAMPLE_BYTES 4096
+#define MIN_SAMPLES 64
+#define MAX_STRIDE (1 << 20)
+
+uint64_t ddp_corpus_sample_hash(const void *bytes, int64_t n) {
+  const unsigned char *p = bytes;
+  uint64_t h = ddp_fnv1a64(DDP_FNV1A64_INIT, &n, sizeof n);
+  if (n <= 0) return h;
+  int64_t stride = n / MIN_SAMPLES;
+  if (stride < SAMPLE_BYTES) stride = SAMPLE_BYTES;
+  if (stride > MAX_STRIDE) stride = MAX_STRIDE;
+  for (int64_t at = 0; at < n; at += stride) {
+    const int64_t len = n - at < SAMPLE_BYTES ? n - at : SAMPLE_BYTES;
+    h = ddp_fnv1a64(h, p + at, (size_t)len);
+  }
+  const int64_t tail = n < SAMPLE_BYTES ? n : SAMPLE_BYTES;
+  return ddp_fnv1a64(h, p + n - tail, (size_t)tail);
+}
+
+/* A mapped shard is hashed whole (header included), a host array as its
+ * tokens. */
+static uint64_t segment_content_hash(const ddp_token_seg_t *s) {
+  if (s->map) return ddp_corpus_sample_hash(s->map, s->file_bytes);
+  return ddp_corpus_sample_hash(s->data, s->n_tokens * s->width);
+}
+
 static ddp_status_t index_segment(index_builder_t *b, int32_t seg) {
   ddp_corpus_t *c = b->c;
   const ddp_token_seg_t *s = &c->segs[seg];
@@ -162,7 +202,11 @@ ddp_status_t ddp_corpus_build_index(ddp_corpus_t *c, int seq_len, const char *so
     c->n_tokens += c->segs[i].n_tokens;
   }
   index_builder_t b = {.c = c};
-  for (int32_t i = 0; i < c->n_segs; ++i) DDP_CHECK(index_segment(&b, i));
+  for (int32_t i = 0; i < c->n_segs; ++i) {
+    DDP_CHECK(index_segment(&b, i));
+    /* now, while the pass above has the segment in the page cache */
+    c->segs[i].content_hash = segment_content_hash(&c->segs[i]);
+  }
   if (c->n_docs == 0)
     DDP_FAIL(DDP_ERR_FORMAT,
              "%s: no document has a token to predict (%lld tokens, %lld lone EOTs); "
@@ -192,6 +236,9 @@ ddp_status_t ddp_corpus_from_tokens(ddp_corpus_t *c, const int32_t *tokens, int6
   if (vocab < 1 || eot < 0 || eot >= vocab)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: EOT id %d is outside the vocabulary [0, %d)", name, (int)eot,
              (int)vocab);
+  if (vocab > DDP_SHARD_MAX_VOCAB)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: vocabulary size %d exceeds the largest supported, %d (2^24)",
+             name, (int)vocab, DDP_SHARD_MAX_VOCAB);
   if ((uint64_t)n_tokens > SIZE_MAX / sizeof(int32_t))
     DDP_FAIL(DDP_ERR_OOM, "%s: %lld tokens do not fit in memory", name, (long long)n_tokens);
   /* Negative values would turn into huge ones when read as uint32; refuse
@@ -222,14 +269,20 @@ fail:
   return st;
 }
 
+uint64_t ddp_corpus_segment_fingerprint(const ddp_corpus_t *c, int seg) {
+  const ddp_token_seg_t *s = &c->segs[seg];
+  const char *slash = strrchr(s->name, '/');
+  const char *base = slash ? slash + 1 : s->name;
+  uint64_t h = ddp_fnv1a64(DDP_FNV1A64_INIT, base, strlen(base) + 1);
+  h = ddp_fnv1a64(h, &s->file_bytes, sizeof s->file_bytes);
+  return ddp_fnv1a64(h, &s->n_tokens, sizeof s->n_tokens);
+}
+
 uint64_t ddp_corpus_fingerprint(const ddp_corpus_t *c) {
   uint64_t h = DDP_FNV1A64_INIT;
   for (int i = 0; i < c->n_segs; ++i) {
-    const char *slash = strrchr(c->segs[i].name, '/');
-    const char *base = slash ? slash + 1 : c->segs[i].name;
-    h = ddp_fnv1a64(h, base, strlen(base) + 1);
-    h = ddp_fnv1a64(h, &c->segs[i].file_bytes, sizeof c->segs[i].file_bytes);
-    h = ddp_fnv1a64(h, &c->segs[i].n_tokens, sizeof c->segs[i].n_tokens);
+    const uint64_t seg[2] = {ddp_corpus_segment_fingerprint(c, i), c->segs[i].content_hash};
+    h = ddp_fnv1a64(h, seg, sizeof seg);
   }
   const int64_t tail[4] = {c->eot, c->vocab, c->seq_len, c->n_windows};
   return ddp_fnv1a64(h, tail, sizeof tail);

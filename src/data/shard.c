@@ -127,6 +127,13 @@ static ddp_status_t map_shard(const char *path, ddp_token_seg_t *seg, int32_t *e
   if (*vocab < 1)
     DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap, "shard '%s': vocab size %d at byte 16 is not positive",
                   path, (int)*vocab);
+  /* before anything is sized by it: a corrupt vocab would otherwise become
+   * a model of terabytes, or one that trains for days */
+  if (*vocab > DDP_SHARD_MAX_VOCAB)
+    DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap,
+                  "shard '%s': vocab size %d at byte 16 (header slot [4]) exceeds the largest "
+                  "supported, %d (2^24); the header is corrupt or not a ddptrain/llm.c shard",
+                  path, (int)*vocab, DDP_SHARD_MAX_VOCAB);
   if (*eot < 0 || *eot >= *vocab)
     DDP_FAIL_GOTO(st, DDP_ERR_FORMAT, unmap,
                   "shard '%s': EOT id %d (byte 12) is outside the vocabulary [0, %d) (byte 16)",
@@ -255,6 +262,10 @@ ddp_status_t ddp_shard_write(const char *path, const int32_t *tokens, int64_t n_
   if (vocab < 1 || eot < 0 || eot >= vocab)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "shard '%s': EOT id %d is outside the vocabulary [0, %d)", path,
              (int)eot, (int)vocab);
+  if (vocab > DDP_SHARD_MAX_VOCAB) /* a reader would refuse the file */
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "shard '%s': vocab size %d exceeds the largest supported, %d (2^24)", path, (int)vocab,
+             DDP_SHARD_MAX_VOCAB);
   for (int64_t i = 0; i < n_tokens; ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab)
       DDP_FAIL(DDP_ERR_INVALID_ARG,

@@ -52,7 +52,20 @@ static ddp_status_t config_of(const ddp_options_t *o, int vocab, int seq_len, dd
   return ddp_gpt_config_validate(c);
 }
 
+/* Runs before the ranks start (ddp_options_validate): a bad combination is
+ * a command-line error, one line without a source location, like a bad
+ * flag. */
 static ddp_status_t gpt_validate(const ddp_options_t *o) {
+  int64_t H, C;
+  DDP_CHECK(ddp_options_get_int(o, "n-head", &H));
+  DDP_CHECK(ddp_options_get_int(o, "n-embd", &C));
+  if (C % H != 0) {
+    ddp_log_at(DDP_LOG_LEVEL_ERROR, NULL, 0,
+               "option --n-embd %lld is not a multiple of --n-head %lld (each head takes "
+               "n-embd / n-head channels)",
+               (long long)C, (long long)H);
+    return DDP_ERR_INVALID_ARG;
+  }
   ddp_gpt_config_t c;
   return config_of(o, 2, (int)o->seq_len, &c); /* the vocabulary comes with the data */
 }

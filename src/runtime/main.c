@@ -29,6 +29,7 @@
 #include "runtime/binding.h"
 #include "runtime/dist.h"
 #include "runtime/self_test.h"
+#include "train/consistency.h"
 #include "train/trainer.h"
 
 /* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
@@ -202,9 +203,23 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
   const ddp_model_ops_t *model = ddp_model_find(opts.model);
   const char *device = opts.device;
   if (!opts.self_test && model_device(model, opts.device, &device) != DDP_OK) return EXIT_USAGE;
+  /* Combinations of flags (--tokens-per-batch below --seq-len, the model's
+   * validate) are command-line errors too: one line, before MPI. */
+  if (!opts.self_test) {
+    const ddp_status_t valid = ddp_options_validate(&opts);
+    if (valid != DDP_OK) return valid == DDP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
+  }
 
   ddp_dist_t dist;
   if (ddp_dist_init(&argc, &argv, &dist) != DDP_OK) return EXIT_RUNTIME;
+  /* Flags only some ranks were given are command-line errors as well, found
+   * by the first collective: every rank learns of them and exits with 2. */
+  const ddp_status_t agreed = ddp_train_check_flags(&dist, &opts);
+  if (agreed == DDP_ERR_MISMATCH) {
+    ddp_dist_finalize(&dist);
+    return EXIT_USAGE;
+  }
+  if (agreed != DDP_OK) ddp_dist_abort(&dist, EXIT_RUNTIME);
   ddp_env_log_overrides();
   if (opts.plan_only) { /* no backend, no model: the sampler alone */
     if (ddp_plan_report(&opts, &dist, stdout) != DDP_OK) {

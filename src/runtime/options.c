@@ -33,10 +33,30 @@ typedef struct opt_row {
   const char *help;
   /* Extra validation for strings: silent, the parser reports with the flag. */
   ddp_status_t (*validate)(const char *value);
-  /* Nonzero: may differ between ranks (paths of per-rank outputs, local
-   * hardware settings); every other flag must agree across ranks. */
+  /* How the value may differ between the ranks of one job (SAME, LOCAL,
+   * JOB or KIND below). Every flag must agree except a rank's own hardware
+   * and profiling settings. */
   int per_rank;
 } opt_row_t;
+
+/* The agreement rule of a row (docs/design.md §6.1). ddp_main compares
+ * every flag but the LOCAL ones across ranks before any other start-up
+ * work and refuses a difference as a command-line error.
+ *  - SAME: part of the run's configuration; compared across ranks, and
+ *    against a checkpoint's configuration on --resume.
+ *  - JOB: an output or action of the whole job that rank 0 (or every
+ *    rank alike) acts on: --save, --export, --metrics, --plan-only, ...
+ *    Given to another rank alone it would be ignored silently, so it must
+ *    agree too; it is not compared on resume (a new --export is no change
+ *    to the run).
+ *  - KIND: --device: the device kind must agree (a rank on the CPU and one
+ *    on a GPU never meet in a collective), the GPU ordinal may differ,
+ *    since each rank may be pointed at a GPU of its own.
+ *  - LOCAL: this rank's hardware or profiling: --threads (its node's
+ *    cores), --peak-gflops (its device, for its MFU), --nvtx (marks its
+ *    own trace). None changes a number the ranks compute together.
+ * Model flags declare 0 (SAME) or nonzero (LOCAL). */
+enum { SAME = 0, LOCAL = 1, JOB = 2, KIND = 3 };
 
 /* A row of the whole table: the runtime's own, or one made from a model's
  * ddp_option_def_t, with the model, its slot in ddp_options_t.model_values
@@ -189,23 +209,23 @@ static const opt_row_t k_rows[] = {
      validate_precision, 0},
     {"device", 0, OPT_STRING, OFF(device), "auto", 0, 0, "DEV", "Run control",
      "compute device: auto (a GPU if one is usable, else the CPU), cpu, cuda, or cuda:N",
-     validate_device, 1},
+     validate_device, KIND},
     {"tf32", 0, OPT_STRING, OFF(tf32), "on", 0, 0, "on|off", "Run control",
      "fp32 matrix products on GPUs use TF32 tensor cores (10-bit mantissa inputs, fp32 "
      "accumulation); off = exact fp32. bf16/fp16 products always use tensor cores with fp32 "
      "accumulation; the CPU ignores this",
-     validate_on_off, 1},
+     validate_on_off, SAME},
     {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
      "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "
      "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "
      "overlapping backward; needs a CUDA build",
-     validate_on_off, 1},
+     validate_on_off, LOCAL},
     {"threads", 0, OPT_INT, OFF(threads), "0", 0, 4096, "N", "Run control",
-     "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL, 1},
+     "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL, LOCAL},
     {"seed", 0, OPT_INT, OFF(seed), "1337", 0, 9007199254740991.0, "N", "Run control",
      "random seed; every rank and every resume draws the same numbers from it", NULL, 0},
     {"peak-gflops", 0, OPT_FLOAT, OFF(peak_gflops), "0", 0, 1e9, "X", "Run control",
-     "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL, 1},
+     "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL, LOCAL},
     {"log-every", 0, OPT_INT, OFF(log_every), "10", 1, 1e15, "N", "Logging and evaluation",
      "a progress line (and metrics record) every N steps: the only host sync", NULL, 0},
     {"eval-every", 0, OPT_INT, OFF(eval_every), "50", 0, 1e15, "N", "Logging and evaluation",
@@ -213,21 +233,21 @@ static const opt_row_t k_rows[] = {
     {"eval-tokens", 0, OPT_INT, OFF(eval_tokens), "16384", 1, 1e15, "N", "Logging and evaluation",
      "target tokens per validation pass", NULL, 0},
     {"metrics", 0, OPT_STRING, OFF(metrics), "", 0, 0, "FILE", "Logging and evaluation",
-     "append one JSON object per log line (and a final record) to FILE", NULL, 1},
+     "append one JSON object per log line (and a final record) to FILE", NULL, JOB},
     {"export", 0, OPT_STRING, OFF(export_path), "", 0, 0, "FILE", "Logging and evaluation",
-     "write the trained weights to FILE (safetensors, PyTorch state_dict names)", NULL, 1},
+     "write the trained weights to FILE (safetensors, PyTorch state_dict names)", NULL, JOB},
     {"dump-batches", 0, OPT_STRING, OFF(dump_batches), "", 0, 0, "FILE", "Logging and evaluation",
      "write every micro-batch this run trained on to FILE (safetensors: batch.K.inputs/targets), "
      "to replay them elsewhere, e.g. in a PyTorch comparison",
-     NULL, 1},
+     NULL, JOB},
     {"save", 0, OPT_STRING, OFF(save), "", 0, 0, "DIR", "Checkpoints",
      "write checkpoints (DIR/ckpt_<step>.safetensors) every --save-every steps and at the end; "
      "rank 0 writes them in the background",
-     NULL, 1},
+     NULL, JOB},
     {"save-every", 0, OPT_INT, OFF(save_every), "0", 0, 1e15, "N", "Checkpoints",
      "with --save: a checkpoint every N steps; 0 = only at the end (and when preempted)", NULL, 0},
     {"keep", 0, OPT_INT, OFF(keep), "3", 1, 1e9, "K", "Checkpoints",
-     "with --save: keep the K newest checkpoints, delete older ones", NULL, 1},
+     "with --save: keep the K newest checkpoints, delete older ones", NULL, JOB},
     {"resume", 0, OPT_STRING, OFF(resume), "", 0, 0, "DIR|auto", "Checkpoints",
      "continue from the newest valid checkpoint in DIR (corrupt ones are reported and skipped); "
      "auto = from the --save directory when it holds one, else start fresh",
@@ -243,17 +263,17 @@ static const opt_row_t k_rows[] = {
     {"plan-only", 0, OPT_ACTION, OFF(plan_only), NULL, 0, 0, NULL, "Information",
      "build the first epoch's sampler plan for --world-size ranks, print its padding, balance "
      "and build time, and exit without training",
-     NULL, 1},
+     NULL, JOB},
     {"world-size", 0, OPT_INT, OFF(world_size), "0", 0, 1 << 24, "N", "Information",
-     "with --plan-only: the number of ranks to plan for; 0 = the ranks of this job", NULL, 1},
+     "with --plan-only: the number of ranks to plan for; 0 = the ranks of this job", NULL, JOB},
     {"json", 0, OPT_ACTION, OFF(json), NULL, 0, 0, NULL, "Information",
-     "with --plan-only: print one JSON object instead of text", NULL, 1},
+     "with --plan-only: print one JSON object instead of text", NULL, JOB},
     {"help", 'h', OPT_ACTION, OFF(help), NULL, 0, 0, NULL, "Information",
-     "print this help and exit", NULL, 1},
+     "print this help and exit", NULL, JOB},
     {"version", 'V', OPT_ACTION, OFF(version), NULL, 0, 0, NULL, "Information",
-     "print the version and exit", NULL, 1},
+     "print the version and exit", NULL, JOB},
     {"build-info", 0, OPT_ACTION, OFF(build_info), NULL, 0, 0, NULL, "Information",
-     "print the backends and dependencies of this build and exit", NULL, 1},
+     "print the backends and dependencies of this build and exit", NULL, JOB},
     {"self-test", 0, OPT_ACTION, OFF(self_test), NULL, 0, 0, NULL, "Information",
      "check this node instead of training: seeded RNG agreement across ranks, a GEMM and "
      "half-precision round trips on the backend, the GEMM peak",
@@ -296,7 +316,7 @@ static int get_row(int index, row_ref_t *out) {
                          .metavar = d->metavar ? d->metavar : "VALUE",
                          .section = ops->name,
                          .help = d->help,
-                         .per_rank = d->per_rank};
+                         .per_rank = d->per_rank ? LOCAL : SAME};
     out->model = ops;
     out->slot = global;
     out->choices = d->choices;
@@ -318,7 +338,21 @@ static int n_rows(void) {
 
 int ddp_options_must_agree(int index) {
   row_ref_t row;
-  return get_row(index, &row) == 0 && !row.r.per_rank;
+  return get_row(index, &row) == 0 && row.r.per_rank == SAME;
+}
+
+int ddp_options_rank_value(const ddp_options_t *opts, int index, char *buf, size_t len) {
+  row_ref_t row;
+  if (get_row(index, &row) != 0 || !buf || !len) return -1;
+  if (row.r.per_rank == LOCAL) return 1;
+  if (ddp_options_format(opts, index, buf, len) != 0) return -1;
+  if (row.r.per_rank == KIND) {
+    /* "cuda:1" is of kind "cuda"; "auto", "cpu" and "cuda" are kinds */
+    buf[strcspn(buf, ":")] = '\0';
+    for (char *c = buf; *c; ++c)
+      if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
+  }
+  return 0;
 }
 
 int ddp_options_applies(const ddp_options_t *opts, int index) {
@@ -549,6 +583,61 @@ ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
     if (row.model) opts->model_values[row.slot].given = 1;
   }
   return check_model_flags(opts);
+}
+
+/* ---- combinations of flags ------------------------------------------------------ */
+
+ddp_status_t ddp_options_validate(const ddp_options_t *o) {
+  const ddp_model_ops_t *model = ddp_model_find(o->model);
+  if (!model) {
+    USAGE_ERROR("option --model: '%s' is not a registered model", o->model);
+    return DDP_ERR_INVALID_ARG;
+  }
+  if (model->batch_kind == DDP_BATCH_TOKENS) {
+    if (o->tokens_per_batch < o->seq_len) {
+      USAGE_ERROR(
+          "option --tokens-per-batch %lld is smaller than --seq-len %lld: a micro-batch "
+          "must hold at least one full row",
+          (long long)o->tokens_per_batch, (long long)o->seq_len);
+      return DDP_ERR_INVALID_ARG;
+    }
+    if (o->val_data[0] && !o->data[0]) {
+      USAGE_ERROR("option --val-data needs --data (the built-in data set has its own split)");
+      return DDP_ERR_INVALID_ARG;
+    }
+  } else if (!model->load_records && !o->data[0]) {
+    USAGE_ERROR(
+        "model %s trains on records: give --data FILE (safetensors with 'inputs' F32 "
+        "(n, ...) and 'labels' I32 (n))",
+        model->name);
+    return DDP_ERR_INVALID_ARG;
+  }
+  if (o->min_lr > o->lr) {
+    USAGE_ERROR("option --min-lr %g exceeds --lr %g (the decay goes from --lr down to --min-lr)",
+                o->min_lr, o->lr);
+    return DDP_ERR_INVALID_ARG;
+  }
+  ddp_precision_t precision = DDP_PRECISION_FP32;
+  if (ddp_precision_parse(o->precision, &precision) != DDP_OK) return DDP_ERR_INTERNAL;
+  if (precision != DDP_PRECISION_FP32 && !model->set_precision) {
+    USAGE_ERROR("option --precision %s: model %s computes in fp32 only", o->precision, model->name);
+    return DDP_ERR_INVALID_ARG;
+  }
+  /* the rule of the trainer's loss scaler (amp/amp_train.c) */
+  const int scaler = ddp_ascii_ieq(o->loss_scaling, "dynamic") ||
+                     (ddp_ascii_ieq(o->loss_scaling, "auto") && precision == DDP_PRECISION_FP16);
+  if (scaler && o->loss_scale_min > o->loss_scale_init) {
+    USAGE_ERROR("option --loss-scale-min %g exceeds --loss-scale-init %g", o->loss_scale_min,
+                o->loss_scale_init);
+    return DDP_ERR_INVALID_ARG;
+  }
+  if (strcmp(o->resume, "auto") == 0 && !o->save[0]) {
+    USAGE_ERROR("option --resume auto needs --save DIR (the directory it resumes from)");
+    return DDP_ERR_INVALID_ARG;
+  }
+  /* the model's own combinations; it logs its one line */
+  if (model->validate && model->validate(o) != DDP_OK) return DDP_ERR_INVALID_ARG;
+  return DDP_OK;
 }
 
 /* ---- reading values by name ---------------------------------------------------- */
