@@ -6,7 +6,8 @@
 #                       EOTs, a truncated header, a count that disagrees
 #   corpus/safetensors  a tiny model's --export and --dump-batches files; two
 #                       record files (with and without n_classes); BF16/F16
-#                       tensors; an empty header
+#                       tensors; an empty header; a tensor past the end, two
+#                       overlapping, a header longer than the file
 #   corpus/checkpoint   checkpoints of tiny runs: AdamW, SGD, fp16 with a
 #                       loss scaler, LAMB
 #   corpus/options      command lines (NUL-separated arguments), good and bad
@@ -80,19 +81,20 @@ head -c 100 "$out/shard/ddpprep_0.bin" > "$out/shard/truncated.bin"
   > "$out/shard/count_mismatch.bin"
 
 # ---- tiny training runs: checkpoints, an export, dumped batches ----------------
+# Run inside the work directory with relative paths: a checkpoint records
+# its flags, and the corpus must not carry this machine's paths.
 tiny="--n-layer 1 --n-head 1 --n-embd 4 --seq-len 8 --tokens-per-batch 32 --steps 2 --log-every 1
       --eval-every 0 --eval-tokens 16 --threads 1 --heartbeat-timeout 0 --device cpu"
 run() { # NAME FLAGS...
   name=$1
   shift
   # shellcheck disable=SC2086
-  "$build/ddptrain" $tiny --data "$work/prep_train_*.bin" --val-data "$work/prep_val_*.bin" \
-    --save "$work/$name" "$@" > "$work/$name.log" 2>&1 \
-    || { cat "$work/$name.log" >&2; exit 1; }
+  (cd "$work" && "$build/ddptrain" $tiny --data 'prep_train_*.bin' --val-data 'prep_val_*.bin' \
+    --save "$name" "$@" > "$name.log" 2>&1) || { cat "$work/$name.log" >&2; exit 1; }
   cp "$(ls "$work/$name"/ckpt_*.safetensors | tail -1)" "$out/checkpoint/$name.safetensors"
 }
-run adamw --export "$out/safetensors/export.safetensors" \
-  --dump-batches "$out/safetensors/batches.safetensors"
+run adamw --export export.safetensors --dump-batches batches.safetensors
+cp "$work/export.safetensors" "$work/batches.safetensors" "$out/safetensors/"
 run sgd --optimizer sgd --momentum 0.5
 run fp16 --precision fp16 --loss-scaling dynamic --loss-scale-init 256
 run lamb --optimizer lamb --seed 7
@@ -109,6 +111,13 @@ safetensors '{"labels":{"dtype":"I32","shape":[3],"data_offsets":[24,36]},"input
 { le16 16256; le16 15360; le16 49024; le32 42; } > "$work/half"
 safetensors '{"b":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},"h":{"dtype":"F16","shape":[2],"data_offsets":[2,6]},"s":{"dtype":"I32","shape":[],"data_offsets":[6,10]},"e":{"dtype":"F32","shape":[0,3],"data_offsets":[10,10]}}' \
   "$work/half" > "$out/safetensors/half.safetensors"
+# rejected: a tensor reaching past the file, two tensors sharing bytes, a
+# header longer than the file
+safetensors '{"x":{"dtype":"F32","shape":[100],"data_offsets":[0,400]}}' "$work/rec" \
+  > "$out/safetensors/past_end.safetensors"
+safetensors '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}}' \
+  "$work/rec" > "$out/safetensors/overlap.safetensors"
+{ le32 4096; le32 0; printf '{}'; } > "$out/safetensors/header_past_end.safetensors"
 : > "$work/none"
 safetensors '{}' "$work/none" > "$out/safetensors/empty.safetensors"
 

@@ -135,6 +135,7 @@ export LSAN_OPTIONS ASAN_OPTIONS
 run_one() { # TARGET
   t=$1
   mkdir -p "$out/corpus/$t" "$out/crashes/$t"
+  touch "$out/$t.start" # crashes of this run are the files newer than it
   regress=
   [ -d "$src/tests/fuzz/regressions/$t" ] && regress=$src/tests/fuzz/regressions/$t
   # the first folder is where new inputs go; the seeds and the regressions
@@ -166,7 +167,7 @@ for t in $targets; do
   done_line=$(grep -E '^#[0-9]+[[:space:]]+(DONE|INITED)' "$out/$t.log" | tail -1 || true)
   cov=$(echo "$done_line" | sed -n 's/.* cov: \([0-9]*\).*/\1/p')
   ft=$(echo "$done_line" | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
-  crashes=$(find "$out/crashes/$t" -type f | wc -l)
+  crashes=$(find "$out/crashes/$t" -type f -newer "$out/$t.start" | wc -l)
   result=ok
   if [ "$(cat "$out/$t.rc" 2> /dev/null || echo 1)" != 0 ] || [ "$crashes" -gt 0 ]; then
     result="CRASH ($crashes input(s) in $out/crashes/$t)"
