@@ -40,6 +40,7 @@ static ddp_status_t open_logged(const char *path, ddp_ckpt_t **ck, char **log) {
   const ddp_status_t st = ddp_ckpt_open(path, ck);
   fclose(mem);
   fuzz_quiet_log();
+  if (fuzz_verbose() && *log) fputs(*log, stderr);
   return st;
 }
 

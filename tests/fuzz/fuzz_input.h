@@ -37,13 +37,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * inputs tests/fuzz/regressions/<name>. */
 extern const char fuzz_target_name[];
 
-/* Where the library's log lines go during a fuzz run: nowhere, or stderr
- * when FUZZ_LOG=1 (to see why a replayed input is rejected). */
-static inline void fuzz_quiet_log(void) {
-  static FILE *sink;
+/* Nonzero when FUZZ_LOG=1: the library's messages are shown, to see why a
+ * replayed input is rejected. */
+static inline int fuzz_verbose(void) {
   static int verbose = -1;
   if (verbose < 0) verbose = getenv("FUZZ_LOG") && getenv("FUZZ_LOG")[0] == '1';
-  if (verbose) {
+  return verbose;
+}
+
+/* Where the library's log lines go during a fuzz run: nowhere, or stderr
+ * under FUZZ_LOG=1. */
+static inline void fuzz_quiet_log(void) {
+  static FILE *sink;
+  if (fuzz_verbose()) {
     ddp_log_set_stream(stderr);
     return;
   }
