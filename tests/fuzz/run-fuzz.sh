@@ -101,9 +101,10 @@ if [ -z "$src" ]; then
   mkdir -p "$src"
   if git -C "$top" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
     (cd "$top" && git ls-files -co --exclude-standard -z | xargs -0 cp -u --parents -P -t "$src")
-  else
-    (cd "$top" && tar --exclude=./.git --exclude=./build-tests --exclude=./tests/fuzz/build \
-      --exclude=./tests/fuzz/out -cf - .) | (cd "$src" && tar -xkf - 2> /dev/null || true)
+  else # an unpacked tarball: copy it whole, without what builds left in it
+    (cd "$top" && tar --exclude=./build-tests --exclude=./tests/fuzz/build \
+      --exclude=./tests/fuzz/out -cf - .) | (cd "$src" && tar -xf -)
+    (cd "$src" && { make distclean > /dev/null 2>&1 || true; })
   fi
   [ -x "$src/configure" ] || (cd "$src" && autoreconf -fi > /dev/null 2>&1) \
     || { echo "run-fuzz: autoreconf failed in $src" >&2; exit 1; }
