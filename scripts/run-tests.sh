@@ -5,7 +5,10 @@
 #      then `make check-slurm` (the SLURM templates on a private local SLURM);
 #   2. build again with AddressSanitizer + UBSan (CPU backend) and run the
 #      unit suites under them;
-#   3. `make distcheck`: the tarball builds, tests, installs and uninstalls
+#   3. fuzz the file readers and the option parser with libFuzzer for a
+#      fixed time (tests/fuzz/run-fuzz.sh; SKIPs loudly without clang
+#      outside CI);
+#   4. `make distcheck`: the tarball builds, tests, installs and uninstalls
 #      cleanly from a read-only source tree.
 # Everything runs on a pristine copy of the sources in build-tests/src (the
 # files git tracks plus untracked, non-ignored ones), so an in-tree build from
@@ -32,7 +35,7 @@ fi
 cd "$src"
 
 t=$(date +%s)
-stage "1/3 build (warnings are errors) and make check"
+stage "1/4 build (warnings are errors) and make check"
 mkdir -p build-tests/main && cd build-tests/main
 "$top/configure" --enable-werror > configure.log || { tail -40 configure.log; exit 1; }
 sed -n '/^ddptrain .* configuration/,$p' configure.log
@@ -42,7 +45,7 @@ make check-slurm # a private SLURM on this machine: launch templates, srun, pree
 cd "$src"; elapsed "$t"
 
 t=$(date +%s)
-stage "2/3 sanitizer build (ASan + UBSan), unit suites"
+stage "2/4 sanitizer build (ASan + UBSan), unit suites"
 mkdir -p build-tests/asan && cd build-tests/asan
 "$top/configure" --enable-werror --enable-sanitizers --without-cuda > configure.log \
   || { tail -40 configure.log; exit 1; }
@@ -51,7 +54,19 @@ make -j"$jobs" check-unit || { cat test-suite.log; exit 1; }
 cd "$src"; elapsed "$t"
 
 t=$(date +%s)
-stage "3/3 make distcheck"
+stage "3/4 fuzzing: 60 s per target (libFuzzer, ASan + UBSan)"
+rc=0
+sh tests/fuzz/run-fuzz.sh --seconds 60 --src "$top" --build build-tests/fuzz \
+  --out build-tests/fuzz/out || rc=$?
+case $rc in
+  0) ;;
+  77) echo "fuzzing: SKIPPED (no clang/libFuzzer here; CI installs them)" ;;
+  *) echo "fuzzing: FAILED; crash inputs are in build-tests/fuzz/out/crashes/"; exit 1 ;;
+esac
+elapsed "$t"
+
+t=$(date +%s)
+stage "4/4 make distcheck"
 cd build-tests/main
 make -j"$jobs" distcheck > distcheck.log 2>&1 || { tail -80 distcheck.log; exit 1; }
 grep -A3 "archives ready for distribution" distcheck.log || true
