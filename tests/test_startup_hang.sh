@@ -85,6 +85,7 @@ freeze train 1 train "rank 1 on [^ ]+ has not been heard from for [0-9]+ s"
 # A plain SIGSTOP 0.3 s after the launch, wherever start-up is by then.
 name=sigstop
 t0=$(date +%s)
+t0_ns=$(date +%s%N)
 timeout -s KILL 120 "$MPIRUN" -np 3 "$DDPTRAIN" $ARGS --metrics "$dir/$name.jsonl" \
   > "$dir/$name.log" 2>&1 &
 job=$!
@@ -101,7 +102,7 @@ while [ -z "$victim" ] && [ $i -lt 200 ] && kill -0 $job 2> /dev/null; do
   i=$((i + 1))
 done
 if [ -n "$victim" ]; then kill -STOP "$victim"; fi
-stopped_after=$(($(date +%s) - t0))
+stopped_after=$(awk -v a="$t0_ns" -v b="$(date +%s%N)" 'BEGIN {printf "%.2f", (b - a) / 1e9}')
 wait $job
 rc=$?
 dt=$(($(date +%s) - t0))

@@ -64,7 +64,6 @@ typedef struct nccl_impl {
    * the watchdog's thread takes to read NCCL's error or to abort. */
   ncclComm_t comm;
   pthread_mutex_t comm_lock;
-  int comm_lock_made;
   ddp_comm_watchdog_t *watchdog;
   uint64_t *seq; /* per slot: the watchdog's number of its latest collective */
   char who[96];  /* "rank R on HOST", as the lines name this rank */
@@ -411,7 +410,7 @@ static void free_impl(nccl_impl_t *m) {
   free(m->issued_ns);
   free(m->timed);
   free(m->seq);
-  if (m->comm_lock_made) pthread_mutex_destroy(&m->comm_lock);
+  pthread_mutex_destroy(&m->comm_lock);
   free(m);
 }
 
@@ -452,9 +451,6 @@ static ddp_status_t prepare(ddp_comm_t *c, nccl_impl_t *m) {
   m->be = c->be;
   m->device = c->be->device;
   m->n_slots = c->max_inflight + 1;
-  if (pthread_mutex_init(&m->comm_lock, NULL) != 0)
-    DDP_FAIL(DDP_ERR_INTERNAL, "comm nccl: pthread_mutex_init failed");
-  m->comm_lock_made = 1;
   DDP_CUDA_CHECK(cudaSetDevice(m->device));
   int least = 0, greatest = 0;
   DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -501,6 +497,10 @@ static ddp_status_t agree(ddp_status_t mine, ddp_status_t *worst) {
 static ddp_status_t nccl_init(ddp_comm_t *c, const ddp_dist_t *dist) {
   nccl_impl_t *m = calloc(1, sizeof *m);
   if (!m) DDP_FAIL(DDP_ERR_OOM, "comm nccl: out of host memory");
+  if (pthread_mutex_init(&m->comm_lock, NULL) != 0) {
+    free(m);
+    DDP_FAIL(DDP_ERR_INTERNAL, "comm nccl: pthread_mutex_init failed");
+  }
   c->impl = m;
   snprintf(m->who, sizeof m->who, "rank %d on %s", dist->rank, dist->host);
   ncclComm_t comm = NULL;

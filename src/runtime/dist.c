@@ -62,6 +62,7 @@ ddp_status_t ddp_dist_init(int *argc, char ***argv, ddp_dist_t *dist) {
 #else
   (void)argc;
   (void)argv;
+  ddp_startup_watchdog_mpi_up(0, 1, 0, dist->host); /* a world of one, known at once */
 #endif
   ddp_log_set_rank(dist->rank, dist->world);
   return DDP_OK;

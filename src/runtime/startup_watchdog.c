@@ -177,7 +177,7 @@ free_all:
 static void give_up(ddp_startup_phase_t phase, double age, int mpi_up, int rank, int world,
                     int multiple, const char *host, void *asked, int *asked_buf) {
   char line[1536];
-  size_t n = headline(line, sizeof line, mpi_up, rank, host, phase, age);
+  const size_t n = headline(line, sizeof line, mpi_up, rank, host, phase, age);
   if (!mpi_up) {
     snprintf(line + n, sizeof line - n,
              "; MPI is not up yet, so the ranks that are missing cannot be named; ending this "
@@ -195,17 +195,18 @@ static void give_up(ddp_startup_phase_t phase, double age, int mpi_up, int rank,
     snprintf(line + n, sizeof line - n,
              "; the other ranks cannot be asked which phase they are in (MPI does not provide "
              "MPI_THREAD_MULTIPLE)");
-  n = strlen(line);
-  snprintf(line + n, sizeof line - n, "; ending the job");
-  DDP_LOG_ERROR("%s", line);
-  fflush(stdout);
-  MPI_Abort(MPI_COMM_WORLD, EXIT_STARTUP_TIMEOUT);
 #else
-  (void)rank;
   (void)world;
   (void)multiple;
   (void)asked;
   (void)asked_buf;
+#endif
+  const size_t m = strlen(line);
+  snprintf(line + m, sizeof line - m, "; ending the job");
+  DDP_LOG_ERROR("%s", line);
+  fflush(stdout);
+#if DDP_HAVE_MPI
+  MPI_Abort(MPI_COMM_WORLD, EXIT_STARTUP_TIMEOUT);
 #endif
   _exit(EXIT_STARTUP_TIMEOUT);
 }

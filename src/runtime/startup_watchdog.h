@@ -74,11 +74,11 @@ ddp_status_t ddp_startup_watchdog_start(double timeout_s);
 /* Phase `phase` begins now (and the one before has ended). */
 void ddp_startup_watchdog_phase(ddp_startup_phase_t phase);
 
-/* MPI is up (called by ddp_dist_init right after MPI_Init): the watchdog
- * may now answer and ask the other ranks, and ends the job with MPI_Abort.
- * thread_level is MPI's; below MPI_THREAD_MULTIPLE the thread makes no MPI
- * call except the final MPI_Abort, and the line says the ranks could not
- * be asked. */
+/* MPI is up (called by ddp_dist_init right after MPI_Init; at once in a
+ * build without MPI, a world of one): the watchdog may now answer and ask
+ * the other ranks, and ends the job with MPI_Abort. thread_level is MPI's;
+ * below MPI_THREAD_MULTIPLE the thread makes no MPI call except the final
+ * MPI_Abort, and the line says the ranks could not be asked. */
 void ddp_startup_watchdog_mpi_up(int rank, int world, int thread_level, const char *host);
 
 /* Start-up is over (the heartbeat has taken over, or the run needs no more
