@@ -9,6 +9,8 @@
 #    phase the others wait in and the frozen rank (before MPI is up: saying
 #    it cannot name ranks), and no process of the job may be left (a stopped
 #    one included);
+#  - a rank whose main thread hangs (DDPTRAIN_FAULT_STARTUP_KIND=HANG) is
+#    alive: it answers, and is named with the phase it is stuck in;
 #  - a freeze just after start-up ("train") is the heartbeat's: it names the
 #    rank;
 #  - a plain SIGSTOP of rank 1 0.3 s after the launch ends the job too, by
@@ -21,7 +23,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail=0
 LIMIT=45
-X="-x DDPTRAIN_FAULT_STARTUP_RANK -x DDPTRAIN_FAULT_STARTUP_PHASE"
+X="-x DDPTRAIN_FAULT_STARTUP_RANK -x DDPTRAIN_FAULT_STARTUP_PHASE -x DDPTRAIN_FAULT_STARTUP_KIND"
+export DDPTRAIN_FAULT_STARTUP_KIND=STOP
 ARGS="$TINY --steps 1000000 --startup-timeout 5 --heartbeat-timeout 5"
 
 # live NAME: processes of job NAME (its --metrics path is unique) that are
@@ -47,16 +50,19 @@ ended() {
 }
 
 # freeze NAME RANK POINT PATTERN: rank RANK freezes as POINT begins; the log
-# must match the extended regular expression PATTERN.
+# must match the extended regular expression PATTERN. The fault's kind is
+# DDPTRAIN_FAULT_STARTUP_KIND's.
 freeze() {
   name=$1 rank=$2 point=$3 pattern=$4
+  how="stops itself (SIGSTOP)"
+  [ "$DDPTRAIN_FAULT_STARTUP_KIND" = HANG ] && how="hangs its main thread"
   t0=$(date +%s)
   DDPTRAIN_FAULT_STARTUP_RANK=$rank DDPTRAIN_FAULT_STARTUP_PHASE=$point \
     timeout -s KILL 120 "$MPIRUN" -np 3 $X "$DDPTRAIN" $ARGS --metrics "$dir/$name.jsonl" \
     > "$dir/$name.log" 2>&1
   rc=$?
   dt=$(($(date +%s) - t0))
-  if ! grep -q "fault injection: rank $rank stops itself (SIGSTOP) for good at start-up point '$point'" \
+  if ! grep -q "fault injection: rank $rank $how for good at start-up point '$point'" \
     "$dir/$name.log"; then
     echo "FAIL: $name: the fault never struck"; sed 's/^/  | /' "$dir/$name.log"; fail=1
   fi
@@ -81,6 +87,10 @@ freeze binding 1 binding "$(watchdog binding 1)"
 freeze heartbeat 2 heartbeat "$(watchdog 'heartbeat start' 2)"
 freeze rank0-binding 0 binding "rank [12] on [^ ]+: $(watchdog binding 0)"
 freeze train 1 train "rank 1 on [^ ]+ has not been heard from for [0-9]+ s"
+DDPTRAIN_FAULT_STARTUP_KIND=HANG
+freeze hang-probe 2 device-probe \
+  "start-up phase 'device decision' has not ended after [0-9.]+ s \(--startup-timeout 5\); every rank answered; elsewhere: rank 2 in 'device probe' for [0-9.]+ s; ending the job"
+DDPTRAIN_FAULT_STARTUP_KIND=STOP
 
 # A plain SIGSTOP 0.3 s after the launch, wherever start-up is by then.
 name=sigstop
@@ -125,6 +135,15 @@ elif grep -q "DDPTRAIN_FAULT_STARTUP_PHASE='lunch': expected one of mpi-init, de
   echo "ok: a malformed DDPTRAIN_FAULT_STARTUP_PHASE is rejected"
 else
   echo "FAIL: no clear message for DDPTRAIN_FAULT_STARTUP_PHASE=lunch"; sed 's/^/  | /' "$dir/bad.log"
+  fail=1
+fi
+if DDPTRAIN_FAULT_STARTUP_RANK=0 DDPTRAIN_FAULT_STARTUP_KIND=NAP "$DDPTRAIN" $TINY \
+  > "$dir/bad-kind.log" 2>&1; then
+  echo "FAIL: DDPTRAIN_FAULT_STARTUP_KIND=NAP was accepted"; fail=1
+elif grep -q "DDPTRAIN_FAULT_STARTUP_KIND='NAP': expected STOP or HANG" "$dir/bad-kind.log"; then
+  echo "ok: a malformed DDPTRAIN_FAULT_STARTUP_KIND is rejected"
+else
+  echo "FAIL: no clear message for DDPTRAIN_FAULT_STARTUP_KIND=NAP"; sed 's/^/  | /' "$dir/bad-kind.log"
   fail=1
 fi
 exit $fail

@@ -56,11 +56,14 @@ extern "C" {
     "the 1-based step of DDPTRAIN_FAULT_OVERFLOW_RANK's overflow")                        \
   X(FAULT_STARTUP_RANK, "-1",                                                             \
     "fault injection for tests: this rank (as the launcher numbers it) freezes for "      \
-    "good (SIGSTOP) as start-up point DDPTRAIN_FAULT_STARTUP_PHASE begins; -1 = none")    \
+    "good as start-up point DDPTRAIN_FAULT_STARTUP_PHASE begins; -1 = none")              \
   X(FAULT_STARTUP_PHASE, "mpi-init",                                                      \
     "the start-up point of DDPTRAIN_FAULT_STARTUP_RANK's freeze: mpi-init, "              \
     "device-probe, device-decision, backend, binding, heartbeat, or train (just after "   \
-    "the start-up watchdog has handed over to the heartbeat)")
+    "the start-up watchdog has handed over to the heartbeat)")                            \
+  X(FAULT_STARTUP_KIND, "STOP",                                                           \
+    "how DDPTRAIN_FAULT_STARTUP_RANK freezes: STOP (the whole process, SIGSTOP) or "      \
+    "HANG (only the main thread blocks for good, as in a driver call that never returns)")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,

@@ -84,6 +84,10 @@ ddp_status_t ddp_fault_startup_check(void) {
   if (who != (double)(int)who || who < -1)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s': expected a rank (0, 1, ...) or -1",
              ddp_env_name(DDP_ENV_FAULT_STARTUP_RANK), ddp_env_get(DDP_ENV_FAULT_STARTUP_RANK));
+  const char *kind = ddp_env_get(DDP_ENV_FAULT_STARTUP_KIND);
+  if (!ddp_ascii_ieq(kind, "STOP") && !ddp_ascii_ieq(kind, "HANG"))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s': expected STOP or HANG",
+             ddp_env_name(DDP_ENV_FAULT_STARTUP_KIND), kind);
   const char *point = ddp_env_get(DDP_ENV_FAULT_STARTUP_PHASE);
   if (!startup_point_known(point)) {
     char known[256] = "";
@@ -104,6 +108,11 @@ void ddp_fault_at_startup(const char *point, int rank) {
   if (rank < 0) rank = ddp_dist_launcher_rank();
   if (rank < 0) rank = 0; /* a plain ./ddptrain is rank 0 of 1 */
   if ((int)who != rank || strcmp(point, ddp_env_get(DDP_ENV_FAULT_STARTUP_PHASE)) != 0) return;
+  if (ddp_ascii_ieq(ddp_env_get(DDP_ENV_FAULT_STARTUP_KIND), "HANG")) {
+    DDP_LOG_WARN("fault injection: rank %d hangs its main thread for good at start-up point '%s'",
+                 rank, point);
+    for (;;) pause(); /* the other threads, the watchdogs' included, run on */
+  }
   DDP_LOG_WARN("fault injection: rank %d stops itself (SIGSTOP) for good at start-up point '%s'",
                rank, point);
   for (;;) raise(SIGSTOP); /* a stray SIGCONT must not revive it */

@@ -34,10 +34,10 @@
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_PREEMPTED = 75 };
 
 /* A start-up phase begins: the start-up watchdog times it from here, and a
- * test may freeze this rank just before (rank -1: MPI is not up yet). */
+ * test may freeze this rank as it begins (rank -1: MPI is not up yet). */
 static void begin_phase(ddp_startup_phase_t phase, int rank) {
-  ddp_fault_at_startup(ddp_startup_phase_key(phase), rank);
   ddp_startup_watchdog_phase(phase);
+  ddp_fault_at_startup(ddp_startup_phase_key(phase), rank);
 }
 
 /* Why this rank has no GPU to train on, for the other ranks' log. */
