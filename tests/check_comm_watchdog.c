@@ -166,17 +166,18 @@ START_TEST(test_comm_watchdog_times_the_oldest_collective_in_flight) {
    * watcher itself, which restarts the clock). */
   for (double t = 0.5; t < 10; t += 1) ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + t), DDP_OK);
   ck_assert_int_eq(fake_fails(), 0);
-  ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + 10.5), DDP_ERR_TIMEOUT);
+  /* #1 was seen done at the first look (t0 + 0.5): #2 has waited 10.4 s. */
+  ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + 10.9), DDP_ERR_TIMEOUT);
   ck_assert_int_eq(fake_fails(), 1);
   ck_assert_int_eq(g_fake.failed_with, DDP_ERR_TIMEOUT);
   /* #1 is done, so #2 is the one everything waits behind. */
   ck_assert_msg(strstr(g_fake.line,
                        "comm test: rank 3 on node7: broadcast #2 of 200 bytes failed: no "
-                       "completion after 10.") == g_fake.line,
+                       "completion after 10.4 s") == g_fake.line,
                 "line: %s", g_fake.line);
   ck_assert_msg(strstr(g_fake.line, "(timeout 10 s); aborting the job"), "line: %s", g_fake.line);
   /* One verdict: later looks repeat it without failing again. */
-  ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + 11), DDP_ERR_TIMEOUT);
+  ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + 11.5), DDP_ERR_TIMEOUT);
   ck_assert_int_eq(fake_fails(), 1);
 }
 END_TEST
@@ -192,6 +193,25 @@ START_TEST(test_comm_watchdog_a_reused_slot_done_means_every_earlier_done) {
   atomic_store(&g_fake.state[0], DDP_COMM_WATCH_DONE);
   for (double t = 0.5; t < 30; t += 1) ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + t), DDP_OK);
   ck_assert_int_eq(fake_fails(), 0);
+}
+END_TEST
+
+START_TEST(test_comm_watchdog_queued_behind_another_counts_from_its_completion) {
+  ddp_comm_watchdog_t *wd = start_manual(10);
+  const double t0 = ddp_clock_seconds();
+  /* A host ahead of the device: #2 is issued at once but the stream only
+   * reaches it when #1 completes, 8 s later. */
+  ddp_comm_watchdog_issued(wd, 0, "allreduce_sum", 100);
+  ddp_comm_watchdog_issued(wd, 1, "allreduce_sum", 200);
+  for (double t = 0.5; t < 8; t += 1) ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + t), DDP_OK);
+  atomic_store(&g_fake.state[0], DDP_COMM_WATCH_DONE);
+  for (double t = 8; t < 18; t += 0.5) ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + t), DDP_OK);
+  ck_assert_int_eq(fake_fails(), 0);
+  ck_assert_int_eq(ddp_comm_watchdog_look(wd, t0 + 18.5), DDP_ERR_TIMEOUT);
+  ck_assert_msg(strstr(g_fake.line,
+                       "allreduce_sum #2 of 200 bytes failed: no completion after "
+                       "10.5 s"),
+                "line: %s", g_fake.line);
 }
 END_TEST
 
@@ -318,6 +338,7 @@ static Suite *watchdog_suite(void) {
   tcase_add_test(tc, test_comm_watch_format_names_rank_collective_size_and_cause);
   tcase_add_test(tc, test_comm_watchdog_times_the_oldest_collective_in_flight);
   tcase_add_test(tc, test_comm_watchdog_a_reused_slot_done_means_every_earlier_done);
+  tcase_add_test(tc, test_comm_watchdog_queued_behind_another_counts_from_its_completion);
   tcase_add_test(tc, test_comm_watchdog_the_watchers_own_stall_does_not_count);
   tcase_add_test(tc, test_comm_watchdog_a_communicator_error_fails_at_once);
   tcase_add_test(tc, test_comm_watchdog_an_error_between_collectives_names_none);

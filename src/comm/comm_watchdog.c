@@ -40,6 +40,7 @@ struct ddp_comm_watchdog {
   uint64_t *latest;     /* per slot: the sequence number of its latest collective; 0 = none */
   uint64_t issued;      /* the latest sequence number handed out */
   uint64_t completed;   /* every collective up to this one is known to be complete */
+  double progressed;    /* the look that last moved `completed` */
   issued_rec_t ring[RING];
   ddp_watch_clock_t clock;
   ddp_status_t verdict; /* DDP_OK until the one verdict */
@@ -105,9 +106,10 @@ ddp_status_t ddp_comm_watchdog_look(ddp_comm_watchdog_t *wd, double now) {
     ddp_status_t f = DDP_OK;
     const ddp_comm_watch_state_t s =
         wd->probe.slot_state(wd->probe.ctx, i, &f, failure_cause, sizeof failure_cause);
-    if (s == DDP_COMM_WATCH_DONE)
+    if (s == DDP_COMM_WATCH_DONE) {
       wd->completed = seq;
-    else if (s == DDP_COMM_WATCH_FAILED)
+      wd->progressed = now;
+    } else if (s == DDP_COMM_WATCH_FAILED)
       failure = f != DDP_OK ? f : DDP_ERR_INTERNAL;
   }
   ddp_status_t health = DDP_OK;
@@ -129,7 +131,12 @@ ddp_status_t ddp_comm_watchdog_look(ddp_comm_watchdog_t *wd, double now) {
     uint64_t seq = wd->completed + 1;
     if (wd->issued - seq >= RING) seq = wd->issued - RING + 1;
     oldest = wd->ring[seq % RING];
-    look.age_s = ddp_watch_clock_age(&wd->clock, oldest.since, now);
+    /* Timed from its issue, or from when the collective before it was seen
+     * complete if that is later: a host that runs ahead of the device
+     * issues collectives long before the stream reaches them, and that
+     * queueing is not this collective's wait. */
+    const double since = oldest.since > wd->progressed ? oldest.since : wd->progressed;
+    look.age_s = ddp_watch_clock_age(&wd->clock, since, now);
   }
   char cause[320];
   int done = 0;

@@ -28,7 +28,11 @@
  * means every collective issued before it is done too. The watchdog keeps
  * the sequence number of the latest collective on each slot and the issue
  * time of the recent ones, and times the oldest collective not known to be
- * complete: in issue order, the one everything else waits behind. */
+ * complete: in issue order, the one everything else waits behind. Its wait
+ * counts from its issue, or from when the collective before it was seen
+ * complete if that is later (a host that runs ahead of the device issues
+ * collectives long before the stream reaches them), and leaves out stalls
+ * of the watchdog itself (comm/watchdog_clock.h). */
 #ifndef DDPTRAIN_COMM_COMM_WATCHDOG_H
 #define DDPTRAIN_COMM_COMM_WATCHDOG_H
 
