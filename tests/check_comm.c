@@ -12,6 +12,7 @@
  * MPI_Init. Values are small integers and halves, exactly representable in
  * every type used, so sums compare exactly. */
 #include <check.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "ddptrain/log.h"
 #include "check_util.h"
 #include "comm/comm.h"
+#include "comm/comm_watchdog.h"
 #include "runtime/dist.h"
 
 /* Under LeakSanitizer, what MPI_Init and MPI_Finalize allocate and never
@@ -613,6 +615,100 @@ START_TEST(test_comm_destroy_completes_outstanding_work) {
     for (int i = 0; i < COUNT; ++i)
       ck_assert_float_eq(bufs[k][i], (float)(k * g_dist.world + tri() - g_dist.world));
     free(bufs[k]);
+  }
+}
+END_TEST
+
+/* ---- the collective watchdog on a collective that does not complete ------ */
+
+/* The watchdog's probe over one collective of a real communicator. The
+ * watchdog's thread is the only one that touches the communicator until the
+ * test has stopped it (one thread per communicator). */
+typedef struct watched {
+  ddp_comm_t *c;
+  ddp_comm_handle_t h;
+  _Atomic int done, fails;
+  char line[512];
+} watched_t;
+
+static ddp_comm_watch_state_t watched_state(void *ctx, int slot, ddp_status_t *failure, char *cause,
+                                            size_t len) {
+  watched_t *w = ctx;
+  (void)slot;
+  int done = 0;
+  const ddp_status_t st = ddp_comm_test(w->c, w->h, &done);
+  if (st != DDP_OK) {
+    *failure = st;
+    snprintf(cause, len, "the collective failed: %s", ddp_status_string(st));
+    return DDP_COMM_WATCH_FAILED;
+  }
+  if (done) atomic_store(&w->done, 1);
+  return done ? DDP_COMM_WATCH_DONE : DDP_COMM_WATCH_PENDING;
+}
+
+static void watched_fail(void *ctx, ddp_status_t st, const char *line) {
+  watched_t *w = ctx;
+  (void)st;
+  snprintf(w->line, sizeof w->line, "%s", line);
+  atomic_fetch_add(&w->fails, 1);
+}
+
+/* With several ranks, the last one joins an all-reduce only after three
+ * timeouts: on every other rank the collective does not complete in time,
+ * and their watchdogs must say so, naming the rank, the collective, its size
+ * and the wait; the last rank's own collective completes at once and its
+ * watchdog stays quiet. Then everyone completes the collective, whose sum
+ * must be right. On one rank the collective completes at once. */
+START_TEST(test_comm_watchdog_names_a_collective_that_does_not_complete) {
+  ddp_comm_t *c = open_comm(_i, 0);
+  if (!c) return;
+  const double timeout = 0.3;
+  const int late = g_dist.world > 1 && g_dist.rank == g_dist.world - 1;
+  watched_t w = {.c = c, .h = DDP_COMM_HANDLE_NONE};
+  atomic_init(&w.done, 0);
+  atomic_init(&w.fails, 0);
+  char who[96];
+  snprintf(who, sizeof who, "rank %d on %s", g_dist.rank, g_dist.host);
+  const ddp_comm_watchdog_config_t cfg = {
+      .label = "comm test",
+      .who = who,
+      .then = "ending the test's wait",
+      .n_slots = 1,
+      .timeout_s = timeout,
+      .probe = {.ctx = &w, .slot_state = watched_state, .fail = watched_fail}};
+  ddp_comm_watchdog_t *wd = NULL;
+  ck_assert_int_eq(ddp_comm_watchdog_start(&cfg, &wd), DDP_OK);
+  if (late) {
+    const struct timespec pause = {.tv_sec = 1, .tv_nsec = 0};
+    nanosleep(&pause, NULL);
+  }
+  float x = (float)(g_dist.rank + 1);
+  const double t0 = now_ms();
+  const ddp_status_t issued = ddp_comm_allreduce_sum(c, &x, 1, DDP_DTYPE_F32, NULL, &w.h);
+  ddp_comm_watchdog_issued(wd, 0, "allreduce_sum", sizeof x);
+  while (issued == DDP_OK && !atomic_load(&w.done) && atomic_load(&w.fails) == 0 &&
+         now_ms() - t0 < 20000) {
+    const struct timespec tick = {.tv_sec = 0, .tv_nsec = 5 * 1000 * 1000};
+    nanosleep(&tick, NULL);
+  }
+  const double waited_ms = now_ms() - t0;
+  ddp_comm_watchdog_stop(wd);
+  const ddp_status_t completed = issued == DDP_OK ? ddp_comm_wait(c, w.h) : issued;
+  close_comm();
+  ck_assert_int_eq(issued, DDP_OK);
+  ck_assert_int_eq(completed, DDP_OK);
+  ck_assert_float_eq(x, (float)tri());
+  if (g_dist.world > 1 && !late) {
+    ck_assert_int_eq(atomic_load(&w.fails), 1);
+    ck_assert_msg(waited_ms >= timeout * 1000, "verdict after %.0f ms", waited_ms);
+    char expect_start[200];
+    snprintf(expect_start, sizeof expect_start,
+             "comm test: %s: allreduce_sum #1 of 4 bytes failed: no completion after 0.", who);
+    ck_assert_msg(strstr(w.line, expect_start) == w.line, "line: %s", w.line);
+    ddp_assert_contains(w.line, "(timeout 0.3 s); ending the test's wait");
+  } else {
+    ck_assert_msg(atomic_load(&w.fails) == 0, "rank %d: unexpected verdict: %s", g_dist.rank,
+                  w.line);
   }
 }
 END_TEST
@@ -1233,6 +1329,8 @@ static Suite *comm_suite(void) {
   tcase_add_loop_test(tc, test_comm_barrier_waits_for_every_rank, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_stats_count_calls_and_bytes, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_destroy_completes_outstanding_work, 0, N_CONFIGS);
+  tcase_add_loop_test(tc, test_comm_watchdog_names_a_collective_that_does_not_complete, 0,
+                      N_CONFIGS);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("errors");

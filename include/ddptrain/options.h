@@ -77,6 +77,7 @@ typedef struct ddp_options {
   char comm_progress[16];
   int64_t check_replicas;
   double heartbeat_timeout;
+  double startup_timeout;
   /* mixed precision */
   char precision[8], loss_scaling[16], grad_reduce_dtype[8];
   double loss_scale_init, loss_scale_growth, loss_scale_backoff, loss_scale_min;

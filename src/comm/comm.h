@@ -20,7 +20,9 @@
  *             config's timeout, and an NCCL error or a timeout aborts the
  *             communicator: that call and every later one fail with the
  *             same cause (DDP_ERR_NCCL, DDP_ERR_TIMEOUT or DDP_ERR_CUDA)
- *             instead of hanging.
+ *             instead of hanging. A watchdog thread (comm/comm_watchdog.h)
+ *             holds the collectives no host thread waits for to the same
+ *             timeout, and ends the job when one overruns or NCCL fails.
  * The `stream` arguments exist for the device communicator: it orders the
  * collective after the work already queued on `stream` (NULL: the backend's
  * compute stream), and stream_wait() makes a stream wait for completion
@@ -90,8 +92,9 @@ typedef struct ddp_comm_config {
   /* "nccl": the CUDA backend whose GPU the communicator uses and whose
    * compute stream a NULL stream argument means. Others ignore it. */
   ddp_backend_t *be;
-  /* "nccl": seconds a host wait (wait, test, barrier, destroy) allows a
-   * collective from its issue before the communicator is aborted; 0 =
+  /* "nccl": seconds a host wait (wait, test, barrier, destroy), or the
+   * watchdog for a collective only a stream waits for, allows a collective
+   * from its issue before the communicator is aborted; 0 =
    * DDP_COMM_DEFAULT_TIMEOUT_S. Others ignore it. */
   double timeout_s;
 } ddp_comm_config_t;

@@ -24,9 +24,16 @@
  * (ncclCommAbort, which also stops its kernels): the call returns
  * DDP_ERR_NCCL / DDP_ERR_TIMEOUT / DDP_ERR_CUDA after one log line naming
  * the rank, the collective, its size and the cause, and every later call
- * fails at once with the same status. A collective only a stream waits for
- * is not timed (the host never waits for it); the heartbeat covers a rank
- * that dies meanwhile.
+ * fails at once with the same status.
+ *
+ * Collectives only a stream waits for: a watchdog thread
+ * (comm/comm_watchdog.h) looks at every collective in flight a few times a
+ * second (its done event, cudaEventQuery) and at NCCL's asynchronous error,
+ * and judges them with the host waits' own rule and timeout. Its verdict is
+ * the host waits' line ("... and the job"), ncclCommAbort and MPI_Abort: the
+ * host may be far from any wait, so the job is ended from the thread. The
+ * decisions are the watchdog's (plain C, tested on the CPU); this file only
+ * answers its two questions and carries out the verdict.
  *
  * Statistics: each slot's collective is bracketed by two timing events on
  * the comm stream; their elapsed time joins comm_ms once the collective is
@@ -40,6 +47,7 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +56,17 @@
 
 #include "ddptrain/check.h"
 #include "backend/cuda/cuda_impl.h"
+#include "comm/comm_watchdog.h"
 #include "core/foreign_check.h"
 
 typedef struct nccl_impl {
-  ncclComm_t comm; /* NULL once aborted */
+  /* NULL before init and once aborted. Set to NULL under comm_lock, which
+   * the watchdog's thread takes to read NCCL's error or to abort. */
+  ncclComm_t comm;
+  pthread_mutex_t comm_lock;
+  ddp_comm_watchdog_t *watchdog;
+  uint64_t *seq; /* per slot: the watchdog's number of its latest collective */
+  char who[96];  /* "rank R on HOST", as the lines name this rank */
   ddp_backend_t *be;
   int device;
   cudaStream_t stream; /* the comm stream */
@@ -116,8 +131,18 @@ static ddp_status_t nccl_type_of(ddp_dtype_t dtype, ncclDataType_t *type) {
   DDP_FAIL(DDP_ERR_UNSUPPORTED, "comm nccl: no NCCL sum for dtype %s", ddp_dtype_name(dtype));
 }
 
+/* The communicator, taken away from every later use (NULL if it is gone). */
+static ncclComm_t take_comm(nccl_impl_t *m) {
+  pthread_mutex_lock(&m->comm_lock);
+  ncclComm_t comm = m->comm;
+  m->comm = NULL;
+  pthread_mutex_unlock(&m->comm_lock);
+  return comm;
+}
+
 /* Aborts the NCCL communicator once, remembering why; returns the cause's
- * status. s may be NULL (an error seen between collectives). */
+ * status. s may be NULL (an error seen between collectives). The line is
+ * the watchdog's (ddp_comm_watch_format), so both name a collective alike. */
 static ddp_status_t abort_comm(ddp_comm_t *c, const ddp_comm_slot_t *s, ddp_status_t st,
                                const char *cause) {
   nccl_impl_t *m = c->impl;
@@ -125,13 +150,14 @@ static ddp_status_t abort_comm(ddp_comm_t *c, const ddp_comm_slot_t *s, ddp_stat
   m->aborted = 1;
   m->cause = st;
   snprintf(m->why, sizeof m->why, "%s", cause);
+  char what[64] = "", line[768];
   if (s)
-    DDP_LOG_ERROR("comm nccl: rank %d: %s of %zu bytes failed: %s; aborting the NCCL communicator",
-                  c->rank, op_name(s->op), op_bytes(c, s), cause);
-  else
-    DDP_LOG_ERROR("comm nccl: rank %d: %s; aborting the NCCL communicator", c->rank, cause);
-  if (m->comm) ncclCommAbort(m->comm);
-  m->comm = NULL;
+    snprintf(what, sizeof what, "%s #%llu", op_name(s->op), (unsigned long long)m->seq[s->index]);
+  ddp_comm_watch_format(line, sizeof line, "comm nccl", m->who, s ? what : NULL,
+                        s ? op_bytes(c, s) : 0, cause, "aborting the NCCL communicator");
+  DDP_LOG_ERROR("%s", line);
+  ncclComm_t comm = take_comm(m);
+  if (comm) ncclCommAbort(comm);
   return st;
 }
 
@@ -142,18 +168,31 @@ static ddp_status_t refuse(const ddp_comm_t *c, const char *what) {
            c->rank, what, m->why);
 }
 
+/* NCCL's asynchronous error: DDP_OK, or DDP_ERR_NCCL and its cause. Safe
+ * on the watchdog's thread; no communicator (not made yet, or aborted,
+ * which its aborter reports) has nothing to say. */
+static ddp_status_t read_async(nccl_impl_t *m, char *cause, size_t len) {
+  pthread_mutex_lock(&m->comm_lock);
+  ncclResult_t async = ncclSuccess;
+  if (m->comm) {
+    const ncclResult_t r = ncclCommGetAsyncError(m->comm, &async);
+    if (r != ncclSuccess) async = r;
+  }
+  if (async != ncclSuccess && async != ncclInProgress) {
+    const char *last = ncclGetLastError(m->comm);
+    snprintf(cause, len, "NCCL error: %s%s%s%s", ncclGetErrorString(async),
+             last && *last ? " (" : "", last && *last ? last : "", last && *last ? ")" : "");
+  }
+  pthread_mutex_unlock(&m->comm_lock);
+  return async == ncclSuccess || async == ncclInProgress ? DDP_OK : DDP_ERR_NCCL;
+}
+
 /* NCCL's asynchronous error, if any (aborts). */
 static ddp_status_t poll_async(ddp_comm_t *c, const ddp_comm_slot_t *s) {
   nccl_impl_t *m = c->impl;
   if (m->aborted) return m->cause;
-  ncclResult_t async = ncclSuccess;
-  const ncclResult_t r = ncclCommGetAsyncError(m->comm, &async);
-  if (r != ncclSuccess) async = r;
-  if (async == ncclSuccess || async == ncclInProgress) return DDP_OK;
   char cause[200];
-  const char *last = ncclGetLastError(m->comm);
-  snprintf(cause, sizeof cause, "NCCL error: %s%s%s%s", ncclGetErrorString(async),
-           last && *last ? " (" : "", last && *last ? last : "", last && *last ? ")" : "");
+  if (read_async(m, cause, sizeof cause) == DDP_OK) return DDP_OK;
   return abort_comm(c, s, DDP_ERR_NCCL, cause);
 }
 
@@ -165,6 +204,18 @@ static cudaError_t query_event(cudaEvent_t ev) {
   const cudaError_t e = cudaEventQuery(ev);
   if (e == cudaErrorNotReady) (void)cudaGetLastError();
   return e;
+}
+
+/* Whether slot i's latest collective is done, from its event. Safe on the
+ * watchdog's thread. */
+static ddp_comm_watch_state_t event_state(const nccl_impl_t *m, int i, ddp_status_t *failure,
+                                          char *cause, size_t len) {
+  const cudaError_t e = query_event(m->done[i]);
+  if (e == cudaSuccess) return DDP_COMM_WATCH_DONE;
+  if (e == cudaErrorNotReady) return DDP_COMM_WATCH_PENDING;
+  *failure = DDP_ERR_CUDA;
+  snprintf(cause, len, "CUDA error while waiting: %s", cudaGetErrorString(e));
+  return DDP_COMM_WATCH_FAILED;
 }
 
 /* Adds slot i's device time to comm_ns when its collective is done. */
@@ -196,27 +247,22 @@ static ddp_status_t poll_slot(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
   if (m->aborted) {
     st = refuse(c, op_name(s->op));
   } else {
-    const cudaError_t e = query_event(m->done[s->index]);
-    if (e != cudaSuccess && e != cudaErrorNotReady) {
-      char cause[160];
-      snprintf(cause, sizeof cause, "CUDA error while waiting: %s", cudaGetErrorString(e));
-      st = abort_comm(c, s, DDP_ERR_CUDA, cause);
-    } else {
-      st = poll_async(c, s);
-      if (st == DDP_OK && e == cudaSuccess) {
-        s->done = 1;
-        s->status = DDP_OK;
-        *done = 1;
-        return DDP_OK;
-      }
-      const double age = (double)(ddp_clock_ns() - m->issued_ns[s->index]) / 1e9;
-      if (st == DDP_OK && age > c->timeout_s) {
-        char cause[160];
-        snprintf(cause, sizeof cause, "no completion after %.1f s (timeout %g s)", age,
-                 c->timeout_s);
-        st = abort_comm(c, s, DDP_ERR_TIMEOUT, cause);
-      }
+    /* The watchdog's judgement, on this one collective. */
+    char failure[160] = "", health[200] = "", cause[320];
+    ddp_comm_watch_look_t look = {
+        .failure_cause = failure, .health_cause = health, .timeout_s = c->timeout_s};
+    look.state = event_state(m, s->index, &look.failure, failure, sizeof failure);
+    if (look.state != DDP_COMM_WATCH_FAILED) look.health = read_async(m, health, sizeof health);
+    look.age_s = (double)(ddp_clock_ns() - m->issued_ns[s->index]) / 1e9;
+    int complete = 0;
+    st = ddp_comm_watch_judge(&look, &complete, cause, sizeof cause);
+    if (st == DDP_OK && complete) {
+      s->done = 1;
+      s->status = DDP_OK;
+      *done = 1;
+      return DDP_OK;
     }
+    if (st != DDP_OK) st = abort_comm(c, s, st, cause);
   }
   if (st != DDP_OK) {
     s->done = 1;
@@ -329,6 +375,7 @@ static ddp_status_t issue_on_stream(ddp_comm_t *c, ddp_comm_slot_t *s, cudaStrea
   }
   m->issued_ns[i] = ddp_clock_ns();
   m->timed[i] = 1;
+  m->seq[i] = ddp_comm_watchdog_issued(m->watchdog, i, op_name(s->op), op_bytes(c, s));
   return DDP_OK;
 }
 
@@ -347,6 +394,8 @@ static int nccl_available(const ddp_dist_t *dist, char *why, size_t why_len) {
 }
 
 static void free_impl(nccl_impl_t *m) {
+  ddp_comm_watchdog_stop(m->watchdog); /* first: its thread reads the events */
+  m->watchdog = NULL;
   if (m->begin)
     for (int i = 0; i < m->n_slots; ++i)
       if (m->begin[i]) cudaEventDestroy(m->begin[i]);
@@ -360,7 +409,36 @@ static void free_impl(nccl_impl_t *m) {
   free(m->done);
   free(m->issued_ns);
   free(m->timed);
+  free(m->seq);
+  pthread_mutex_destroy(&m->comm_lock);
   free(m);
+}
+
+/* ---- the watchdog's probe (on its thread) ------------------------------------ */
+
+static void watch_thread_start(void *ctx) {
+  const nccl_impl_t *m = ctx;
+  cudaSetDevice(m->device); /* the events' device; a failure shows in their queries */
+}
+
+static ddp_comm_watch_state_t watch_slot_state(void *ctx, int slot, ddp_status_t *failure,
+                                               char *cause, size_t len) {
+  return event_state(ctx, slot, failure, cause, len);
+}
+
+static ddp_status_t watch_health(void *ctx, char *cause, size_t len) {
+  return read_async(ctx, cause, len);
+}
+
+/* The verdict: the host may be anywhere (computing, or far ahead of a stuck
+ * stream), so the job ends from here. The abort stops NCCL's kernels first,
+ * so the GPU is released even if the job's end is slow. */
+static void watch_fail(void *ctx, ddp_status_t st, const char *line) {
+  (void)st;
+  DDP_LOG_ERROR("%s", line);
+  ncclComm_t comm = take_comm(ctx);
+  if (comm) ncclCommAbort(comm);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 /* This rank's part before NCCL: the stream, the events, the barrier's int. */
@@ -382,7 +460,8 @@ static ddp_status_t prepare(ddp_comm_t *c, nccl_impl_t *m) {
   m->done = calloc((size_t)m->n_slots, sizeof *m->done);
   m->issued_ns = calloc((size_t)m->n_slots, sizeof *m->issued_ns);
   m->timed = calloc((size_t)m->n_slots, 1);
-  if (!m->begin || !m->done || !m->issued_ns || !m->timed)
+  m->seq = calloc((size_t)m->n_slots, sizeof *m->seq);
+  if (!m->begin || !m->done || !m->issued_ns || !m->timed || !m->seq)
     DDP_FAIL(DDP_ERR_OOM, "comm nccl: out of host memory");
   for (int i = 0; i < m->n_slots; ++i) {
     DDP_CUDA_CHECK(cudaEventCreate(&m->begin[i]));
@@ -392,7 +471,19 @@ static ddp_status_t prepare(ddp_comm_t *c, nccl_impl_t *m) {
    * whatever the backend does with its cache. */
   DDP_CUDA_CHECK(cudaMalloc((void **)&m->barrier_buf, sizeof *m->barrier_buf));
   DDP_CUDA_CHECK(cudaMemset(m->barrier_buf, 0, sizeof *m->barrier_buf));
-  return DDP_OK;
+  /* Started before NCCL exists (it has nothing to look at until the first
+   * collective), so a rank that cannot watch fails the ranks' agreement. */
+  const ddp_comm_watchdog_config_t watch = {.label = "comm nccl",
+                                            .who = m->who,
+                                            .then = "aborting the NCCL communicator and the job",
+                                            .n_slots = m->n_slots,
+                                            .timeout_s = c->timeout_s,
+                                            .probe = {.ctx = m,
+                                                      .thread_start = watch_thread_start,
+                                                      .slot_state = watch_slot_state,
+                                                      .health = watch_health,
+                                                      .fail = watch_fail}};
+  return ddp_comm_watchdog_start(&watch, &m->watchdog);
 }
 
 /* Collective: the worst status of all ranks (statuses are negative). */
@@ -406,7 +497,13 @@ static ddp_status_t agree(ddp_status_t mine, ddp_status_t *worst) {
 static ddp_status_t nccl_init(ddp_comm_t *c, const ddp_dist_t *dist) {
   nccl_impl_t *m = calloc(1, sizeof *m);
   if (!m) DDP_FAIL(DDP_ERR_OOM, "comm nccl: out of host memory");
+  if (pthread_mutex_init(&m->comm_lock, NULL) != 0) {
+    free(m);
+    DDP_FAIL(DDP_ERR_INTERNAL, "comm nccl: pthread_mutex_init failed");
+  }
   c->impl = m;
+  snprintf(m->who, sizeof m->who, "rank %d on %s", dist->rank, dist->host);
+  ncclComm_t comm = NULL;
   ddp_status_t st = prepare(c, m), all = DDP_OK, mpi = DDP_OK;
   DDP_CHECK_GOTO(agree(st, &all), mpi, agree_failed);
   if (all != DDP_OK) {
@@ -435,8 +532,12 @@ static ddp_status_t nccl_init(ddp_comm_t *c, const ddp_dist_t *dist) {
     goto free_m;
   }
   st = DDP_FOREIGN_STATUS(ddp_nccl_status_,
-                          ncclCommInitRank(&m->comm, dist->world, msg.id, dist->rank));
-  if (st != DDP_OK) m->comm = NULL;
+                          ncclCommInitRank(&comm, dist->world, msg.id, dist->rank));
+  if (st == DDP_OK) { /* published under the lock: the watchdog's thread reads it */
+    pthread_mutex_lock(&m->comm_lock);
+    m->comm = comm;
+    pthread_mutex_unlock(&m->comm_lock);
+  }
   DDP_CHECK_GOTO(agree(st, &all), mpi, agree_failed);
   if (all != DDP_OK) {
     if (st == DDP_OK)
@@ -445,15 +546,15 @@ static ddp_status_t nccl_init(ddp_comm_t *c, const ddp_dist_t *dist) {
     st = all;
     goto abort_m;
   }
-  DDP_LOG_DEBUG("comm nccl: rank %d of %d on cuda:%d, host-wait timeout %g s", c->rank, c->world,
-                m->device, c->timeout_s);
+  DDP_LOG_DEBUG("comm nccl: rank %d of %d on cuda:%d, timeout %g s (host waits and watchdog)",
+                c->rank, c->world, m->device, c->timeout_s);
   return DDP_OK;
 
 agree_failed:
   st = mpi;
 abort_m:
-  if (m->comm) ncclCommAbort(m->comm);
-  m->comm = NULL;
+  comm = take_comm(m);
+  if (comm) ncclCommAbort(comm);
 free_m:
   free_impl(m);
   c->impl = NULL;
@@ -463,6 +564,9 @@ free_m:
 static void nccl_shutdown(ddp_comm_t *c) {
   nccl_impl_t *m = c->impl;
   if (!m) return;
+  /* The host waits for the rest, under the same timeout. */
+  ddp_comm_watchdog_stop(m->watchdog);
+  m->watchdog = NULL;
   if (!m->aborted) {
     /* Peers are inside the collectives still queued: finish them (within
      * the timeout) before NCCL's resources go. The barrier's slot is free
@@ -482,11 +586,11 @@ static void nccl_shutdown(ddp_comm_t *c) {
       abort_comm(c, s, DDP_ERR_CUDA, "CUDA error at destroy");
     }
   }
-  if (m->comm) {
-    const ncclResult_t r = ncclCommDestroy(m->comm);
+  ncclComm_t comm = take_comm(m);
+  if (comm) {
+    const ncclResult_t r = ncclCommDestroy(comm);
     if (r != ncclSuccess)
       DDP_LOG_WARN("comm nccl: rank %d: ncclCommDestroy: %s", c->rank, ncclGetErrorString(r));
-    m->comm = NULL;
   }
   cudaStreamSynchronize(m->stream); /* an aborted NCCL's kernels have exited */
   free_impl(m);

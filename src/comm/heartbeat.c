@@ -18,6 +18,7 @@
 
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
+#include "comm/watchdog_clock.h"
 #include "core/clock.h"
 #include "core/foreign_check.h"
 
@@ -58,13 +59,14 @@ static void *watch(void *arg) {
   MPI_Request rreq = MPI_REQUEST_NULL, sreq = MPI_REQUEST_NULL;
   if ((rc = MPI_Irecv(&in, 1, MPI_INT, hb->left, HB_TAG, hb->comm, &rreq)) != MPI_SUCCESS)
     hb_fail(hb, "MPI_Irecv", rc);
-  double heard = ddp_clock_seconds(), sent = -1e300, last_poll = heard;
+  double heard = ddp_clock_seconds(), sent = -1e300;
+  /* A stall of this thread itself (the whole process stopped or starved) is
+   * not the left neighbour's silence (comm/watchdog_clock.h). */
+  ddp_watch_clock_t clock;
+  ddp_watch_clock_init(&clock, hb->poll, heard);
   for (;;) {
     const double t = ddp_clock_seconds();
-    /* This thread itself was not running (the whole process was stopped or
-     * starved): the silence it would measure is its own, so start afresh. */
-    if (t - last_poll > 2 * hb->poll + 1.0) heard = t;
-    last_poll = t;
+    ddp_watch_clock_look(&clock, t);
     while (!left_done) {
       if ((rc = MPI_Test(&rreq, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
         hb_fail(hb, "MPI_Test (receive)", rc);
@@ -77,9 +79,10 @@ static void *watch(void *arg) {
         hb_fail(hb, "MPI_Irecv", rc);
       }
     }
-    if (!left_done && t - heard > hb->timeout) {
+    const double silent = ddp_watch_clock_age(&clock, heard, t);
+    if (!left_done && silent > hb->timeout) {
       DDP_LOG_ERROR("rank %d on %s has not been heard from for %.0f s; ending the job", hb->left,
-                    hb->left_host, t - heard);
+                    hb->left_host, silent);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (sreq != MPI_REQUEST_NULL && (rc = MPI_Test(&sreq, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
@@ -121,7 +124,7 @@ ddp_status_t ddp_heartbeat_start(const ddp_dist_t *dist, double timeout_s, ddp_h
   /* Ten beats per timeout: a pause must last 90% of the timeout before it
    * can look like a silence. Polling is finer so detection is prompt. */
   hb->beat_every = timeout_s / 10;
-  hb->poll = timeout_s / 40 < 0.25 ? timeout_s / 40 : 0.25;
+  hb->poll = ddp_watch_poll_s(timeout_s);
   atomic_init(&hb->stop, 0);
   DDP_MPI_CHECK_GOTO(MPI_Comm_dup(MPI_COMM_WORLD, &hb->comm), st, free_hb);
   hosts = calloc((size_t)dist->world, hl);

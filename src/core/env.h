@@ -52,7 +52,18 @@ extern "C" {
   X(FAULT_OVERFLOW_RANK, "-1",                                                            \
     "fault injection for tests: this rank turns one gradient into +inf (an fp16 "         \
     "overflow) at step DDPTRAIN_FAULT_OVERFLOW_STEP")                                     \
-  X(FAULT_OVERFLOW_STEP, "1", "the 1-based step of DDPTRAIN_FAULT_OVERFLOW_RANK's overflow")
+  X(FAULT_OVERFLOW_STEP, "1",                                                             \
+    "the 1-based step of DDPTRAIN_FAULT_OVERFLOW_RANK's overflow")                        \
+  X(FAULT_STARTUP_RANK, "-1",                                                             \
+    "fault injection for tests: this rank (as the launcher numbers it) freezes for "      \
+    "good as start-up point DDPTRAIN_FAULT_STARTUP_PHASE begins; -1 = none")              \
+  X(FAULT_STARTUP_PHASE, "mpi-init",                                                      \
+    "the start-up point of DDPTRAIN_FAULT_STARTUP_RANK's freeze: mpi-init, flags, "       \
+    "device-probe, device-decision, backend, binding, heartbeat, or train (just after "   \
+    "the start-up watchdog has handed over to the heartbeat)")                            \
+  X(FAULT_STARTUP_KIND, "STOP",                                                           \
+    "how DDPTRAIN_FAULT_STARTUP_RANK freezes: STOP (the whole process, SIGSTOP) or "      \
+    "HANG (only the main thread blocks for good, as in a driver call that never returns)")
 
 typedef enum ddp_env_id {
 #define DDP_ENV_ENUM_(id, def, help) DDP_ENV_##id,

@@ -1,5 +1,6 @@
 /* Process bootstrap over MPI, or a singleton without it (see runtime/dist.h).
- * This is the only file outside src/comm/ that calls MPI. */
+ * With the start-up watchdog, the only file outside src/comm/ that calls
+ * MPI. */
 #include <config.h>
 
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "ddptrain/log.h"
 #include "core/foreign_check.h"
 #include "runtime/dist.h"
+#include "runtime/startup_watchdog.h"
 
 #if DDP_HAVE_MPI
 ddp_status_t ddp_mpi_status_(long code, const char *expr, const char *file, int line) {
@@ -48,6 +50,9 @@ ddp_status_t ddp_dist_init(int *argc, char ***argv, ddp_dist_t *dist) {
   DDP_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   DDP_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &dist->rank));
   DDP_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &dist->world));
+  /* From here a start-up watchdog can name the ranks it misses, the node
+   * split below included. */
+  ddp_startup_watchdog_mpi_up(dist->rank, dist->world, dist->thread_level, dist->host);
   MPI_Comm node;
   DDP_MPI_CHECK(
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist->rank, MPI_INFO_NULL, &node));
@@ -57,6 +62,7 @@ ddp_status_t ddp_dist_init(int *argc, char ***argv, ddp_dist_t *dist) {
 #else
   (void)argc;
   (void)argv;
+  ddp_startup_watchdog_mpi_up(0, 1, 0, dist->host); /* a world of one, known at once */
 #endif
   ddp_log_set_rank(dist->rank, dist->world);
   return DDP_OK;
@@ -137,6 +143,19 @@ ddp_status_t ddp_dist_allgather_lines(const ddp_dist_t *dist, const char *line, 
   free(mine);
   *all = buf;
   return DDP_OK;
+}
+
+int ddp_dist_launcher_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                     "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; ++i) {
+    const char *v = getenv(vars[i]);
+    char *end = NULL;
+    if (!v || !*v) continue;
+    const long r = strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0 && r < 1L << 30) return (int)r;
+  }
+  return -1;
 }
 
 const char *ddp_dist_library(void) {

@@ -46,6 +46,11 @@ ddp_status_t ddp_dist_sum_double(const ddp_dist_t *dist, double *value);
 ddp_status_t ddp_dist_allgather_lines(const ddp_dist_t *dist, const char *line, size_t width,
                                       char **all);
 
+/* The rank the launcher gave this process, readable before MPI_Init (from
+ * OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK or SLURM_PROCID); -1 when none
+ * says, as for a plain `./ddptrain`. */
+int ddp_dist_launcher_rank(void);
+
 /* A one-line name of the MPI library ("Open MPI v4.1.4, ...") or "none". */
 const char *ddp_dist_library(void);
 

@@ -5,6 +5,7 @@
 #include "runtime/fault.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -15,6 +16,8 @@
 #include "ddptrain/log.h"
 #include "core/ascii.h"
 #include "core/env.h"
+#include "runtime/dist.h"
+#include "runtime/startup_watchdog.h"
 
 static ddp_status_t pause_process(double seconds) {
   const pid_t self = getpid();
@@ -64,4 +67,53 @@ ddp_status_t ddp_fault_maybe_inject(int rank, int64_t step) {
   DDP_CHECK(pause_process(pause_s));
   DDP_LOG_WARN("fault injection: rank %d resumes after %g s", rank, pause_s);
   return DDP_OK;
+}
+
+/* Whether `point` is a start-up point (fault.h). */
+static int startup_point_known(const char *point) {
+  if (strcmp(point, DDP_FAULT_STARTUP_TRAIN) == 0) return 1;
+  for (int p = 0; p < DDP_STARTUP_PHASE_COUNT_; ++p)
+    if (strcmp(point, ddp_startup_phase_key((ddp_startup_phase_t)p)) == 0) return 1;
+  return 0;
+}
+
+ddp_status_t ddp_fault_startup_check(void) {
+  if (!ddp_env_is_set(DDP_ENV_FAULT_STARTUP_RANK)) return DDP_OK;
+  double who = -1;
+  DDP_CHECK(ddp_env_get_double(DDP_ENV_FAULT_STARTUP_RANK, &who));
+  if (who != (double)(int)who || who < -1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s': expected a rank (0, 1, ...) or -1",
+             ddp_env_name(DDP_ENV_FAULT_STARTUP_RANK), ddp_env_get(DDP_ENV_FAULT_STARTUP_RANK));
+  const char *kind = ddp_env_get(DDP_ENV_FAULT_STARTUP_KIND);
+  if (!ddp_ascii_ieq(kind, "STOP") && !ddp_ascii_ieq(kind, "HANG"))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s': expected STOP or HANG",
+             ddp_env_name(DDP_ENV_FAULT_STARTUP_KIND), kind);
+  const char *point = ddp_env_get(DDP_ENV_FAULT_STARTUP_PHASE);
+  if (!startup_point_known(point)) {
+    char known[256] = "";
+    size_t n = 0;
+    for (int p = 0; p < DDP_STARTUP_PHASE_COUNT_ && n < sizeof known; ++p)
+      n += (size_t)snprintf(known + n, sizeof known - n, "%s, ",
+                            ddp_startup_phase_key((ddp_startup_phase_t)p));
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s='%s': expected one of %s%s",
+             ddp_env_name(DDP_ENV_FAULT_STARTUP_PHASE), point, known, DDP_FAULT_STARTUP_TRAIN);
+  }
+  return DDP_OK;
+}
+
+void ddp_fault_at_startup(const char *point, int rank) {
+  if (!ddp_env_is_set(DDP_ENV_FAULT_STARTUP_RANK)) return; /* the common case: one getenv */
+  double who = -1;
+  if (ddp_env_get_double(DDP_ENV_FAULT_STARTUP_RANK, &who) != DDP_OK) return;
+  if (rank < 0) rank = ddp_dist_launcher_rank();
+  if (rank < 0) rank = 0; /* a plain ./ddptrain is rank 0 of 1 */
+  if ((int)who != rank || strcmp(point, ddp_env_get(DDP_ENV_FAULT_STARTUP_PHASE)) != 0) return;
+  if (ddp_ascii_ieq(ddp_env_get(DDP_ENV_FAULT_STARTUP_KIND), "HANG")) {
+    DDP_LOG_WARN("fault injection: rank %d hangs its main thread for good at start-up point '%s'",
+                 rank, point);
+    for (;;) pause(); /* the other threads, the watchdogs' included, run on */
+  }
+  DDP_LOG_WARN("fault injection: rank %d stops itself (SIGSTOP) for good at start-up point '%s'",
+               rank, point);
+  for (;;) raise(SIGSTOP); /* a stray SIGCONT must not revive it */
 }

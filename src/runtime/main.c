@@ -28,7 +28,9 @@
 #include "core/env.h"
 #include "runtime/binding.h"
 #include "runtime/dist.h"
+#include "runtime/fault.h"
 #include "runtime/self_test.h"
+#include "runtime/startup_watchdog.h"
 #include "train/consistency.h"
 #include "train/trainer.h"
 
@@ -59,6 +61,13 @@ static int agreed_exit(ddp_status_t st) {
   }
 }
 
+/* A start-up phase begins: the start-up watchdog times it from here, and a
+ * test may freeze this rank as it begins (rank -1: MPI is not up yet). */
+static void begin_phase(ddp_startup_phase_t phase, int rank) {
+  ddp_startup_watchdog_phase(phase);
+  ddp_fault_at_startup(ddp_startup_phase_key(phase), rank);
+}
+
 /* Why this rank has no GPU to train on, for the other ranks' log. */
 static void gpu_why(ddp_status_t made, char *why, size_t len) {
   for (const ddp_backend_ops_t *const *r = ddp_backend_registry(); *r; ++r) {
@@ -83,6 +92,7 @@ static ddp_status_t create_backend_together(const ddp_dist_t *dist, ddp_backend_
                                             ddp_backend_t **out) {
   enum { WIDTH = 256 };
   ddp_backend_t *be = NULL;
+  begin_phase(DDP_STARTUP_DEVICE_PROBE, dist->rank);
   const ddp_status_t made = ddp_backend_create(cfg, &be);
   const int usable = made == DDP_OK && be->ops->kind == DDP_DEVICE_KIND_CUDA;
   char why[sizeof(((ddp_comm_gpu_probe_t *)0)->why)] = "";
@@ -103,6 +113,7 @@ static ddp_status_t create_backend_together(const ddp_dist_t *dist, ddp_backend_
   /* host names have no spaces; the reason, last, may */
   snprintf(line, sizeof line, "%d %d %s %s", usable, usable ? be->device : -1, where, why);
   char *all = NULL;
+  begin_phase(DDP_STARTUP_DEVICE_DECISION, dist->rank);
   ddp_status_t st = ddp_dist_allgather_lines(dist, line, WIDTH, &all);
   ddp_comm_gpu_probe_t *probes = calloc((size_t)dist->world, sizeof *probes);
   if (st == DDP_OK && !probes) {
@@ -130,6 +141,7 @@ static ddp_status_t create_backend_together(const ddp_dist_t *dist, ddp_backend_
   }
   free(probes);
   free(all);
+  begin_phase(DDP_STARTUP_BACKEND, dist->rank);
   if (st == DDP_OK && strcmp(ch.device, "cpu") == 0 && be && be->ops->kind != DDP_DEVICE_KIND_CPU) {
     ddp_backend_destroy(be); /* a GPU this rank has, but not every rank can use one */
     be = NULL;
@@ -210,18 +222,30 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
     if (valid != DDP_OK) return valid == DDP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
   }
 
+  /* Every start-up phase is bounded, from before MPI_Init until the
+   * heartbeat takes over (runtime/startup_watchdog.h). A malformed start-up
+   * fault is refused here, before any rank waits for another. */
+  if (ddp_fault_startup_check() != DDP_OK) return EXIT_USAGE;
+  if (ddp_startup_watchdog_start(opts.startup_timeout) != DDP_OK) return EXIT_RUNTIME;
+  begin_phase(DDP_STARTUP_MPI_INIT, -1);
   ddp_dist_t dist;
-  if (ddp_dist_init(&argc, &argv, &dist) != DDP_OK) return EXIT_RUNTIME;
+  if (ddp_dist_init(&argc, &argv, &dist) != DDP_OK) {
+    ddp_startup_watchdog_stop();
+    return EXIT_RUNTIME;
+  }
   /* Flags only some ranks were given are command-line errors as well, found
    * by the first collective: every rank learns of them and exits with 2. */
+  begin_phase(DDP_STARTUP_FLAGS, dist.rank);
   const ddp_status_t agreed = ddp_train_check_flags(&dist, &opts);
   if (agreed == DDP_ERR_MISMATCH) {
+    ddp_startup_watchdog_stop();
     ddp_dist_finalize(&dist);
     return EXIT_USAGE;
   }
   if (agreed != DDP_OK) ddp_dist_abort(&dist, EXIT_RUNTIME);
   ddp_env_log_overrides();
   if (opts.plan_only) { /* no backend, no model: the sampler alone */
+    ddp_startup_watchdog_stop();
     if (ddp_plan_report(&opts, &dist, stdout) != DDP_OK) {
       DDP_LOG_ERROR("rank %d on %s stops: cannot build the plan", dist.rank, dist.host);
       ddp_dist_abort(&dist, EXIT_RUNTIME);
@@ -241,22 +265,29 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
    * GPU gradients; otherwise every rank trains on the CPU, and rank 0 says
    * why. Naming cuda explicitly makes that an error on every rank. The
    * self-test checks each rank's own device and needs no agreement. */
-  ddp_status_t st = dist.world > 1 && !opts.self_test && !ddp_ascii_ieq(device, "cpu")
-                        ? create_backend_together(&dist, &bc, &be)
-                        : ddp_backend_create(&bc, &be);
+  const int together = dist.world > 1 && !opts.self_test && !ddp_ascii_ieq(device, "cpu");
+  if (!together) begin_phase(DDP_STARTUP_BACKEND, dist.rank);
+  ddp_status_t st =
+      together ? create_backend_together(&dist, &bc, &be) : ddp_backend_create(&bc, &be);
   if (st == DDP_OK) {
     DDP_LOG_INFO("%s %s: %d rank%s, rank 0 on %s: %s", program, ddp_version(), dist.world,
                  dist.world == 1 ? "" : "s", dist.host, be->description);
+    begin_phase(DDP_STARTUP_BINDING, dist.rank);
     st = ddp_binding_setup(&dist, be); /* binds GPU ranks near their GPU; logs the map */
   }
   if (st == DDP_OK) {
     ddp_heartbeat_t *hb = NULL; /* ends the job if a rank stops (see comm/heartbeat.h) */
+    begin_phase(DDP_STARTUP_HEARTBEAT, dist.rank);
     st = ddp_heartbeat_start(&dist, opts.heartbeat_timeout, &hb);
+    /* Start-up is over: a stopped rank is the heartbeat's to find now. */
+    ddp_startup_watchdog_stop();
+    if (st == DDP_OK) ddp_fault_at_startup(DDP_FAULT_STARTUP_TRAIN, dist.rank);
     if (st == DDP_OK)
       st = opts.self_test ? ddp_smoke_run(&opts, &dist, be) : ddp_train(&opts, &dist, be);
     /* a clean end, or an ending every rank agreed on: stop the ring before MPI ends */
     if (st == DDP_OK || agreed_exit(st)) ddp_heartbeat_stop(hb);
   }
+  ddp_startup_watchdog_stop(); /* a start-up that failed before the heartbeat */
   ddp_backend_destroy(be);
   if (agreed_exit(st)) { /* every rank ends the same way: no abort needed */
     ddp_dist_finalize(&dist);

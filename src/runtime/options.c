@@ -183,6 +183,12 @@ static const opt_row_t k_rows[] = {
      "Data parallelism",
      "end the job when a rank has not been heard from for S seconds (frozen or gone); 0 = off",
      NULL, 0},
+    {"startup-timeout", 0, OPT_FLOAT, OFF(startup_timeout), "300", 0, 86400, "S",
+     "Data parallelism",
+     "end the job when a start-up phase (MPI init, device decision, binding, ...) has not "
+     "ended after S seconds on some rank, naming the phase and the ranks not heard from; "
+     "0 = off",
+     NULL, 0},
     {"precision", 0, OPT_STRING, OFF(precision), "fp32", 0, 0, "TYPE", "Mixed precision",
      "fp32, bf16 or fp16: bf16/fp16 store activations and compute weights in the half type "
      "(fp32 master weights, optimizer state, gradients and reductions)",
