@@ -1,6 +1,10 @@
 #!/bin/sh
 # launch/ddprun: the mpirun line it builds (--dry-run), that bad arguments
-# are one clear line and exit status 2, and a real 2-rank run through it.
+# are one clear line and exit status 2, a real 2-rank run through it, and
+# preemption through it: SIGTERM to ddprun while the steps take longer than
+# the ~2 s Open MPI gives ranks after its own SIGTERM still ends with a
+# checkpoint and status 75, and --resume then ends bit-identical to an
+# uninterrupted run.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 DDPRUN="$top_srcdir/launch/ddprun"
@@ -80,6 +84,38 @@ if [ -n "$MPIRUN" ]; then
     ok "2 ranks trained through ddprun"
   else
     bad "2 ranks through ddprun"; sed 's/^/  | /' "$dir/run.log"
+  fi
+
+  # SIGTERM to ddprun. Each step is followed by a 3 s pause (restarted by a
+  # signal), so after the signal a rank needs > 3 s to reach its checkpoint.
+  run2="$DDPRUN --mpirun $MPIRUN --cpu --np 2 --per-node 2 --program $DDPTRAIN --"
+  # shellcheck disable=SC2086
+  $run2 $TINY --steps 6 --log-every 1 --export "$dir/ref.st" > "$dir/ref.log" 2>&1 ||
+    { bad "reference run"; sed 's/^/  | /' "$dir/ref.log"; }
+  # shellcheck disable=SC2086
+  DDPTRAIN_FAULT_STEP_SLEEP_MS=3000 $run2 $TINY --steps 6 --log-every 1 --save "$dir/ck" > "$dir/term.log" 2>&1 &
+  pid=$!
+  i=0
+  while ! grep -q "step     1/6" "$dir/term.log" 2> /dev/null && [ $i -lt 1200 ]; do
+    i=$((i + 1))
+    sleep 0.1
+  done
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  step=$(sed -n 's/.*preempted (.*) after step \([0-9]*\):.*/\1/p' "$dir/term.log" | head -1)
+  ckpt=$dir/ck/ckpt_$(printf %08d "${step:-0}").safetensors
+  if [ $rc -eq 75 ] && [ -n "$step" ] && [ "$step" -lt 6 ] && [ -e "$ckpt" ] &&
+    grep -q "^ddprun: SIGTERM: passing SIGUSR1 to mpirun" "$dir/term.log"; then
+    ok "SIGTERM to ddprun with 3 s steps: checkpoint after step $step, exit 75"
+    # shellcheck disable=SC2086
+    if $run2 $TINY --steps 6 --log-every 1 --resume "$dir/ck" --export "$dir/res.st" > "$dir/res.log" 2>&1 && cmp -s "$dir/ref.st" "$dir/res.st"; then
+      ok "--resume after the SIGTERM ends bit-identical to the uninterrupted run"
+    else
+      bad "--resume after the SIGTERM"; sed 's/^/  | /' "$dir/res.log"
+    fi
+  else
+    bad "SIGTERM to ddprun: exit $rc, step '$step', checkpoint: $(ls "$dir/ck" 2>&1)"; sed 's/^/  | /' "$dir/term.log"
   fi
 fi
 exit $fail
