@@ -32,7 +32,11 @@ measure() {
   until [ "$(grep -c 'step  *[0-9]*/1000 ' "$dir/log")" -ge 2 ]; do
     sleep 0.05
     i=$((i + 1))
-    [ $i -lt 6000 ] && kill -0 $pid 2> /dev/null || { echo "| $name | run failed |"; sed 's/^/  | /' "$dir/log" >&2; return; }
+    if [ $i -ge 6000 ] || ! kill -0 $pid 2> /dev/null; then
+      echo "| $name | run failed |"
+      sed 's/^/  | /' "$dir/log" >&2
+      return
+    fi
   done
   local step_ms
   step_ms=$(sed -n 's/.*step  *[0-9]*\/1000 .* | \([0-9.]*\) ms\/step .*/\1/p' "$dir/log" | sort -n | sed -n 2p)

@@ -144,7 +144,8 @@ loop_s=$(($(date +%s) - t0))
 
 if [ $failed = 0 ]; then
   # The newest checkpoint's step, and ten steps past it.
-  last=$(ls "$CK" | sed -n 's/^ckpt_0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+  last=$(for f in "$CK"/ckpt_*.safetensors; do echo "${f##*/}"; done |
+    sed -n 's/^ckpt_0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
   T=$((${last:-0} + 10))
   log=$work/logs/final.log
   start "$log" "${SAVE[@]}" --stop-at "$T" --export "$work/soak.st"
