@@ -93,7 +93,8 @@ fail() {
 
 t0=$(date +%s)
 deadline=$((t0 + minutes * 60))
-echo "soak: $np ranks, ${minutes} min, seed $seed, program $program, in $work"
+commit=$(git -C "$here" rev-parse --short HEAD 2> /dev/null || echo "not a git checkout")
+echo "soak: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit: $np ranks, $minutes min, seed $seed, program $program, in $work"
 cycles=0 kills=0 usr1=0 term=0
 while [ "$(date +%s)" -lt "$deadline" ] && [ $failed = 0 ]; do
   cycles=$((cycles + 1))
