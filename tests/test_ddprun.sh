@@ -1,6 +1,10 @@
 #!/bin/sh
 # launch/ddprun: the mpirun line it builds (--dry-run), that bad arguments
-# are one clear line and exit status 2, and a real 2-rank run through it.
+# are one clear line and exit status 2, a real 2-rank run through it, and
+# preemption through it: SIGTERM to ddprun, and SIGINT to its process group
+# (a Ctrl-C), while the steps take longer than the ~2 s Open MPI gives ranks
+# after its own SIGTERM, still end with a checkpoint and status 75, and
+# --resume then ends bit-identical to an uninterrupted run.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 DDPRUN="$top_srcdir/launch/ddprun"
@@ -80,6 +84,60 @@ if [ -n "$MPIRUN" ]; then
     ok "2 ranks trained through ddprun"
   else
     bad "2 ranks through ddprun"; sed 's/^/  | /' "$dir/run.log"
+  fi
+
+  # Preemption through ddprun. Each step is followed by a 3 s pause
+  # (restarted by a signal), so after the signal a rank needs > 3 s to
+  # reach its checkpoint: more than mpirun grants after its own SIGTERM.
+  run2="$DDPRUN --mpirun $MPIRUN --cpu --np 2 --per-node 2 --program $DDPTRAIN --"
+  # shellcheck disable=SC2086
+  $run2 $TINY --steps 6 --log-every 1 --export "$dir/ref.st" > "$dir/ref.log" 2>&1 ||
+    { bad "reference run"; sed 's/^/  | /' "$dir/ref.log"; }
+  # preempt NAME SIGNAL MESSAGE [-g]: signals ddprun (-g: its whole process
+  # group, as a Ctrl-C at a terminal does; ddprun then runs in a session of
+  # its own, with SIGINT not ignored as sh does for background commands)
+  # after step 1; wants status 75, a checkpoint, MESSAGE from ddprun, and
+  # a resume that ends bit-identical to the uninterrupted run.
+  preempt() {
+    name=$1 sig=$2 msg=$3 group=${4:-}
+    if [ -n "$group" ]; then
+      # shellcheck disable=SC2086
+      DDPTRAIN_FAULT_STEP_SLEEP_MS=3000 setsid env --default-signal=INT $run2 $TINY --steps 6 --log-every 1 \
+        --save "$dir/$name" > "$dir/$name.log" 2>&1 &
+    else
+      # shellcheck disable=SC2086
+      DDPTRAIN_FAULT_STEP_SLEEP_MS=3000 $run2 $TINY --steps 6 --log-every 1 --save "$dir/$name" > "$dir/$name.log" 2>&1 &
+    fi
+    pid=$!
+    i=0
+    while ! grep -q "step     1/6" "$dir/$name.log" 2> /dev/null && [ $i -lt 1200 ]; do
+      i=$((i + 1))
+      sleep 0.1
+    done
+    if [ -n "$group" ]; then kill -"$sig" -$pid; else kill -"$sig" $pid; fi
+    wait $pid
+    rc=$?
+    step=$(sed -n 's/.*preempted (.*) after step \([0-9]*\):.*/\1/p' "$dir/$name.log" | head -1)
+    ckpt=$dir/$name/ckpt_$(printf %08d "${step:-0}").safetensors
+    if [ $rc -eq 75 ] && [ -n "$step" ] && [ "$step" -lt 6 ] && [ -e "$ckpt" ] &&
+      grep -q "^ddprun: $msg" "$dir/$name.log"; then
+      ok "$name with 3 s steps: checkpoint after step $step, exit 75"
+      # shellcheck disable=SC2086
+      if $run2 $TINY --steps 6 --log-every 1 --resume "$dir/$name" --export "$dir/$name.st" > "$dir/$name.res.log" 2>&1 &&
+        cmp -s "$dir/ref.st" "$dir/$name.st"; then
+        ok "--resume after the $name ends bit-identical to the uninterrupted run"
+      else
+        bad "--resume after the $name"; sed 's/^/  | /' "$dir/$name.res.log"
+      fi
+    else
+      bad "$name: exit $rc, step '$step', checkpoint: $(ls "$dir/$name" 2>&1)"; sed 's/^/  | /' "$dir/$name.log"
+    fi
+  }
+  preempt SIGTERM TERM "SIGTERM: passing SIGUSR1 to mpirun"
+  if command -v setsid > /dev/null 2>&1 && env --default-signal=INT true 2> /dev/null; then
+    preempt Ctrl-C INT "SIGINT: passing SIGUSR1 to mpirun" -g
+  else
+    echo "skipped: the Ctrl-C case needs setsid and env --default-signal (coreutils 8.31)"
   fi
 fi
 exit $fail

@@ -11,7 +11,8 @@
 #    the rank named;
 #  - preemption: SIGUSR1 to the batch shell reaches the ranks; ddptrain writes
 #    a checkpoint and exits 75, the job requeues itself, and the second start
-#    resumes from that checkpoint (--resume auto) and completes.
+#    resumes from that checkpoint (--resume auto) and completes; the same
+#    with SIGTERM to the batch shell and 3 s steps.
 # SKIPs (77) when not root or when slurm/munge are not installed.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
@@ -169,29 +170,39 @@ fi
 # ---- preemption and requeue -------------------------------------------------
 # SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends) must reach the
 # ranks; ddptrain writes a checkpoint and exits 75, the job requeues itself
-# and its second start resumes from the checkpoint and completes.
+# and its second start resumes from the checkpoint and completes. SIGTERM
+# to the batch shell (scancel --batch, a node shutting down) must do the
+# same, also when a step takes longer than the ~2 s mpirun grants the ranks
+# after forwarding a SIGTERM of its own: the job script and ddprun pass it
+# on as SIGUSR1.
 prog=$DDPTRAIN
-# 100 ms a step: long enough to be inside training when the signal comes.
-job=$(cd "$t/job" && DDPTRAIN=$prog DDPTRAIN_FAULT_STEP_SLEEP_MS=100 sbatch --parsable \
-  --job-name=preempt --output="$t/job/preempt.out" $SHAPE "$t/1node.sbatch" $SMALL --steps 150)
-i=0
-until grep -q "step " "$t/job/preempt.out" 2> /dev/null || [ $i -gt 240 ]; do sleep 0.5; i=$((i + 1)); done
-scancel --batch --signal=USR1 "$job"
-state= restarts=0
-for i in $(seq 1 150); do
-  info=$(scontrol show job "$job" 2> /dev/null)
-  state=$(echo "$info" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-  restarts=$(echo "$info" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
-  case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT) break ;; esac
-  sleep 1
-done
-out=$t/job/preempt.out
-if [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] && grep -q "requeueing job $job" "$out" &&
-  grep -q "checkpoint: " "$out" && grep -q "resume: loaded" "$out" &&
-  grep -q -e "--save $t/job/checkpoints/preempt --resume auto" "$out"; then
-  ok "preemption: SIGUSR1 reached the ranks, status 75 requeued the job, the restart $(grep -m1 -o 'resume: loaded.*' "$out") and completed"
-else
-  bad "preemption: job $job ended ${state:-?} after ${restarts:-0} restarts"; dump "$out"
-fi
-scancel "$job" 2> /dev/null
+# preempt SIGNAL STEP-SLEEP-MS STEPS [FLAGS...]: the step sleep is long
+# enough to be inside training when the signal comes.
+preempt() {
+  name=preempt-$1
+  job=$(cd "$t/job" && DDPTRAIN=$prog DDPTRAIN_FAULT_STEP_SLEEP_MS=$2 sbatch --parsable \
+    --job-name="$name" --output="$t/job/$name.out" $SHAPE "$t/1node.sbatch" $SMALL --steps "$3" "${@:4}")
+  i=0
+  until grep -q "step " "$t/job/$name.out" 2> /dev/null || [ $i -gt 240 ]; do sleep 0.5; i=$((i + 1)); done
+  scancel --batch --signal="$1" "$job"
+  state= restarts=0
+  for i in $(seq 1 150); do
+    info=$(scontrol show job "$job" 2> /dev/null)
+    state=$(echo "$info" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    restarts=$(echo "$info" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+    case "$state" in COMPLETED | FAILED | CANCELLED | TIMEOUT) break ;; esac
+    sleep 1
+  done
+  out=$t/job/$name.out
+  if [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] && grep -q "requeueing job $job" "$out" &&
+    grep -q "checkpoint: " "$out" && grep -q "resume: loaded" "$out" &&
+    grep -q -e "--save $t/job/checkpoints/$name --resume auto" "$out"; then
+    ok "preemption: SIG$1 reached the ranks, status 75 requeued the job, the restart $(grep -m1 -o 'resume: loaded.*' "$out") and completed"
+  else
+    bad "preemption by SIG$1: job $job ended ${state:-?} after ${restarts:-0} restarts"; dump "$out"
+  fi
+  scancel "$job" 2> /dev/null
+}
+preempt USR1 100 150
+preempt TERM 3000 6 --log-every 1
 exit $fail

@@ -6,7 +6,10 @@
 #    limit (#SBATCH --signal=B:USR1@120); the shell passes it on to the
 #    launcher, which passes it to every rank; ddptrain then writes a
 #    checkpoint and exits with status 75, and the job requeues itself
-#    (scontrol requeue) to resume from that checkpoint;
+#    (scontrol requeue) to resume from that checkpoint. SIGTERM and SIGINT
+#    (scancel, a node shutting down) take the same path as SIGUSR1: passed
+#    on as SIGUSR1, because Open MPI's mpirun kills the ranks about 2 s
+#    after forwarding a SIGTERM, checkpoint written or not;
 #  - the record: the command line and the final status in the job's output.
 # Settings (environment): DDPTRAIN (the program, default ddptrain next to
 # ddprun or on PATH), DDPRUN (default ddprun), CKPT_DIR (default
@@ -31,8 +34,8 @@ ddp_job_run() {
   # background and `wait` (which a trapped signal interrupts) is repeated
   # until it has really ended.
   trap 'echo "ddptrain job: SIGUSR1 (preemption), passing it to the ranks"; kill -USR1 $pid' USR1
-  trap 'kill -TERM $pid' TERM
-  trap 'kill -INT $pid' INT
+  trap 'echo "ddptrain job: SIGTERM, passing SIGUSR1 to the ranks"; kill -USR1 $pid' TERM
+  trap 'echo "ddptrain job: SIGINT, passing SIGUSR1 to the ranks"; kill -USR1 $pid' INT
   while :; do
     wait "$pid"
     rc=$?
