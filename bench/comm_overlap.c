@@ -26,26 +26,16 @@
 #include "comm/comm.h"
 #include "runtime/dist.h"
 
+#include "bench_timing.h"
+
 enum { MAX_ITERS = 64 };
 enum { COMPUTE = 0, COMM = 1, COMBINED = 2 }; /* the kinds of pass */
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 /* Median of n values; v is left as it was. */
 static double median(const double *v, int n) {
   double s[MAX_ITERS];
   memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  return bench_median(s, n);
 }
 
 typedef struct bench {
@@ -89,11 +79,11 @@ static void wait_all(bench_t *b, ddp_comm_t *c, ddp_comm_handle_t *h) {
 /* One pass of a kind (COMPUTE, COMM, COMBINED), in ms. */
 static double pass(bench_t *b, ddp_comm_t *c, int what, ddp_comm_handle_t *h) {
   if (ddp_comm_barrier(c) != DDP_OK) die(b, "barrier");
-  const double t0 = now_ms();
+  const double t0 = bench_now_ms();
   if (what == COMM) {
     for (int j = 0; j < b->buckets; ++j) issue_bucket(b, c, j, h);
     wait_all(b, c, h);
-    return now_ms() - t0;
+    return bench_now_ms() - t0;
   }
   int next = 0;
   for (int k = 0; k < b->chunks; ++k) {
@@ -107,7 +97,7 @@ static double pass(bench_t *b, ddp_comm_t *c, int what, ddp_comm_handle_t *h) {
   /* A training step ends with every rank in step, so compute-only passes
    * also end at a barrier: waiting for a slower rank is not exposed comm. */
   if (what == COMPUTE && ddp_comm_barrier(c) != DDP_OK) die(b, "barrier");
-  return now_ms() - t0;
+  return bench_now_ms() - t0;
 }
 
 /* The mean over ranks of this rank's median. */
@@ -142,9 +132,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 10; ++i) ddp_backend_gemm(b.be, &b.gemm, NULL);
   double per = 1e30;
   for (int w = 0; w < 10; ++w) {
-    const double t0 = now_ms();
+    const double t0 = bench_now_ms();
     for (int i = 0; i < 20; ++i) ddp_backend_gemm(b.be, &b.gemm, NULL);
-    const double dt = (now_ms() - t0) / 20;
+    const double dt = (bench_now_ms() - t0) / 20;
     if (dt < per) per = dt;
   }
   if (ddp_dist_sum_double(&b.dist, &per) != DDP_OK) die(&b, "sum");

@@ -19,23 +19,9 @@
 #include "ddptrain/nn.h"
 #include "ddptrain/rng.h"
 
+#include "bench_timing.h"
+
 enum { MAX_PASSES = 64 };
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static float *alloc_f(size_t n) {
   float *p = malloc(n * sizeof *p);
@@ -72,21 +58,21 @@ int main(int argc, char **argv) {
   memset(scratch, 0, ntt * sizeof *scratch);
   double tm[MAX_PASSES], tf[MAX_PASSES];
   for (int p = -1; p < passes; ++p) { /* pass -1 warms up */
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     if (nn->attention_fwd(be, DDP_DTYPE_F32, out, att, qkv, B, T, C, NH, NULL) != DDP_OK ||
         nn->attention_bwd(be, DDP_DTYPE_F32, dqkv, scratch, dout, qkv, att, B, T, C, NH, NULL) !=
             DDP_OK)
       return 1;
-    const double t1 = now_ms();
+    const double t1 = bench_now_ms();
     if (nn->flash_attention_fwd(be, DDP_DTYPE_F32, out, lse, qkv, NULL, B, T, C, NH, NULL) !=
             DDP_OK ||
         nn->flash_attention_bwd(be, DDP_DTYPE_F32, dqkv, dsum, dout, qkv, out, lse, NULL, B, T, C,
                                 NH, NULL) != DDP_OK)
       return 1;
-    const double t2 = now_ms();
+    const double t2 = bench_now_ms();
     if (p >= 0) tm[p] = t1 - t0, tf[p] = t2 - t1;
   }
-  const double mm = median(tm, passes), mf = median(tf, passes);
+  const double mm = bench_median(tm, passes), mf = bench_median(tf, passes);
   const double mib = 1.0 / 1048576.0;
   printf("| %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.2f | %.1f | %.2f |\n", threads, B, T, C,
          NH, B * T, mm, mf, mm / mf, 2.0 * (double)ntt * sizeof(float) * mib,

@@ -25,23 +25,9 @@
 #include "core/hash.h"
 #include "data/corpus_impl.h"
 
+#include "bench_timing.h"
+
 enum { MAX_PASSES = 16, EOT = 256, VOCAB = 257 };
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Writes a shard of about `mib` MiB straight to disk (the library's writer
  * takes every token in memory at once, 2x the file as int32). */
@@ -85,21 +71,21 @@ static void drop_cache(const char *path) {
 static double time_hash(const char *path, int64_t size, int full, uint64_t *h) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) return -1;
-  const double t0 = now_ms();
+  const double t0 = bench_now_ms();
   void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (map == MAP_FAILED) return -1;
   *h = full ? ddp_fnv1a64(DDP_FNV1A64_INIT, map, (size_t)size) : ddp_corpus_sample_hash(map, size);
-  const double t = now_ms() - t0;
+  const double t = bench_now_ms() - t0;
   munmap(map, (size_t)size);
   return t;
 }
 
 static double time_read(const char *path, int64_t *windows) {
   ddp_corpus_t c;
-  const double t0 = now_ms();
+  const double t0 = bench_now_ms();
   if (ddp_shard_read(&c, path, 1024) != DDP_OK) return -1;
-  const double t = now_ms() - t0;
+  const double t = bench_now_ms() - t0;
   *windows = c.n_windows;
   ddp_corpus_destroy(&c);
   return t;
@@ -145,7 +131,7 @@ int main(int argc, char **argv) {
   if (stride > 1 << 20) stride = 1 << 20;
   const int64_t sampled = ((size + stride - 1) / stride + 1) * 4096;
   double m[6];
-  for (int k = 0; k < 6; ++k) m[k] = median(t[k], passes);
+  for (int k = 0; k < 6; ++k) m[k] = bench_median(t[k], passes);
   printf("| %.0f MiB | %.2f MiB (%.2f%%) | %.1f | %.1f | %.0f | %.0f | %.0f | %.0f |\n", mib,
          (double)sampled / 1048576.0, 100.0 * (double)sampled / (double)size, m[0], m[4], m[2],
          m[3], m[1], m[5]);
