@@ -95,6 +95,9 @@ check1 "--val-data without --data" 2 "option --val-data needs --data" \
 check1 "--resume auto without --save" 2 "option --resume auto needs --save DIR" \
   "$DDPTRAIN" $TINY --resume auto
 # shellcheck disable=SC2086
+check1 "--save-every without --save" 2 "option --save-every 5 needs --save DIR" \
+  "$DDPTRAIN" $TINY --save-every 5
+# shellcheck disable=SC2086
 check1 "--loss-scale-min above --loss-scale-init" 2 \
   "option --loss-scale-min 100 exceeds --loss-scale-init 10" \
   "$DDPTRAIN" $TINY --precision fp16 --loss-scale-init 10 --loss-scale-min 100

@@ -641,6 +641,13 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
     USAGE_ERROR("option --resume auto needs --save DIR (the directory it resumes from)");
     return DDP_ERR_INVALID_ARG;
   }
+  /* a checkpoint schedule with nowhere to write it would be a run the user
+   * believes is protected and is not */
+  if (o->save_every > 0 && !o->save[0]) {
+    USAGE_ERROR("option --save-every %lld needs --save DIR (the directory it writes to)",
+                (long long)o->save_every);
+    return DDP_ERR_INVALID_ARG;
+  }
   /* the model's own combinations; it logs its one line */
   if (model->validate && model->validate(o) != DDP_OK) return DDP_ERR_INVALID_ARG;
   return DDP_OK;
