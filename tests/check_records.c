@@ -196,8 +196,10 @@ START_TEST(test_records_from_arrays_rejects_bad_input) {
   expect_arrays_fail(x, y, 0, 1, two, 2, DDP_ERR_FORMAT,
                      "unit: 0 records (1 to 2147483647 allowed)");
   expect_arrays_fail(x, y, -4, 1, two, 2, DDP_ERR_FORMAT, "unit: -4 records");
-  expect_arrays_fail(x, y, 4, 1, two, 1, DDP_ERR_FORMAT, "unit: 1 classes (at least 2)");
-  expect_arrays_fail(x, y, 4, 1, two, 0, DDP_ERR_FORMAT, "unit: 0 classes (at least 2)");
+  expect_arrays_fail(x, y, 4, 1, two, 1, DDP_ERR_FORMAT, "unit: 1 classes (2 to 16777216 allowed)");
+  expect_arrays_fail(x, y, 4, 1, two, 0, DDP_ERR_FORMAT, "unit: 0 classes (2 to 16777216 allowed)");
+  expect_arrays_fail(x, y, 4, 1, two, DDP_RECORDS_MAX_CLASSES + 1, DDP_ERR_FORMAT,
+                     "unit: 16777217 classes (2 to 16777216 allowed)");
   expect_arrays_fail(x, y, 4, 0, two, 2, DDP_ERR_FORMAT,
                      "unit: a record has 0 dimensions (1 to 4 allowed)");
   const int64_t five[5] = {1, 1, 1, 1, 3};
@@ -309,12 +311,26 @@ START_TEST(test_records_open_rejects_bad_files) {
   expect_open_fails(path, DDP_ERR_FORMAT,
                     "one_class.safetensors: the labels span 1 classes; a classifier needs at "
                     "least 2 (or set the metadata n_classes)");
-  const char *bad_meta[] = {"1", "abc", "3x", "", "-4", "99999999999"};
-  for (int i = 0; i < 6; ++i) {
+  const char *bad_meta[] = {"1", "abc", "3x", "", "-4", "99999999999", "16777217"};
+  for (int i = 0; i < 7; ++i) {
     const char *meta[] = {"n_classes", bad_meta[i], NULL};
     char want[96];
     write_records(in_dir(path, sizeof path, "bad_meta.safetensors"), 6, 3, meta);
-    snprintf(want, sizeof want, "metadata n_classes '%s' is not an integer >= 2", bad_meta[i]);
+    snprintf(want, sizeof want, "metadata n_classes '%s' is not an integer from 2 to 16777216",
+             bad_meta[i]);
+    expect_open_fails(path, DDP_ERR_FORMAT, want);
+  }
+  /* a label beyond the class bound, INT32_MAX included (the fuzzer's find:
+   * the class count, largest label + 1, overflowed), is a corrupt file */
+  const int32_t huge[2] = {INT32_MAX, DDP_RECORDS_MAX_CLASSES};
+  for (int i = 0; i < 2; ++i) {
+    int32_t big[6] = {0, 1, 2, 0, 1, 2};
+    big[3] = huge[i];
+    char want[96];
+    write_file(in_dir(path, sizeof path, "huge_label.safetensors"), DDP_DTYPE_F32, 3, xs, x,
+               DDP_DTYPE_I32, 1, ys, big, NULL);
+    snprintf(want, sizeof want, "huge_label.safetensors: a label is %d; labels must be below %d",
+             (int)huge[i], DDP_RECORDS_MAX_CLASSES);
     expect_open_fails(path, DDP_ERR_FORMAT, want);
   }
   /* metadata smaller than the labels: the label is named */

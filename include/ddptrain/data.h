@@ -271,10 +271,16 @@ typedef struct ddp_records {
   char source[256];    /* a path, or what made the records, for messages */
 } ddp_records_t;
 
+/* The most classes a record set may have (2^24), as for a shard's
+ * vocabulary: a label or an "n_classes" beyond it is a corrupt file, not a
+ * classifier to allocate. */
+#define DDP_RECORDS_MAX_CLASSES (1 << 24)
+
 /* Copies n records (x: n * product(shape) floats, y: n labels) and builds
  * the index. Rejects (DDP_ERR_FORMAT/INVALID_ARG, naming `source` and the
- * record): n < 1, a bad shape, n_classes < 2, a label outside
- * [0, n_classes), a non-finite feature. */
+ * record): n < 1, a bad shape, n_classes < 2 or above
+ * DDP_RECORDS_MAX_CLASSES, a label outside [0, n_classes), a non-finite
+ * feature. */
 ddp_status_t ddp_records_from_arrays(ddp_records_t *r, const float *x, const int32_t *y, int64_t n,
                                      int ndim, const int64_t *shape, int32_t n_classes,
                                      const char *source);

@@ -46,7 +46,9 @@ static ddp_status_t records_copy(ddp_records_t *r, const void *x, const void *y,
   if (ndim < 1 || ndim > DDP_RECORD_MAX_DIMS)
     DDP_FAIL(DDP_ERR_FORMAT, "%s: a record has %d dimensions (1 to %d allowed)", r->source, ndim,
              DDP_RECORD_MAX_DIMS);
-  if (n_classes < 2) DDP_FAIL(DDP_ERR_FORMAT, "%s: %d classes (at least 2)", r->source, n_classes);
+  if (n_classes < 2 || n_classes > DDP_RECORDS_MAX_CLASSES)
+    DDP_FAIL(DDP_ERR_FORMAT, "%s: %d classes (2 to %d allowed)", r->source, n_classes,
+             DDP_RECORDS_MAX_CLASSES);
   int64_t floats = 1;
   for (int d = 0; d < DDP_RECORD_MAX_DIMS; ++d) {
     r->shape[d] = d < ndim ? shape[d] : 1;
@@ -100,8 +102,9 @@ static ddp_status_t class_count(const ddp_safetensors_t *st, const char *path,
   if (meta) {
     char *end = NULL;
     const long v = strtol(meta, &end, 10);
-    if (end == meta || *end || v < 2 || v > INT32_MAX)
-      DDP_FAIL(DDP_ERR_FORMAT, "%s: metadata n_classes '%s' is not an integer >= 2", path, meta);
+    if (end == meta || *end || v < 2 || v > DDP_RECORDS_MAX_CLASSES)
+      DDP_FAIL(DDP_ERR_FORMAT, "%s: metadata n_classes '%s' is not an integer from 2 to %d", path,
+               meta, DDP_RECORDS_MAX_CLASSES);
     *n_classes = (int32_t)v;
     return DDP_OK;
   }
@@ -111,7 +114,12 @@ static ddp_status_t class_count(const ddp_safetensors_t *st, const char *path,
     memcpy(&y, (const char *)labels->data + (size_t)i * sizeof y, sizeof y);
     if (y > top) top = y;
   }
-  if (top < 1 || top == INT32_MAX)
+  /* top + 1 is computed only below the bound: a label of INT32_MAX (a
+   * corrupt file) must not overflow it, even in the message */
+  if (top >= DDP_RECORDS_MAX_CLASSES)
+    DDP_FAIL(DDP_ERR_FORMAT, "%s: a label is %d; labels must be below %d", path, top,
+             DDP_RECORDS_MAX_CLASSES);
+  if (top < 1)
     DDP_FAIL(DDP_ERR_FORMAT,
              "%s: the labels span %d classes; a classifier needs at least 2 (or set the "
              "metadata n_classes)",
