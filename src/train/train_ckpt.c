@@ -35,8 +35,6 @@ static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *star
                            ddp_ckpt_scaler_t *scaler, int *resumed) {
   const ddp_options_t *o = tc->o;
   const int automatic = strcmp(o->resume, "auto") == 0;
-  if (automatic && !o->save[0])
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "--resume auto needs --save DIR (the directory to resume from)");
   ddp_ckpt_meta_t meta = {0};
   int found = 0;
   DDP_CHECK(ddp_train_resume(o, tc->dist, comm, tc->be, automatic ? o->save : o->resume, automatic,

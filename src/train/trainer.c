@@ -300,8 +300,9 @@ static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
 
 static ddp_status_t setup(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
-  if (o->min_lr > o->lr)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "--min-lr %g exceeds --lr %g", o->min_lr, o->lr);
+  /* the combination rules live in one place (ddp_options_validate); ddp_main
+   * has run them before MPI, a library caller of ddp_train gets them here */
+  DDP_CHECK(ddp_options_validate(o));
   DDP_CHECK(ddp_nvtx_enable(ddp_ascii_ieq(o->nvtx, "on")));
   if (ddp_nvtx_enabled())
     DDP_LOG_INFO("NVTX ranges on (--nvtx): steps, blocks, buckets, optimizer");
