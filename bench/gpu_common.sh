@@ -81,7 +81,9 @@ gpu_out_of_time() { # $1 run, $2 framework; true (and a record) when the budget 
   gpu_skip_record "$1" "$2" "the --budget of ${budget}s was spent"
 }
 
-gpu_has() { "$exe" --help 2> /dev/null | grep -q -- "$1"; }
+# grep reads all of --help (no -q): an early exit would kill the writer with
+# SIGPIPE, and under pipefail a flag that is there would read as missing.
+gpu_has() { "$exe" --help 2> /dev/null | grep -c -- "$1" > /dev/null; }
 
 gpu_json_str() { # a JSON string literal of $1
   "$rpy" -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$1"
