@@ -4,7 +4,7 @@
 # run from the source root, with .device/ (the dependency packages and
 # build.sh, see bench/RESULTS.md "What the next GPU session runs") beside it.
 #
-# PHASES (default "facts build tests sanitizer bench") run in that order, all
+# PHASES (default "facts build tests sanitizer profile bench") run in that order, all
 # inside SECONDS (default 540) of wall time, so the command ends before the
 # lease's per-call limit and its files always come back:
 #   facts      the GPU, driver, nvcc, PyTorch, where cuDNN and NCCL were found;
@@ -12,6 +12,8 @@
 #              test programs;
 #   tests      the GPU suites (GPU_TESTS in Makefile.am and tests/test_gpu*.sh);
 #   sanitizer  a tiny bf16 training run under compute-sanitizer memcheck;
+#   profile    GPT-2 124M, two bf16 steps under Nsight Compute: device time
+#              per kernel name;
 #   bench      bench/gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh on what is left.
 # Only a few files come back from such a host, so everything is written under
 # one work folder and packed into OUT/session.tgz at the end; OUT/summary.txt
@@ -19,7 +21,7 @@
 set -u
 OUT=${1:?usage: gpu_session.sh OUT [SECONDS] [PHASES]}
 BUDGET=${2:-540}
-PHASES=${3:-facts build tests sanitizer bench}
+PHASES=${3:-facts build tests sanitizer profile bench}
 SRC=$PWD
 W=/tmp/gpu-session
 rm -rf "$W" && mkdir -p "$W/logs" "$W/bench"
@@ -48,14 +50,16 @@ fi
 
 if has build; then
   t0=$SECONDS
-  # build.sh names the cuDNN and NCCL it found; if configure cannot link one
-  # of those, the second try lets configure guess (a later --with-X wins), so
-  # the CUDA backend is still tested without it.
-  if ! DDP_CONFIGURE_FLAGS="--with-cuda-arch=90 ${DDP_CONFIGURE_FLAGS:-}" \
+  # build.sh names the cuDNN and NCCL it found, as the parent of their
+  # include folder, which on an Ubuntu image with cudnn.h in
+  # /usr/include/x86_64-linux-gnu is /usr/include: configure's own search
+  # (guess; a later --with-X wins) finds both there. If the build still
+  # fails, the second try goes without cuDNN (nothing uses it yet).
+  if ! DDP_CONFIGURE_FLAGS="--with-cuda-arch=90 --with-cudnn=guess --with-nccl=guess ${DDP_CONFIGURE_FLAGS:-}" \
        bash .device/build.sh > "$W/logs/build.log" 2>&1; then
-    say "build: FAILED after $((SECONDS - t0)) s; trying again with cuDNN and NCCL guessed"
+    say "build: FAILED after $((SECONDS - t0)) s; trying again without cuDNN"
     tail -25 "$W/logs/build.log" | tee -a "$S"
-    if ! DDP_CONFIGURE_FLAGS="--with-cuda-arch=90 --with-cudnn=guess --with-nccl=guess ${DDP_CONFIGURE_FLAGS:-}" \
+    if ! DDP_CONFIGURE_FLAGS="--with-cuda-arch=90 --with-cudnn=no --with-nccl=guess ${DDP_CONFIGURE_FLAGS:-}" \
          bash .device/build.sh > "$W/logs/build2.log" 2>&1; then
       say "build: FAILED again"; tail -40 "$W/logs/build2.log" | tee -a "$S"; exit 1
     fi
@@ -102,6 +106,42 @@ if has sanitizer && [ "$(left)" -gt 200 ] && command -v compute-sanitizer > /dev
     > "$W/logs/memcheck.log" 2>&1
   say "memcheck, tiny bf16 run: exit $? ($((SECONDS - t0)) s); $(grep -c 'Invalid' "$W/logs/memcheck.log") invalid accesses"
   grep -m 6 -A 4 'Invalid\|ERROR SUMMARY' "$W/logs/memcheck.log" | tee -a "$S"
+fi
+
+# Where a GPT-2 124M step's device time goes: each kernel launch of two bf16
+# steps timed by Nsight Compute (one metric, clocks left alone), summed per
+# kernel name. ddptrain is given a peak so the start-up GEMM measurement
+# does not flood the profile.
+if has profile && [ "$(left)" -gt 120 ] && command -v ncu > /dev/null; then
+  t0=$SECONDS
+  python3 bench/synthetic_shard.py "$W/prof.bin" 48 1 fixed:1025 > /dev/null 2>&1
+  timeout -k 5 $(($(left) > 200 ? 120 : 80)) ncu --clock-control none --metrics gpu__time_duration.sum \
+    --csv --page raw --launch-count 2000 ./ddptrain --device cuda --precision bf16 --n-layer 12 \
+    --n-head 12 --n-embd 768 --seq-len 1024 --data "$W/prof.bin" --tokens-per-batch 8192 --steps 2 \
+    --warmup 1 --log-every 1 --eval-every 0 --eval-tokens 1 --peak-gflops 860000 \
+    > "$W/logs/ncu.csv" 2> "$W/logs/ncu.err"
+  say "profile: exit $? ($((SECONDS - t0)) s); device time per kernel name over 2 steps:"
+  python3 - "$W/logs/ncu.csv" << 'PY' | tee -a "$S"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if r]
+head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if head is None:
+    print("  no kernel rows"); sys.exit()
+cols = rows[head]; k = cols.index("Kernel Name"); t = cols.index("gpu__time_duration.sum")
+unit = rows[head + 1][t] if len(rows) > head + 1 else ""
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows[head + 2:]:
+    try:
+        v = float(r[t].replace(",", ""))
+    except (ValueError, IndexError):
+        continue
+    name = r[k][:90]; tot[name] += v; cnt[name] += 1
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(unit, 1e-6)
+all_ms = sum(tot.values()) * scale
+print(f"  {sum(cnt.values())} launches, {all_ms:.1f} ms of kernels ({unit})")
+for name, v in tot.most_common(22):
+    print(f"  {v * scale:8.2f} ms {100 * v * scale / all_ms:5.1f}% {cnt[name]:5d}x  {name}")
+PY
 fi
 
 if has bench; then

@@ -163,6 +163,11 @@ typedef struct gpu_ctx {
   cudaStream_t stream;
 } gpu_ctx_t;
 
+/* settle(): the stream under test is created non-blocking, so it does not
+ * wait for the legacy default stream that cudaMemset and a pageable
+ * cudaMemcpy use; both return before the device has finished them. Without
+ * a device synchronisation in between, the poisoning memset ran after the
+ * kernel on an H200 and the output read back as poison. */
 static void ctx_init(gpu_ctx_t *c, size_t cap, int use_stream) {
   memset(c, 0, sizeof *c);
   c->cap = cap;
@@ -202,10 +207,12 @@ static void check_convert(gpu_ctx_t *c, ddp_dtype_t dt, ddp_dtype_t st, const ui
   for (size_t i = 0; i < n; ++i) want_v[i] = convert_scalar(src_v[i], dt, st);
   unsigned char *want = pack(want_v, n, dt);
   CUDA_OK(cudaMemcpy(c->d_src + off * ssz, src, n * ssz, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaDeviceSynchronize()); /* see settle() */
 
   static const unsigned char poisons[2] = {0xA5, 0x5A};
   for (int p = 0; p < 2; ++p) {
     CUDA_OK(cudaMemset(c->d_dst, poisons[p], out_bytes));
+    CUDA_OK(cudaDeviceSynchronize()); /* see settle() */
     ddp_status_t st_ =
         ddp_cuda_convert(c->d_dst + off * dsz, dt, c->d_src + off * ssz, st, n, c->stream);
     ck_assert_msg(st_ == DDP_OK, "ddp_cuda_convert(%s -> %s, n %zu, off %zu) = %s",
@@ -360,6 +367,7 @@ START_TEST(test_gpu_convert_invalid_args) {
   gpu_ctx_t c;
   ctx_init(&c, 4096, 1);
   CUDA_OK(cudaMemset(c.d_dst, 0xA5, c.cap));
+  CUDA_OK(cudaDeviceSynchronize()); /* see settle() */
   unsigned char *d = c.d_dst, *s = c.d_src;
   log_capture_begin();
   ck_assert_int_eq(ddp_cuda_convert(d, DDP_DTYPE_I32, s, DDP_DTYPE_F32, 8, c.stream),
@@ -423,6 +431,7 @@ static void check_fill(gpu_ctx_t *c, ddp_dtype_t t, float value, size_t n, size_
   static const unsigned char poisons[2] = {0xA5, 0x5A};
   for (int p = 0; p < 2; ++p) {
     CUDA_OK(cudaMemset(c->d_dst, poisons[p], out_bytes));
+    CUDA_OK(cudaDeviceSynchronize()); /* see settle() */
     ddp_status_t st = ddp_cuda_fill(c->d_dst + off * sz, t, value, n, c->stream);
     ck_assert_msg(st == DDP_OK, "ddp_cuda_fill(%s, %g, n %zu, off %zu) = %s", ddp_dtype_name(t),
                   (double)value, n, off, ddp_status_name(st));

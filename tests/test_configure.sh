@@ -40,6 +40,16 @@ expect "CPU-only summary" 0 "CUDA \.+ no" --without-cuda
 grep -q "backends: cpu$" "$scratch/b/out" || { echo "FAIL: CPU-only summary lists other backends"; fail=1; }
 expect "guess mode with a broken nvcc degrades" 0 "building without cuda" NVCC=/bin/false
 grep -qE "CUDA \.+ no" "$scratch/b/out" || { echo "FAIL: broken nvcc still reports CUDA"; fail=1; }
+# A compiler chosen by the user (CC in the environment, as some GPU images
+# set it) that cannot link MPI alone keeps MPI through the wrapper's flags
+# (it used to build without MPI, with only a warning).
+if grep -q '^#define DDP_HAVE_MPI 1' "$top_builddir/config.h" && command -v gcc > /dev/null; then
+  expect "CC=gcc keeps MPI with the wrapper's flags" 0 "links MPI programs with the flags of .*yes" \
+    CC=gcc --without-cuda
+  grep -qE "MPI \.+ yes" "$scratch/b/out" || { echo "FAIL: CC=gcc builds without MPI"; fail=1; }
+else
+  echo "skip: CC with MPI's flags (this build has no MPI, or no gcc)"
+fi
 if [ $have_nvcc = 1 ]; then
   expect "explicit NCCL dir without nccl.h" fail "NCCL \(nccl.h and a linkable libnccl\) was not found under /nonexistent" \
     --with-nccl=/nonexistent

@@ -470,7 +470,10 @@ static ddp_status_t prepare(ddp_comm_t *c, nccl_impl_t *m) {
   /* Outside the backend's allocator: it lives exactly as long as we do,
    * whatever the backend does with its cache. */
   DDP_CUDA_CHECK(cudaMalloc((void **)&m->barrier_buf, sizeof *m->barrier_buf));
-  DDP_CUDA_CHECK(cudaMemset(m->barrier_buf, 0, sizeof *m->barrier_buf));
+  /* On our own stream: it is non-blocking, so it would not wait for a memset
+   * on the legacy default stream, and the barrier all-reduce could read the
+   * buffer before it was cleared. */
+  DDP_CUDA_CHECK(cudaMemsetAsync(m->barrier_buf, 0, sizeof *m->barrier_buf, m->stream));
   /* Started before NCCL exists (it has nothing to look at until the first
    * collective), so a rank that cannot watch fails the ranks' agreement. */
   const ddp_comm_watchdog_config_t watch = {.label = "comm nccl",

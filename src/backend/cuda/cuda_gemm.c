@@ -66,6 +66,7 @@ typedef struct gemm_plan {
   cublasLtMatrixLayout_t la, lb, lc; /* Lt's A (our B), B (our A), C */
   cublasLtMatmulAlgo_t algo;
   int have_algo;
+  uint64_t last_use; /* the table's clock at the last call: evicts the stalest */
 } gemm_plan_t;
 
 struct ddp_cuda_gemm {
@@ -73,6 +74,7 @@ struct ddp_cuda_gemm {
   void *workspace;
   gemm_plan_t slots[GEMM_CACHE_SLOTS];
   uint64_t misses;
+  uint64_t clock; /* one tick per keyed GEMM */
   uint64_t epi_fused, epi_declined;
   int warned_full;
 };
@@ -353,15 +355,20 @@ static ddp_status_t gemm_fallback(ddp_backend_t *be, const ddp_gemm_t *g, int tf
   return DDP_OK;
 }
 
-static gemm_plan_t *lookup(struct ddp_cuda_gemm *G, const gemm_key_t *k, int *free_slot) {
-  *free_slot = -1;
+/* The plan of key k, or NULL with *slot set to where a new plan goes: the
+ * first free slot, else the least recently used one (the caller releases
+ * it). */
+static gemm_plan_t *lookup(struct ddp_cuda_gemm *G, const gemm_key_t *k, int *slot) {
+  int free_slot = -1, stalest = 0;
   for (int i = 0; i < GEMM_CACHE_SLOTS; ++i) {
     if (!G->slots[i].used) {
-      if (*free_slot < 0) *free_slot = i;
+      if (free_slot < 0) free_slot = i;
       continue;
     }
     if (memcmp(&G->slots[i].key, k, sizeof *k) == 0) return &G->slots[i];
+    if (G->slots[i].last_use < G->slots[stalest].last_use || !G->slots[stalest].used) stalest = i;
   }
+  *slot = free_slot >= 0 ? free_slot : stalest;
   return NULL;
 }
 
@@ -420,8 +427,11 @@ static ddp_status_t run_epi_plan(ddp_backend_t *be, struct ddp_cuda_gemm *G, gem
   return DDP_OK;
 }
 
-/* The plan of `key` (built on a miss; a throw-away one when the table is
- * full) run as a plain GEMM (e NULL) or with its epilogue. */
+/* The plan of `key` (built on a miss) run as a plain GEMM (e NULL) or with
+ * its epilogue. A full table evicts its least recently used plan: a run with
+ * many shapes (variable-length buckets) keeps its hot ones cached instead of
+ * setting up every call past the 128th shape. Releasing descriptors whose
+ * GEMM may still be queued is allowed: cublasLtMatmul does not keep them. */
 static ddp_status_t gemm_keyed(ddp_backend_t *be, const gemm_key_t *key, const ddp_gemm_t *g,
                                const ddp_cuda_epilogue_args_t *e, cudaStream_t s, int *fused) {
   struct ddp_cuda_gemm *G = ddp_cuda_state(be)->gemm;
@@ -429,25 +439,20 @@ static ddp_status_t gemm_keyed(ddp_backend_t *be, const gemm_key_t *key, const d
   gemm_plan_t *p = lookup(G, key, &slot);
   if (!p) {
     G->misses++;
-    if (slot >= 0) {
-      DDP_CHECK(plan_build(G, &G->slots[slot], key, e));
-      p = &G->slots[slot];
+    p = &G->slots[slot];
+    if (p->used) {
+      if (!G->warned_full) {
+        DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the least recently used "
+                     "plans are rebuilt when needed again",
+                     be->device, GEMM_CACHE_SLOTS);
+        G->warned_full = 1;
+      }
+      plan_release(p);
     }
+    DDP_CHECK(plan_build(G, p, key, e));
   }
-  if (p) return e ? run_epi_plan(be, G, p, g, e, s, fused) : run_plan(be, G, p, g, s);
-  /* table full: a throw-away plan (destroying descriptors right after the
-   * enqueue is allowed: cublasLtMatmul does not keep them) */
-  if (!G->warned_full) {
-    DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the rest set up per call", be->device,
-                 GEMM_CACHE_SLOTS);
-    G->warned_full = 1;
-  }
-  gemm_plan_t tmp;
-  DDP_CHECK(plan_build(G, &tmp, key, e));
-  const ddp_status_t rc =
-      e ? run_epi_plan(be, G, &tmp, g, e, s, fused) : run_plan(be, G, &tmp, g, s);
-  plan_release(&tmp);
-  return rc;
+  p->last_use = ++G->clock;
+  return e ? run_epi_plan(be, G, p, g, e, s, fused) : run_plan(be, G, p, g, s);
 }
 
 ddp_status_t ddp_cuda_gemm(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream) {
