@@ -74,6 +74,11 @@ fi
 # shellcheck disable=SC1091
 source "$SRC/.device/env.sh"
 cd /tmp/ddp || exit 1
+# Debian's libpmix looks for its plugins where the image keeps its own,
+# newer PMIx's (an H200 image logged "undefined symbol: pmix_output_info"):
+# point it at the unpacked ones.
+d=/opt/ddpdeps/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
+[ -d $d ] && export PMIX_MCA_mca_base_component_path=$d
 export TORCH_PYTHON
 TORCH_PYTHON=$(. tests/env.sh; echo "${TORCH_PYTHON:-python3}")
 [ -f "$SRC/.device/COMMIT" ] && export DDP_COMMIT=$(cat "$SRC/.device/COMMIT")

@@ -1240,12 +1240,17 @@ START_TEST(test_gpu_backend_gemm_plans_are_cached) {
   g.beta = 1.0f; /* alpha/beta are call arguments, not part of a plan */
   ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
   ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses);
-  g.m = M - 1; /* a new shape is a new plan */
-  ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
-  ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses + 1);
   float c[4];
   download(g_gpu, c, dc, sizeof c);
-  ck_assert(fabsf(c[0] - (float)(2 * 0.5 * 0.25 * K)) < 1e-4f); /* beta 1 doubled it */
+  ck_assert_msg(fabsf(c[0] - (float)(2 * 0.5 * 0.25 * K)) < 1e-4f, "c[0] = %g after beta 1",
+                (double)c[0]); /* beta 1 doubled it */
+  g.m = M - 1;                 /* a new shape is a new plan */
+  ck_assert_int_eq(ddp_backend_gemm(g_gpu, &g, NULL), DDP_OK);
+  ck_assert_uint_eq(ddp_cuda_gemm_cache_misses(g_gpu), misses + 1);
+  download(g_gpu, c, dc, sizeof c);
+  /* still beta 1: row 0 is among the M - 1 rows, so it gained one more product */
+  ck_assert_msg(fabsf(c[0] - (float)(3 * 0.5 * 0.25 * K)) < 1e-4f, "c[0] = %g after M - 1",
+                (double)c[0]);
   ddp_backend_free(g_gpu, da);
   ddp_backend_free(g_gpu, db);
   ddp_backend_free(g_gpu, dc);

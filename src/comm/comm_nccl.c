@@ -31,7 +31,8 @@
  * second (its done event, cudaEventQuery) and at NCCL's asynchronous error,
  * and judges them with the host waits' own rule and timeout. Its verdict is
  * the host waits' line ("... and the job"), ncclCommAbort and MPI_Abort: the
- * host may be far from any wait, so the job is ended from the thread. The
+ * host may be far from any wait, so the job is ended from the thread. A host
+ * thread waiting at that moment gets the verdict instead (watch_fail). The
  * decisions are the watchdog's (plain C, tested on the CPU); this file only
  * answers its two questions and carries out the verdict.
  *
@@ -77,7 +78,9 @@ typedef struct nccl_impl {
   unsigned char *timed; /* begin..done not yet added to comm_ns */
   int n_slots;
   int32_t *barrier_buf; /* one device int, summed by the barrier */
+  /* Set once by the host thread's abort; read by the watchdog (atomics). */
   int aborted;
+  int host_waits;     /* host threads inside wait_slot now (atomics) */
   ddp_status_t cause; /* the abort's status, returned by every later call */
   char why[256];      /* the abort's cause, repeated by every later call */
 } nccl_impl_t;
@@ -147,9 +150,9 @@ static ddp_status_t abort_comm(ddp_comm_t *c, const ddp_comm_slot_t *s, ddp_stat
                                const char *cause) {
   nccl_impl_t *m = c->impl;
   if (m->aborted) return m->cause;
-  m->aborted = 1;
   m->cause = st;
   snprintf(m->why, sizeof m->why, "%s", cause);
+  __atomic_store_n(&m->aborted, 1, __ATOMIC_RELEASE);
   char what[64] = "", line[768];
   if (s)
     snprintf(what, sizeof what, "%s #%llu", op_name(s->op), (unsigned long long)m->seq[s->index]);
@@ -273,13 +276,18 @@ static ddp_status_t poll_slot(ddp_comm_t *c, ddp_comm_slot_t *s, int *done) {
 }
 
 static ddp_status_t wait_slot(ddp_comm_t *c, ddp_comm_slot_t *s) {
+  nccl_impl_t *m = c->impl;
   /* Yield for the first polls (a short collective ends within microseconds
    * of its event), then sleep 50 us between polls so a long wait does not
    * spin a core that the loader or the MPI progress may need. */
+  __atomic_add_fetch(&m->host_waits, 1, __ATOMIC_ACQ_REL);
   for (int polls = 0;; ++polls) {
     int done = 0;
     const ddp_status_t st = poll_slot(c, s, &done);
-    if (done) return st;
+    if (done) {
+      __atomic_sub_fetch(&m->host_waits, 1, __ATOMIC_ACQ_REL);
+      return st;
+    }
     if (polls < 200) {
       sched_yield();
     } else {
@@ -435,6 +443,22 @@ static ddp_status_t watch_health(void *ctx, char *cause, size_t len) {
  * so the GPU is released even if the job's end is slow. */
 static void watch_fail(void *ctx, ddp_status_t st, const char *line) {
   (void)st;
+  nccl_impl_t *m = ctx;
+  /* A host wait judges its collective by the same rule and timeout, and its
+   * verdict is the gentler one: the caller gets the error and ends the job
+   * in order. While a host thread is waiting, let it come to its verdict
+   * (it polls every 50 us at most, so this is brief; 2 s bounds it). Once
+   * the host has aborted the communicator, every later call is refused with
+   * the cause: there is nothing left to end from here. Without this, on an
+   * H200 the watchdog won the race against a host wait's timeout and ended
+   * the job with MPI_Abort. */
+  for (int i = 0; i < 400 && __atomic_load_n(&m->host_waits, __ATOMIC_ACQUIRE) > 0 &&
+                  !__atomic_load_n(&m->aborted, __ATOMIC_ACQUIRE);
+       ++i) {
+    const struct timespec ts = {.tv_sec = 0, .tv_nsec = 5000000};
+    nanosleep(&ts, NULL);
+  }
+  if (__atomic_load_n(&m->aborted, __ATOMIC_ACQUIRE)) return;
   DDP_LOG_ERROR("%s", line);
   ncclComm_t comm = take_comm(ctx);
   if (comm) ncclCommAbort(comm);

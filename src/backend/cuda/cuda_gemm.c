@@ -442,9 +442,10 @@ static ddp_status_t gemm_keyed(ddp_backend_t *be, const gemm_key_t *key, const d
     p = &G->slots[slot];
     if (p->used) {
       if (!G->warned_full) {
-        DDP_LOG_WARN("cuda:%d: more than %d distinct GEMM shapes; the least recently used "
-                     "plans are rebuilt when needed again",
-                     be->device, GEMM_CACHE_SLOTS);
+        DDP_LOG_WARN(
+            "cuda:%d: more than %d distinct GEMM shapes; the least recently used "
+            "plans are rebuilt when needed again",
+            be->device, GEMM_CACHE_SLOTS);
         G->warned_full = 1;
       }
       plan_release(p);
