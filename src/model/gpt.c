@@ -82,7 +82,15 @@ struct ddp_gpt {
                             fp32 from creation (GPU ops need scratch in any precision),
                             one more after ddp_gpt_set_precision */
   model_views_t p, g;
+  /* The activation arena is sized whenever the layout may change (creation,
+   * precision, exec) but allocated by the first forward (ensure_arena):
+   * creation sizes it for fp32 and the unfused classifier, which a bf16 run
+   * with the fused classifier never uses. Allocated at once, that fp32
+   * arena set the run's peak memory (an H200 held 136 GiB for a micro-batch
+   * whose bf16 arena is 51 GiB) and the largest micro-batch that fits. */
   ddp_arena_t arena;
+  size_t arena_bytes; /* the current layout's need */
+  int arena_pending;  /* arena_bytes not allocated yet */
   acts_t a;
   int B, T, have_train_acts;
   ddp_gpt_exec_t exec;
@@ -312,7 +320,18 @@ static ddp_status_t size_arena(ddp_gpt_t *m) {
   DDP_CHECK(take_eval_acts(m, &measure_eval, N, &e));
   const size_t bytes = measure.peak > measure_eval.peak ? measure.peak : measure_eval.peak;
   ddp_arena_destroy(&m->arena);
-  return ddp_arena_init(&m->arena, m->be, "activations", bytes);
+  m->arena_bytes = ddp_arena_round(bytes);
+  m->arena_pending = 1;
+  return DDP_OK;
+}
+
+/* Allocates the sized arena before the first forward of a layout: the
+ * first step's allocation, never one in the step loop. */
+static ddp_status_t ensure_arena(ddp_gpt_t *m) {
+  if (!m->arena_pending) return DDP_OK;
+  DDP_CHECK(ddp_arena_init(&m->arena, m->be, "activations", m->arena_bytes));
+  m->arena_pending = 0;
+  return DDP_OK;
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
@@ -430,7 +449,7 @@ float *ddp_gpt_grads(ddp_gpt_t *m) {
   return m->grads;
 }
 size_t ddp_gpt_activation_bytes(const ddp_gpt_t *m) {
-  return m->arena.capacity;
+  return m->arena_bytes;
 }
 const void *ddp_gpt_logits(const ddp_gpt_t *m) {
   return m->a.logits;
@@ -523,7 +542,7 @@ ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype) {
   if (m->act_dtype != DDP_DTYPE_F32)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "gpt_set_precision: precision is already %s",
              ddp_dtype_name(m->act_dtype));
-  const size_t f32_bytes = m->arena.capacity;
+  const size_t f32_bytes = m->arena_bytes;
   DDP_CHECK(m->nn->reserve(m->be, dtype, m->max_tokens, m->cfg.n_embd, m->vpad));
   m->nn_reserved++;
   const size_t np = m->n_params + pad_elems(m);
@@ -537,7 +556,7 @@ ddp_status_t ddp_gpt_set_precision(ddp_gpt_t *m, ddp_dtype_t dtype) {
   DDP_LOG_INFO(
       "precision %s: %.1f MiB activations (fp32: %.1f MiB), %.1f MiB compute copy of "
       "the weights",
-      ddp_dtype_name(dtype), (double)m->arena.capacity / 1048576.0, (double)f32_bytes / 1048576.0,
+      ddp_dtype_name(dtype), (double)m->arena_bytes / 1048576.0, (double)f32_bytes / 1048576.0,
       (double)(m->n_params * ddp_dtype_size(dtype)) / 1048576.0);
   return ddp_gpt_refresh_compute_params(m);
 }
@@ -767,6 +786,7 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   const ddp_dtype_t dt = m->act_dtype;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
   acts_t *a = &m->a;
+  DDP_CHECK(ensure_arena(m));
   ddp_arena_reset(&m->arena);
   DDP_CHECK(take_train_acts(m, &m->arena, N, att_elems(m, B, T)));
   DDP_CHECK(stage(m, inputs, targets, B, T, &a->tokens, &a->targets, &a->lens));
@@ -860,6 +880,7 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   const ddp_dtype_t dt = m->act_dtype;
   const int C = m->cfg.n_embd, NH = m->cfg.n_head, V = m->cfg.vocab, N = B * T;
   eval_acts_t e;
+  DDP_CHECK(ensure_arena(m));
   ddp_arena_reset(&m->arena);
   m->have_train_acts = 0;
   DDP_CHECK(take_eval_acts(m, &m->arena, N, &e));

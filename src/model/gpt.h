@@ -9,10 +9,11 @@
  * Linear(C,C)) and an MLP (Linear(C,4C), tanh-GELU, Linear(4C,C)); a final
  * LayerNorm; an LM head tied to the token embedding; no dropout.
  *
- * Memory is allocated once, in ddp_gpt_create: parameters and gradients as two
- * flat buffers, and an activation arena sized for the largest micro-batch
- * (tokens_per_batch padded tokens, sequences up to max_seq_len). Each forward
- * resets the arena; nothing is allocated per step.
+ * Memory is allocated once: parameters and gradients as two flat buffers in
+ * ddp_gpt_create, and an activation arena sized for the largest micro-batch
+ * (tokens_per_batch padded tokens, sequences up to max_seq_len) in the final
+ * precision and exec settings, allocated by the first forward. Each forward
+ * resets the arena; nothing is allocated per step after the first.
  *
  * Parameters are laid out in the order backward finishes their gradients
  * (ln_f, then blocks from last to first, then wpe, then wte, which the
