@@ -82,6 +82,8 @@ d=/opt/ddpdeps/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
 export TORCH_PYTHON
 TORCH_PYTHON=$(. tests/env.sh; echo "${TORCH_PYTHON:-python3}")
 [ -f "$SRC/.device/COMMIT" ] && export DDP_COMMIT=$(cat "$SRC/.device/COMMIT")
+# torch.compile reuses the GPT-2 run's graph for the padded baseline (same shapes)
+export TORCHINDUCTOR_FX_GRAPH_CACHE=1
 say "commit: ${DDP_COMMIT:-unknown}"
 
 if has tests; then
