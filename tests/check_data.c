@@ -587,22 +587,27 @@ START_TEST(test_data_shard_over_2_gib_reads_through_64_bit_offsets) {
   ck_assert_int_eq(c.segs[0].file_bytes, DDP_SHARD_HEADER_BYTES + 2 * BIG_N);
   ck_assert_int_eq(c.n_docs, 2);
   ck_assert_int_eq(c.n_headless, 0);
-  /* the giant document [0, doc_at) in windows of BIG_SEQ targets, then ours */
-  const int64_t giant = (doc_at - 1 + BIG_SEQ - 1) / BIG_SEQ;
+  /* the giant document [0, doc_at) in windows of BIG_SEQ targets (its
+   * doc_at - 1 tokens after the EOT and its closing EOT), then ours */
+  const int64_t giant = (doc_at + BIG_SEQ - 1) / BIG_SEQ;
   ck_assert_int_eq(c.n_windows, giant + 1);
   const ddp_window_t *last = &c.windows[c.n_windows - 1];
   ck_assert_int_eq(last->start, doc_at);
-  ck_assert_int_eq(last->len, BIG_DOC);
+  ck_assert_int_eq(last->len, BIG_DOC + 1); /* and its closing EOT */
+  ck_assert_int_eq(last->ends_doc, 1);
   ck_assert_int_eq(last->seg, 0);
-  int32_t got[BIG_DOC];
-  ddp_corpus_read(&c, last->seg, last->start, last->len, got);
+  int32_t got[BIG_DOC + 1];
+  ddp_corpus_read_window(&c, last, got);
   for (int i = 0; i < BIG_DOC; ++i) {
     ck_assert_int_eq(got[i], known[i]);
     ck_assert_int_eq(ddp_corpus_token(&c, doc_at + i), known[i]);
   }
-  /* the giant document's last window ends where ours starts */
+  ck_assert_int_eq(got[BIG_DOC], c.eot);
+  /* the giant document's last window ends with its closing EOT, which
+   * stands where ours starts */
   const ddp_window_t *before = &c.windows[c.n_windows - 2];
-  ck_assert_int_eq(before->start + before->len, doc_at);
+  ck_assert_int_eq(before->start + before->len, doc_at + 1);
+  ck_assert_int_eq(before->ends_doc, 1);
   ck_assert_int_eq(before->start, (giant - 1) * BIG_SEQ);
   ck_assert_int_le(before->len, BIG_SEQ + 1);
   int32_t tail[2];
@@ -617,7 +622,7 @@ START_TEST(test_data_shard_over_2_gib_reads_through_64_bit_offsets) {
   ck_assert_int_le(holder->start, BIG_MARK_AT);
   ck_assert_int_gt(holder->start + holder->len, BIG_MARK_AT);
   int32_t *row = malloc((size_t)holder->len * sizeof *row);
-  ddp_corpus_read(&c, holder->seg, holder->start, holder->len, row);
+  ddp_corpus_read_window(&c, holder, row);
   ck_assert_int_eq(row[BIG_MARK_AT - holder->start], 77);
   free(row);
   ddp_corpus_destroy(&c);
@@ -649,7 +654,8 @@ static void check_windows_in_segments(const ddp_corpus_t *c) {
     expect(w->seg < c->n_segs);
     const ddp_token_seg_t *s = &c->segs[w->seg];
     expect(w->start >= s->first);
-    expect(w->start + w->len <= s->first + s->n_tokens); /* never crosses a shard */
+    /* never crosses a shard (a closing EOT is not in the shard) */
+    expect(w->start + w->len - (int64_t)w->ends_doc <= s->first + s->n_tokens);
     expect(w->len >= 2);
     expect(w->len <= c->seq_len + 1);
     expect(w->start >= prev_end - 1); /* in order; at most the one-token overlap */
@@ -691,21 +697,30 @@ START_TEST(test_data_corpus_open_concatenates_shards_in_name_order) {
     at += lens[s];
   }
   check_windows_in_segments(&c);
-  /* Documents (T + 1 = 6 tokens a window): s0 {9 tokens: windows 6 + 4},
-   * {GE, 9}; s1 {GE, 10, 11}, a lone EOT, {7: windows 6 + 2}; s2 {4},
-   * {11: windows 6 + 6}. */
+  /* Documents (T + 1 = 6 tokens a window; each document's closing EOT is
+   * its last target): s0 {9 tokens + EOT: windows 6 + 5}, {GE, 9} + EOT;
+   * s1 {GE, 10, 11} + EOT, a lone EOT, {7 + EOT: windows 6 + 3}; s2
+   * {4} + EOT, {11 + EOT: windows 6 + 6 + 2}. */
   ck_assert_int_eq(c.n_docs, 6);
   ck_assert_int_eq(c.n_skipped, 1);
-  const ddp_window_t want[] = {{0, 6, 0},  {5, 4, 0},  {9, 2, 0},  {11, 3, 1}, {15, 6, 1},
-                               {20, 2, 1}, {22, 4, 2}, {26, 6, 2}, {31, 6, 2}};
+  const ddp_window_t want[] = {{0, 6, 0, 0},  {5, 5, 0, 1},  {9, 3, 0, 1},  {11, 4, 1, 1},
+                               {15, 6, 1, 0}, {20, 3, 1, 1}, {22, 5, 2, 1}, {26, 6, 2, 0},
+                               {31, 6, 2, 0}, {36, 2, 2, 1}};
   ck_assert_int_eq(c.n_windows, (int64_t)(sizeof want / sizeof want[0]));
   for (int64_t i = 0; i < c.n_windows; ++i) {
     ck_assert_int_eq(c.windows[i].start, want[i].start);
     ck_assert_int_eq(c.windows[i].len, want[i].len);
     ck_assert_int_eq(c.windows[i].seg, want[i].seg);
+    ck_assert_int_eq(c.windows[i].ends_doc, want[i].ends_doc);
   }
-  /* s0's last document {GE, 9} ends with its shard: it does not take s1's head */
-  ck_assert_int_eq(c.windows[2].start + c.windows[2].len, c.segs[1].first);
+  /* s0's last document {GE, 9} ends with its shard: it does not take s1's
+   * head, and its closing EOT is not read from s1 */
+  ck_assert_int_eq(c.windows[2].start + c.windows[2].len - 1, c.segs[1].first);
+  int32_t closed[3];
+  ddp_corpus_read_window(&c, &c.windows[2], closed);
+  ck_assert_int_eq(closed[0], GE);
+  ck_assert_int_eq(closed[1], 9);
+  ck_assert_int_eq(closed[2], GE);
   ddp_corpus_destroy(&c);
 
   /* a plain path matches itself */
@@ -812,12 +827,15 @@ START_TEST(test_data_corpus_open_headless_shard_head_is_a_document) {
   ck_assert_int_eq(c.n_headless, 1);
   ck_assert_int_eq(c.headless_tokens, 3);
   ck_assert_int_eq(c.n_docs, 6);
-  const ddp_window_t want[] = {{0, 4, 0}, {4, 3, 0}, {7, 3, 1}, {10, 3, 1}, {13, 3, 1}, {16, 2, 1}};
+  /* each with its closing EOT */
+  const ddp_window_t want[] = {{0, 5, 0, 1},  {4, 4, 0, 1},  {7, 4, 1, 1},
+                               {10, 4, 1, 1}, {13, 4, 1, 1}, {16, 3, 1, 1}};
   ck_assert_int_eq(c.n_windows, 6);
   for (int i = 0; i < 6; ++i) {
     ck_assert_int_eq(c.windows[i].start, want[i].start);
     ck_assert_int_eq(c.windows[i].len, want[i].len);
     ck_assert_int_eq(c.windows[i].seg, want[i].seg);
+    ck_assert_int_eq(c.windows[i].ends_doc, 1);
   }
   ck_assert_int_eq(ddp_corpus_token(&c, 7), 6); /* the head's first token, an input */
   ddp_corpus_destroy(&c);
@@ -837,7 +855,7 @@ START_TEST(test_data_corpus_open_headless_shard_head_is_a_document) {
   ck_assert_int_eq(c.headless_tokens, 7);
   ck_assert_int_eq(c.n_windows, 7);
   ck_assert_int_eq(c.windows[6].start, 18);
-  ck_assert_int_eq(c.windows[6].len, 4);
+  ck_assert_int_eq(c.windows[6].len, 5); /* 13 14 15 16 and the closing EOT */
   ck_assert_int_eq(c.windows[6].seg, 2);
   ddp_corpus_destroy(&c);
 }
@@ -930,9 +948,9 @@ START_TEST(test_data_corpus_skips_lone_eot_documents) {
   ck_assert_int_eq(c.n_skipped, 4); /* three lone EOTs inside, one at the end */
   ck_assert_int_eq(c.n_windows, 2);
   ck_assert_int_eq(c.windows[0].start, 1);
-  ck_assert_int_eq(c.windows[0].len, 3);
+  ck_assert_int_eq(c.windows[0].len, 4); /* E 1 2 and the closing EOT */
   ck_assert_int_eq(c.windows[1].start, 6);
-  ck_assert_int_eq(c.windows[1].len, 2);
+  ck_assert_int_eq(c.windows[1].len, 3);
   ck_assert_int_eq(c.n_segs, 1);
   ck_assert_ptr_null(c.segs[0].map); /* a host array, not a mapping */
   ck_assert_int_eq(c.segs[0].file_bytes, 0);
@@ -962,9 +980,9 @@ START_TEST(test_data_corpus_keeps_tokens_before_the_first_eot) {
   ck_assert_int_eq(c.n_headless, 1);
   ck_assert_int_eq(c.headless_tokens, 3);
   ck_assert_int_eq(c.windows[0].start, 0);
-  ck_assert_int_eq(c.windows[0].len, 3);
+  ck_assert_int_eq(c.windows[0].len, 4); /* 4 5 6 and the closing EOT */
   ck_assert_int_eq(c.windows[1].start, 3);
-  ck_assert_int_eq(c.windows[1].len, 2);
+  ck_assert_int_eq(c.windows[1].len, 3);
   ddp_corpus_destroy(&c);
 
   /* No EOT at all: everything is the head. */
@@ -975,7 +993,7 @@ START_TEST(test_data_corpus_keeps_tokens_before_the_first_eot) {
   ddp_assert_contains(log, "the 4 tokens before their first EOT are kept");
   free(log);
   ck_assert_int_eq(c.n_windows, 1);
-  ck_assert_int_eq(c.windows[0].len, 4);
+  ck_assert_int_eq(c.windows[0].len, 5);
   ck_assert_int_eq(c.headless_tokens, 4);
   ddp_corpus_destroy(&c);
 }
@@ -1016,9 +1034,10 @@ START_TEST(test_data_corpus_long_documents_become_windows_covering_every_target_
   expect_eq(c.n_skipped, 2);
   expect_eq(c.n_docs, nd - 2);
 
-  int covered[512] = {0};
+  /* a document of L tokens has L targets: L - 1 tokens and its closing EOT */
+  int covered[512] = {0}, closed[32] = {0};
   int64_t expect_windows = 0;
-  for (int d = 0; d < nd; ++d) expect_windows += lens[d] > 1 ? (lens[d] - 1 + S - 1) / S : 0;
+  for (int d = 0; d < nd; ++d) expect_windows += lens[d] > 1 ? (lens[d] + S - 1) / S : 0;
   expect_eq(c.n_windows, expect_windows);
   int d = -1, doc_windows = 0;
   for (int64_t i = 0; i < c.n_windows; ++i) {
@@ -1028,7 +1047,7 @@ START_TEST(test_data_corpus_long_documents_become_windows_covering_every_target_
     expect(w->len <= S + 1);
     if (d + 1 < nd && w->start == doc_start[d + 1 + (lens[d + 1] == 1)]) {
       /* the first window of the next trainable document starts at its EOT */
-      if (d >= 0) expect_eq(doc_windows, lens[d] > 1 ? (lens[d] - 1 + S - 1) / S : 0);
+      if (d >= 0) expect_eq(doc_windows, lens[d] > 1 ? (lens[d] + S - 1) / S : 0);
       d += 1 + (lens[d + 1] == 1);
       doc_windows = 0;
       expect_eq(tok[w->start], E);
@@ -1041,12 +1060,21 @@ START_TEST(test_data_corpus_long_documents_become_windows_covering_every_target_
       expect(tok[w->start] != E);
     }
     ++doc_windows;
-    expect(w->start + w->len <= doc_start[d] + lens[d]); /* never crosses documents */
-    for (int t = 1; t < w->len; ++t) covered[w->start + t]++;
+    /* never crosses documents; only a document's last window closes it */
+    expect(w->start + w->len - (int64_t)w->ends_doc <= doc_start[d] + lens[d]);
+    expect_eq(w->ends_doc, w->start + w->len == doc_start[d] + lens[d] + 1);
+    for (int t = 1; t < w->len; ++t) {
+      if (w->ends_doc && t == w->len - 1)
+        closed[d]++;
+      else
+        covered[w->start + t]++;
+    }
   }
   expect_eq(d, nd - 1);
-  /* Every non-EOT token is a target exactly once; EOTs (document starts) never. */
+  /* Every non-EOT token is a target exactly once; EOTs (document starts) never;
+   * every trainable document is closed once. */
   for (int p = 0; p < n; ++p) expect_eq(covered[p], tok[p] == E ? 0 : 1);
+  for (int k = 0; k < nd; ++k) expect_eq(closed[k], lens[k] > 1 ? 1 : 0);
   ddp_corpus_destroy(&c);
 }
 END_TEST
@@ -1069,8 +1097,8 @@ START_TEST(test_data_builtin_is_deterministic) {
   int32_t doc[256];
   int len, eq;
   ck_assert_int_eq(ddp_builtin_document(42, DDP_SPLIT_TRAIN, 137, 256, doc, &len, &eq), DDP_OK);
-  ck_assert_int_eq(a.n_windows, 500); /* max_len <= seq_len + 1: one window each */
-  ck_assert_int_eq(len, a.windows[137].len);
+  ck_assert_int_eq(a.n_windows, 500);            /* max_len <= seq_len: one window each */
+  ck_assert_int_eq(len + 1, a.windows[137].len); /* and its closing EOT */
   ck_assert_int_eq(eq, a.answer_at[137]);
   ck_assert_int_eq(memcmp(doc, ta + a.windows[137].start, (size_t)len * 4), 0);
   /* Another seed, other data. */
@@ -1150,8 +1178,8 @@ START_TEST(test_data_builtin_documents_are_well_formed) {
   const int max_len = 200;
   for (int split = 0; split < 2; ++split) {
     ddp_corpus_t c;
-    /* seq_len >= max_len - 1: every document is exactly one window */
-    expect_eq(ddp_builtin_corpus(&c, 3, split, 3000, max_len, max_len - 1), DDP_OK);
+    /* seq_len >= max_len: every document and its closing EOT is one window */
+    expect_eq(ddp_builtin_corpus(&c, 3, split, 3000, max_len, max_len), DDP_OK);
     expect_eq(c.eot, DDP_BUILTIN_EOT);
     expect_eq(c.vocab, DDP_BUILTIN_VOCAB);
     expect_eq(c.n_docs, 3000);
@@ -1166,7 +1194,8 @@ START_TEST(test_data_builtin_documents_are_well_formed) {
     int64_t expect_start = 0;
     for (int64_t d = 0; d < c.n_docs; ++d) {
       const int32_t *t = tok + c.windows[d].start;
-      const int64_t len = c.windows[d].len;
+      expect_eq(c.windows[d].ends_doc, 1);
+      const int64_t len = c.windows[d].len - 1;    /* the document's own tokens */
       expect_eq(c.windows[d].start, expect_start); /* documents tile the tokens */
       expect_start += len;
       expect_eq(t[0], DDP_BUILTIN_EOT);
@@ -1210,7 +1239,7 @@ START_TEST(test_data_builtin_lengths_are_heavy_tailed) {
   int64_t *len = malloc((size_t)n * sizeof *len);
   int64_t near_max = 0, max_seen = 0;
   for (int64_t i = 0; i < n; ++i) {
-    len[i] = c.windows[i].len;
+    len[i] = c.windows[i].len - 1; /* the document, without its closing EOT */
     near_max += len[i] > max_len - DDP_BUILTIN_MIN_LEN;
     if (len[i] > max_seen) max_seen = len[i];
   }
@@ -1293,8 +1322,11 @@ START_TEST(test_data_builtin_rejects_bad_arguments) {
   ddp_assert_contains(log, "split 2 is neither train (0) nor val (1)");
   free(log);
   assert_zeroed(&c);
-  /* max_len == DDP_BUILTIN_MIN_LEN works: every line fits after the EOT. */
-  ck_assert_int_eq(ddp_builtin_corpus(&c, 1, DDP_SPLIT_VAL, 300, DDP_BUILTIN_MIN_LEN, 20), DDP_OK);
+  /* max_len == DDP_BUILTIN_MIN_LEN works: every line fits after the EOT
+   * (seq_len max_len: a document and its closing EOT are one window). */
+  ck_assert_int_eq(
+      ddp_builtin_corpus(&c, 1, DDP_SPLIT_VAL, 300, DDP_BUILTIN_MIN_LEN, DDP_BUILTIN_MIN_LEN),
+      DDP_OK);
   ck_assert_int_eq(c.n_windows, 300);
   ddp_corpus_destroy(&c);
 }

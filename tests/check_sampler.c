@@ -202,7 +202,9 @@ static void check_fills(const ddp_corpus_t *c, const ddp_sampler_config_t *cfg) 
             const int32_t in = b.inputs[row * b.T + t], tg = b.targets[row * b.T + t];
             if (t < tw) {
               expect_eq(in, ddp_corpus_token(c, w->start + t));
-              expect_eq(tg, ddp_corpus_token(c, w->start + t + 1));
+              /* a document's last target is its closing EOT, not a read */
+              expect_eq(
+                  tg, w->ends_doc && t == tw - 1 ? c->eot : ddp_corpus_token(c, w->start + t + 1));
               ++n_targets;
             } else {
               expect_eq(in, c->eot);
@@ -697,7 +699,8 @@ START_TEST(test_sampler_deal_separates_the_expensive_micro_batches) {
    * an attention-only cost. World 2 x accum 2: whatever the shuffle, each
    * rank must get one expensive and one cheap micro-batch. */
   int64_t len[22];
-  for (int i = 0; i < 22; ++i) len[i] = i % 11 == 0 ? 101 : 11;
+  /* documents of 100 and 10 tokens: with their closing EOTs, 100 and 10 targets */
+  for (int i = 0; i < 22; ++i) len[i] = i % 11 == 0 ? 100 : 10;
   ddp_corpus_t c;
   corpus_from_lengths(&c, len, 22, 100);
   ddp_batch_t b;
@@ -805,17 +808,17 @@ START_TEST(test_sampler_rejects_a_window_longer_than_the_budget) {
     char *log = ddp_test_log_stop();
     ck_assert_ptr_null(s);
     ddp_assert_contains(log,
-                        "window 0 has 49 tokens per row, more than the budget of "
+                        "window 0 has 50 tokens per row, more than the budget of "
                         "--tokens-per-batch 40");
-    ddp_assert_contains(log, "raise it to at least 49");
+    ddp_assert_contains(log, "raise it to at least 50");
     free(log);
-    cfg.tokens_per_batch = 49; /* exactly fits */
+    cfg.tokens_per_batch = 50; /* exactly fits */
     s = make(&c, &cfg);
     ddp_batch_t b;
-    batch_for(&b, s, 49);
+    batch_for(&b, s, 50);
     for (int g = 0; g < 6; ++g) {
       ck_assert_int_eq(ddp_sampler_fill(s, g, 0, 0, &b), DDP_OK);
-      ck_assert_int_le((int64_t)b.B * b.T, 49);
+      ck_assert_int_le((int64_t)b.B * b.T, 50);
     }
     ddp_batch_destroy(&b);
     ddp_sampler_destroy(s);
@@ -960,13 +963,14 @@ START_TEST(test_sampler_plans_a_million_documents) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    len[d] = 2 + (int64_t)(x % 31); /* 2 .. 32 tokens: one window each */
+    len[d] = 2 + (int64_t)(x % 31); /* 2 .. 32 tokens and the closing EOT: one window each */
   }
   ddp_corpus_t c;
   corpus_from_lengths(&c, len, DOCS, 64);
   free(len);
   ck_assert_int_eq(c.n_windows, DOCS);
-  const int64_t targets = c.n_tokens - c.n_docs;
+  const int64_t targets =
+      c.n_tokens; /* per document: its tokens after the EOT, and the closing EOT */
   ddp_sampler_config_t cfg = config(DDP_SAMPLER_BUCKET, 9, W, A, TOKENS, TOKENS / 2);
   ddp_sampler_t *s = make(&c, &cfg);
   ddp_epoch_stats_t st;
@@ -982,9 +986,9 @@ START_TEST(test_sampler_plans_a_million_documents) {
   ck_assert_int_ge(st.useful, targets); /* every target at least once */
   ck_assert_int_le(st.useful, targets + (st.wrapped_micro_batches + 1) * TOKENS);
   ck_assert_int_ge(st.padded, st.useful);
-  /* Greedy packing closes a batch only when the next row (T <= 31 here)
-   * does not fit, so every batch but the pool's last holds > TOKENS - 31. */
-  ck_assert_int_le(st.micro_batches, st.padded / (TOKENS - 31) + 1);
+  /* Greedy packing closes a batch only when the next row (T <= 32 here)
+   * does not fit, so every batch but the pool's last holds > TOKENS - 32. */
+  ck_assert_int_le(st.micro_batches, st.padded / (TOKENS - 32) + 1);
   ck_assert_double_lt(st.pad_frac, 0.02);
   ck_assert_double_lt(st.imbalance_mean, 1.05);
   ck_assert_double_ge(st.build_seconds, 0.0);

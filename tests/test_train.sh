@@ -30,6 +30,13 @@ else
   echo "FAIL: loss went from $first to $last (required: below 3.33 = 0.6 ln 257, and below the first)"
   fail=1
 fi
+# The held-out task accuracy is also given per built-in task (each task's
+# answer ends with the document's closing EOT, which the model must predict).
+if grep -qE "task accuracy [0-9.]+% on [0-9]+ held-out documents \((copy|reverse|sort|add) [0-9.]+%(, (reverse|sort|add) [0-9.]+%)*\)" "$dir/out"; then
+  echo "ok: task accuracy per task: $(sed -n 's/.*held-out documents //p' "$dir/out")"
+else
+  echo "FAIL: no per-task accuracy in the summary"; grep "summary: final" "$dir/out"; fail=1
+fi
 n=$(grep -c '"step"' "$dir/m.jsonl")
 if [ "$n" -eq 6 ] && grep -q '"final":true,"train_loss":[0-9.]*,"val_loss":[0-9.]*,"task_acc"' "$dir/m.jsonl"; then
   echo "ok: metrics: 6 step records and a final record"

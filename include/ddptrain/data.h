@@ -74,9 +74,13 @@ typedef struct ddp_token_seg {
 /* The document index: one 16-byte entry per window (a document that fits in
  * one window costs exactly that; longer ones one entry per window). */
 typedef struct ddp_window {
-  int64_t start; /* global token index of the window's first token */
-  int32_t len;   /* tokens, 2 .. seq_len + 1: len - 1 targets */
-  int32_t seg;   /* segment holding it: windows never cross segments */
+  int64_t start;         /* global token index of the window's first token */
+  int32_t len;           /* tokens, 2 .. seq_len + 1: len - 1 targets */
+  int32_t seg : 31;      /* segment holding it: windows never cross segments */
+  uint32_t ends_doc : 1; /* the document's last window: its last token is the
+                            EOT that closes the document (a target, so a model
+                            learns where documents end), which no segment
+                            holds: read windows with ddp_corpus_read_window */
 } ddp_window_t;
 
 typedef struct ddp_corpus {
@@ -99,7 +103,7 @@ typedef struct ddp_corpus {
    * last task line, or -1. The built-in documents never exceed one window,
    * so document i is windows[i]. The prompt is tokens [start, start +
    * answer_at] ('=' included) and the expected answer is the rest of the
-   * document, which ends with '\n'. */
+   * document, which ends with '\n', and then the closing EOT. */
   int32_t *answer_at;
 } ddp_corpus_t;
 
@@ -107,6 +111,10 @@ typedef struct ddp_corpus {
  * every window is) into dst as int32. */
 void ddp_corpus_read(const ddp_corpus_t *corpus, int32_t seg, int64_t start, int64_t n,
                      int32_t *dst);
+
+/* Copies the window's len tokens into dst, the closing EOT of a document's
+ * last window included. */
+void ddp_corpus_read_window(const ddp_corpus_t *corpus, const ddp_window_t *w, int32_t *dst);
 
 /* Token at global index i (a binary search over segments: for tests and
  * tools, not for the batch path). */

@@ -218,7 +218,7 @@ ddp_status_t ddp_builtin_corpus(ddp_corpus_t *c, uint64_t seed, int split, int64
   }
   /* answer_at[i] describes windows[i], which holds only while no document
    * is cut into several windows; otherwise there is no task accuracy. */
-  if (max_len <= seq_len + 1) {
+  if (max_len <= seq_len) { /* max_len tokens and the closing EOT */
     c->answer_at = answer;
     answer = NULL;
   }

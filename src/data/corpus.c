@@ -6,9 +6,11 @@
  * writers do) are kept as a document of their own rather than dropped:
  * losing data silently is the one thing a reader must not do. One warning
  * for the whole corpus says how many segments and tokens that concerns. A
- * lone EOT has no target and is skipped (counted in n_skipped). Documents
- * longer than seq_len + 1 tokens become consecutive windows overlapping by
- * one token, so every target lands in exactly one window.
+ * lone EOT has no target and is skipped (counted in n_skipped). A
+ * document's targets are its tokens after the leading EOT and then an EOT
+ * that closes it (ddp_window_t.ends_doc). Documents longer than seq_len
+ * tokens become consecutive windows overlapping by one token, so every
+ * target lands in exactly one window.
  *
  * The index is built in one pass per segment that also checks every token
  * against the vocabulary, so a bad token is found at start-up, with its file
@@ -63,6 +65,12 @@ void ddp_corpus_read(const ddp_corpus_t *c, int32_t seg, int64_t start, int64_t 
   }
 }
 
+void ddp_corpus_read_window(const ddp_corpus_t *c, const ddp_window_t *w, int32_t *dst) {
+  const int64_t held = w->len - (int64_t)w->ends_doc;
+  ddp_corpus_read(c, w->seg, w->start, held, dst);
+  if (w->ends_doc) dst[held] = c->eot;
+}
+
 int32_t ddp_corpus_token(const ddp_corpus_t *c, int64_t i) {
   int lo = 0, hi = c->n_segs - 1; /* the last segment with first <= i */
   while (lo < hi) {
@@ -91,7 +99,12 @@ static ddp_status_t push_document(index_builder_t *b, int32_t seg, int64_t start
     return DDP_OK;
   }
   const int64_t T = c->seq_len;
-  const int64_t nw = (len - 1 + T - 1) / T; /* len - 1 targets, at most T per window */
+  /* The document's tokens and the EOT that closes it: every token after the
+   * leading EOT is a target, and so is the closing EOT, which is where the
+   * next document starts (or the end of the segment). Without it no
+   * document would ever end in a model's predictions. */
+  const int64_t total = len + 1;
+  const int64_t nw = (total - 1 + T - 1) / T; /* total - 1 targets, at most T per window */
   if (c->n_windows + nw > b->cap) {
     int64_t cap = b->cap ? b->cap * 2 : 4096;
     while (cap < c->n_windows + nw) cap *= 2;
@@ -101,11 +114,12 @@ static ddp_status_t push_document(index_builder_t *b, int32_t seg, int64_t start
     c->windows = grown;
     b->cap = cap;
   }
-  const int64_t end = start + len;
+  const int64_t end = start + total;
   for (int64_t k = 0; k < nw; ++k) {
     const int64_t ws = start + k * T;
     const int64_t wl = end - ws < T + 1 ? end - ws : T + 1;
-    c->windows[c->n_windows++] = (ddp_window_t){.start = ws, .len = (int32_t)wl, .seg = seg};
+    c->windows[c->n_windows++] =
+        (ddp_window_t){.start = ws, .len = (int32_t)wl, .seg = seg, .ends_doc = k == nw - 1};
   }
   ++c->n_docs;
   return DDP_OK;

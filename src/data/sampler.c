@@ -648,10 +648,14 @@ ddp_status_t ddp_sampler_fill(ddp_sampler_t *s, int64_t step, int rank, int micr
     const int tw = win->len - 1;
     int32_t *in = b->inputs + (size_t)r * (size_t)T;
     int32_t *tg = b->targets + (size_t)r * (size_t)T;
-    /* inputs are the window's first len - 1 tokens, targets its last */
+    /* inputs are the window's first len - 1 tokens, targets its last; the
+     * closing EOT of a document is only ever a target */
     ddp_corpus_read(c, win->seg, win->start, tw, in);
     memcpy(tg, in + 1, (size_t)(tw - 1) * sizeof *tg);
-    ddp_corpus_read(c, win->seg, win->start + tw, 1, tg + tw - 1);
+    if (win->ends_doc)
+      tg[tw - 1] = c->eot;
+    else
+      ddp_corpus_read(c, win->seg, win->start + tw, 1, tg + tw - 1);
     for (int t = tw; t < T; ++t) {
       in[t] = c->eot;
       tg[t] = -1;

@@ -13,7 +13,33 @@ typedef struct row {
   int64_t doc;
   int prompt, answer; /* lengths in tokens */
   int ok;             /* every generated token matched so far */
+  int task;           /* index into k_tasks; -1 when the line has no known letter */
 } row_t;
+
+static const struct {
+  char letter;
+  const char *name;
+} k_tasks[DDP_TASK_KINDS] = {{'c', "copy"}, {'r', "reverse"}, {'s', "sort"}, {'a', "add"}};
+
+const char *ddp_task_name(int k) {
+  return k >= 0 && k < DDP_TASK_KINDS ? k_tasks[k].name : "?";
+}
+
+/* The task of document d's last line: the letter after the '\n' or EOT
+ * that precedes its '=' at offset `at`. */
+static int task_of(const ddp_corpus_t *val, int64_t d, int at) {
+  const int64_t start = val->windows[d].start;
+  int k = at;
+  while (k > 0) {
+    const int32_t t = ddp_corpus_token(val, start + k - 1);
+    if (t == '\n' || t == val->eot) break;
+    --k;
+  }
+  const int32_t letter = ddp_corpus_token(val, start + k);
+  for (int i = 0; i < DDP_TASK_KINDS; ++i)
+    if (letter == k_tasks[i].letter) return i;
+  return -1;
+}
 
 static int argmax(const float *x, int n) {
   int best = 0;
@@ -33,7 +59,7 @@ static ddp_status_t decode_group(ddp_model_t *m, const ddp_corpus_t *val, row_t 
   for (int r = 0; r < n; ++r) {
     const ddp_window_t *w = &val->windows[rows[r].doc];
     int32_t *doc = docs + (size_t)r * T;
-    ddp_corpus_read(val, w->seg, w->start, w->len, doc);
+    ddp_corpus_read_window(val, w, doc); /* the answer ends with the closing EOT */
     for (int t = 0; t < T; ++t) inputs[r * T + t] = t < rows[r].prompt ? doc[t] : val->eot;
     rows[r].ok = 1;
     if (rows[r].answer > steps) steps = rows[r].answer;
@@ -54,9 +80,11 @@ static ddp_status_t decode_group(ddp_model_t *m, const ddp_corpus_t *val, row_t 
 }
 
 ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq_len,
-                               const ddp_corpus_t *val, int max_docs, double *acc, int *n_docs) {
+                               const ddp_corpus_t *val, int max_docs, double *acc, int *n_docs,
+                               ddp_task_scores_t *by_task) {
   *acc = 0.0;
   *n_docs = 0;
+  if (by_task) memset(by_task, 0, sizeof *by_task);
   /* answer_at exists only for the built-in set, whose documents are one
    * window each: document d is windows[d] */
   if (!val->answer_at || val->n_windows != val->n_docs) return DDP_OK;
@@ -69,7 +97,8 @@ ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq
     const int at = val->answer_at[d];
     const int64_t len = val->windows[d].len;
     if (at < 0 || len > T_max) continue;
-    rows[n] = (row_t){.doc = d, .prompt = at + 1, .answer = (int)(len - at - 1)};
+    rows[n] = (row_t){
+        .doc = d, .prompt = at + 1, .answer = (int)(len - at - 1), .task = task_of(val, d, at)};
     if (len > T) T = (int)len;
     n++;
   }
@@ -86,7 +115,13 @@ ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq
   for (int first = 0; first < n; first += group) {
     const int count = n - first < group ? n - first : group;
     DDP_CHECK_GOTO(decode_group(m, val, rows + first, count, T, inputs, docs, logits), st, out);
-    for (int r = first; r < first + count; ++r) solved += rows[r].ok;
+    for (int r = first; r < first + count; ++r) {
+      solved += rows[r].ok;
+      if (by_task && rows[r].task >= 0) {
+        by_task->total[rows[r].task]++;
+        by_task->solved[rows[r].task] += rows[r].ok;
+      }
+    }
   }
   *n_docs = n;
   *acc = n ? (double)solved / n : 0.0;

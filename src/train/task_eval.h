@@ -1,19 +1,32 @@
 /* Held-out task accuracy (internal): on documents of the built-in data set,
  * feed the prompt of the last task line (up to and including '=') and
  * greedy-decode; a document counts as solved when every answer token,
- * through the closing '\n', is reproduced exactly. */
+ * through the closing '\n' and the EOT that ends the document, is
+ * reproduced exactly. Scores are also kept per task (the last line's). */
 #ifndef DDPTRAIN_TRAIN_TASK_EVAL_H
 #define DDPTRAIN_TRAIN_TASK_EVAL_H
 
 #include "ddptrain/data.h"
 #include "ddptrain/model.h"
 
+/* The built-in tasks, by the letter that starts their lines. */
+enum { DDP_TASK_KINDS = 4 };
+typedef struct ddp_task_scores {
+  int solved[DDP_TASK_KINDS];
+  int total[DDP_TASK_KINDS];
+} ddp_task_scores_t;
+
+/* "copy", "reverse", "sort", "add" for k in [0, DDP_TASK_KINDS). */
+const char *ddp_task_name(int k);
+
 /* Evaluates up to max_docs documents of `val` that carry an answer and fit
  * in seq_len tokens, through the token model's eval_forward and
  * copy_outputs (logits). *n_docs says how many were scored (0 when the
  * corpus has no answers or the model cannot report outputs: then *acc is 0
- * and the caller reports none). */
+ * and the caller reports none). by_task, when not NULL, gets the scores per
+ * task. */
 ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq_len,
-                               const ddp_corpus_t *val, int max_docs, double *acc, int *n_docs);
+                               const ddp_corpus_t *val, int max_docs, double *acc, int *n_docs,
+                               ddp_task_scores_t *by_task);
 
 #endif

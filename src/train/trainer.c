@@ -368,9 +368,10 @@ static ddp_status_t setup(trainer_t *tr) {
 
 /* What an evaluation gives: the validation loss and a held-out accuracy. */
 typedef struct eval_result {
-  double val_loss; /* NAN: no validation */
-  double acc;      /* token models: task accuracy; record models: top-1 */
-  int64_t n;       /* documents or records the accuracy was measured on; 0: none */
+  double val_loss;           /* NAN: no validation */
+  double acc;                /* token models: task accuracy; record models: top-1 */
+  int64_t n;                 /* documents or records the accuracy was measured on; 0: none */
+  ddp_task_scores_t by_task; /* token models: the accuracy per built-in task */
 } eval_result_t;
 
 /* Top-1 hits of the last evaluation forward over the batch's records. */
@@ -707,11 +708,21 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
         "summary: the step loop made %lld backend allocations (%lld raw device "
         "allocations) after the first step",
         (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
-  if (fe->n)
-    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s",
+  if (fe->n) {
+    char per_task[160] = "";
+    if (tokens) { /* " (copy 61.0%, reverse 12.5%, ...)" for the tasks that occurred */
+      size_t at = 0;
+      for (int k = 0; k < DDP_TASK_KINDS && at < sizeof per_task; ++k)
+        if (fe->by_task.total[k])
+          at += (size_t)snprintf(per_task + at, sizeof per_task - at, "%s%s %.1f%%",
+                                 at ? ", " : " (", ddp_task_name(k),
+                                 100.0 * fe->by_task.solved[k] / fe->by_task.total[k]);
+      if (at && at < sizeof per_task) snprintf(per_task + at, sizeof per_task - at, ")");
+    }
+    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s%s",
                  tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy",
-                 100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records");
-  else if (tr->val_sampler)
+                 100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records", per_task);
+  } else if (tr->val_sampler)
     DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, fe->val_loss);
   else
     DDP_LOG_INFO("summary: final train loss %.4f", tr->train_loss);
@@ -813,7 +824,8 @@ static ddp_status_t run(trainer_t *tr) {
   if (tr->val_sampler && tr->data.kind == DDP_BATCH_TOKENS) {
     int n_docs = 0;
     DDP_CHECK(ddp_task_accuracy(tr->model, o->tokens_per_batch, (int)o->seq_len,
-                                &tr->data.val.corpus, TASK_EVAL_DOCS, &fe.acc, &n_docs));
+                                &tr->data.val.corpus, TASK_EVAL_DOCS, &fe.acc, &n_docs,
+                                &fe.by_task));
     fe.n = n_docs;
   }
   print_summary(tr, &tot, &fe);

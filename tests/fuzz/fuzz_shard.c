@@ -27,8 +27,9 @@ static void check_corpus(const ddp_corpus_t *c, int seq_len) {
     const ddp_window_t *win = &c->windows[w];
     FUZZ_ASSERT(win->seg == 0);
     FUZZ_ASSERT(win->len >= 2 && win->len <= seq_len + 1);
-    FUZZ_ASSERT(win->start >= s->first && win->start + win->len <= s->first + s->n_tokens);
-    ddp_corpus_read(c, win->seg, win->start, win->len, tokens);
+    FUZZ_ASSERT(win->start >= s->first &&
+                win->start + win->len - (int64_t)win->ends_doc <= s->first + s->n_tokens);
+    ddp_corpus_read_window(c, win, tokens);
     for (int i = 0; i < win->len; ++i) FUZZ_ASSERT(tokens[i] >= 0 && tokens[i] < c->vocab);
   }
   (void)ddp_corpus_fingerprint(c);
