@@ -77,11 +77,11 @@ def distance(a, b):  # |a - b| / |b| over all weights
 def final(name):
     return [r for r in recs(name) if r.get("final")][0]
 secs = dict(l.split() for l in open(os.path.join(d, "seconds")))
-curves = {p: {r["step"]: r["loss"] for r in recs(p) if "step" in r} for p in ("fp32", "bf16", "fp16")}
+curves = {p: {r["step"]: r["loss"] for r in recs(p) if "loss" in r} for p in ("fp32", "bf16", "fp16")}
 print("### Loss curves, 1 rank (train loss, mean of each 10-step window)\n")
 print("| step | fp32 | bf16 | fp16 | fp16 loss scale |")
 print("|---|---|---|---|---|")
-scale = {r["step"]: r["loss_scale"] for r in recs("fp16") if "step" in r}
+scale = {r["step"]: r["loss_scale"] for r in recs("fp16") if "loss" in r}
 for s in sorted(curves["fp32"]):
     if s % 20 == 0 or s == 10 or s == steps:
         print("| %d | %.4f | %.4f | %.4f | %g |" % (s, curves["fp32"][s], curves["bf16"][s], curves["fp16"][s], scale[s]))
@@ -90,7 +90,7 @@ print("|---|---|---|---|---|---|---|")
 ref = final("fp32")["val_loss"]
 for p in ("fp32", "bf16", "fp16"):
     f = final(p)
-    skipped = [r for r in recs(p) if "step" in r][-1]["skipped_steps"]
+    skipped = [r for r in recs(p) if "loss" in r][-1]["skipped_steps"]
     print("| %s | %.4f | %.4f | %+.2f%% | %.1f%% | %d | %s |" % (p, f["train_loss"], f["val_loss"], 100 * (f["val_loss"] - ref) / ref, 100 * f.get("task_acc", 0), skipped, secs[p]))
 if recs("np2-fp32-reduce-fp32"):
     print("\n### --grad-reduce-dtype, 2 ranks\n")

@@ -24,7 +24,7 @@ model="--n-layer 4 --n-head 4 --n-embd 256 --seq-len 256"
   > "$work/ddp.log" 2>&1 || { cat "$work/ddp.log"; exit 1; }
 peak=$(sed -n 's/.*peak \([0-9.]*\) GFLOP\/s.*/\1/p' "$work/ddp.log")
 # Skip the first log window (warm-up), average the rest weighted by time.
-ddp=$(grep -v final "$work/m.jsonl" | tail -n +2 | python3 -c '
+ddp=$(grep '"record":"step"' "$work/m.jsonl" | tail -n +2 | python3 -c '
 import json, sys
 r = [json.loads(l) for l in sys.stdin]
 t = sum(x["ms_per_step"] for x in r)

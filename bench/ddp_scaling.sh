@@ -180,7 +180,7 @@ def machine(name):
     return {"others": o, "probe": f"{p0} / {p1}"}
 
 def ddp(name):
-    recs = [json.loads(l) for l in open(f(name + ".jsonl")) if '"final"' not in l]
+    recs = [json.loads(l) for l in open(f(name + ".jsonl")) if '"record":"step"' in l]
     r = recs[1:]
     if not r:
         sys.exit(f"run {name}: no metrics records after the warm-up window")

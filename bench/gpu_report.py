@@ -48,7 +48,7 @@ def read_jsonl(path):
 
 
 def ddp_record(a):
-    windows = [r for r in read_jsonl(a.metrics) if "step" in r]
+    windows = [r for r in read_jsonl(a.metrics) if "loss" in r]  # not eval records
     final = [r for r in read_jsonl(a.metrics) if r.get("final")]
     use = windows[a.skip_windows:]
     if not use:

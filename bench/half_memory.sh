@@ -25,7 +25,7 @@ for p in fp32 bf16 fp16; do
     --eval-tokens 1 --metrics "$work/$p.jsonl" > "$work/$p.log" 2>&1 ||
     { cat "$work/$p.log"; exit 1; }
   mib=$(sed -n 's/.*parameters, \([0-9.]*\) MiB activations.*/\1/p' "$work/$p.log")
-  ms=$(grep -v final "$work/$p.jsonl" | tail -n +2 | python3 -c '
+  ms=$(grep '"record":"step"' "$work/$p.jsonl" | tail -n +2 | python3 -c '
 import json, sys
 r = [json.loads(l) for l in sys.stdin]
 print("%.0f" % (sum(x["ms_per_step"] for x in r) / len(r)))')

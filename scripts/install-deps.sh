@@ -3,7 +3,8 @@
 # autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib and pkg-config; with
 # --test also what only the tests need (PyTorch for the reference model, a
 # large download the default job does not need; SLURM and munge for
-# `make check-slurm`; iproute2 for the two-host network-namespace test; clang
+# `make check-slurm`; iproute2 for the two-host network-namespace test;
+# matplotlib for tools/ddpplot; clang
 # and its libFuzzer runtime for the bounded fuzzing stage). Idempotent:
 # packages already present are not touched, and apt-get runs only when
 # something is missing. Uses sudo when not run as root.
@@ -15,7 +16,7 @@ pkgs="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev
       zlib1g-dev"
 case "${1:-}" in
-  --test) pkgs="$pkgs python3-torch python3-numpy slurm-wlm munge iproute2"
+  --test) pkgs="$pkgs python3-torch python3-numpy python3-matplotlib slurm-wlm munge iproute2"
           pkgs="$pkgs clang-14 libclang-rt-14-dev" ;; # libFuzzer: tests/fuzz/run-fuzz.sh
   "") ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;

@@ -42,7 +42,7 @@ for p in fp32 bf16 fp16; do
   else
     echo "FAIL: $p: two runs differ"; fail=1
   fi
-  first=$(sed -n '1s/.*"loss":\([0-9.e+-]*\).*/\1/p' "$dir/$p.1.jsonl")
+  first=$(grep -m 1 '"record":"step"' "$dir/$p.1.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
   last=$(grep -v '"final"' "$dir/$p.1.jsonl" | tail -n 1 | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
   if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'; then
     echo "ok: $p: loss fell from $first to $last"

@@ -16,6 +16,7 @@ for h in ddptrain.h backend.h status.h; do
 done
 find "$dest" -name 'ddptrain' -type f -perm -u+x | grep -q . || { echo "FAIL: program not installed"; exit 1; }
 find "$dest" -path '*/bin/ddprun' -perm -u+x | grep -q . || { echo "FAIL: ddprun not installed"; exit 1; }
+find "$dest" -path '*/bin/ddpplot' -perm -u+x | grep -q . || { echo "FAIL: ddpplot not installed"; exit 1; }
 # The SLURM templates source their helper from where it was installed.
 for t in ddptrain-1node.sbatch ddptrain-multinode.sbatch; do
   tpl=$(find "$dest" -path "*/slurm/$t" | head -n 1)

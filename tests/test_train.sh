@@ -22,7 +22,7 @@ if ! "$DDPTRAIN" --threads 1 --peak-gflops 10 --steps 60 --n-layer 1 --n-head 2 
      --eval-tokens 2048 --metrics "$dir/m.jsonl" --export "$dir/w.safetensors" > "$dir/out" 2>&1; then
   echo "FAIL: training run"; sed 's/^/  | /' "$dir/out"; exit 1
 fi
-first=$(sed -n '1s/.*"loss":\([0-9.e+-]*\).*/\1/p' "$dir/m.jsonl")
+first=$(grep -m 1 '"record":"step"' "$dir/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 last=$(grep -v '"final"' "$dir/m.jsonl" | tail -n 1 | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.6 * log(257) && b < a) }'; then
   echo "ok: loss fell from $first to $last (required: below 3.33 = 0.6 ln 257, and below the first)"
@@ -44,9 +44,9 @@ else
   echo "FAIL: metrics file"; sed 's/^/  | /' "$dir/m.jsonl"; fail=1
 fi
 for key in '"step"' '"lr"' '"grad_norm"' '"tokens"' '"tok_per_s"' '"ms_per_step"' '"mfu"' '"peak_mem_mb"' '"host_issue_ms"'; do
-  head -n 1 "$dir/m.jsonl" | grep -q "$key" || { echo "FAIL: metrics lack $key"; fail=1; }
+  grep -m 1 '"record":"step"' "$dir/m.jsonl" | grep -q "$key" || { echo "FAIL: metrics lack $key"; fail=1; }
 done
-peak=$(sed -n '1s/.*"peak_mem_mb":\([0-9.e+-]*\).*/\1/p' "$dir/m.jsonl")
+peak=$(grep -m 1 '"record":"step"' "$dir/m.jsonl" | sed 's/.*"peak_mem_mb":\([0-9.e+-]*\).*/\1/')
 awk -v p="$peak" 'BEGIN { exit !(p > 0) }' || { echo "FAIL: peak_mem_mb '$peak' is not positive"; fail=1; }
 grep -q "summary: .* | peak mem [0-9.]* MiB" "$dir/out" || { echo "FAIL: summary lacks peak mem"; fail=1; }
 # The step loop allocates nothing once the first step has built every buffer.

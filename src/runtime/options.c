@@ -239,7 +239,9 @@ static const opt_row_t k_rows[] = {
     {"eval-tokens", 0, OPT_INT, OFF(eval_tokens), "16384", 1, 1e15, "N", "Logging and evaluation",
      "target tokens per validation pass", NULL, 0},
     {"metrics", 0, OPT_STRING, OFF(metrics), "", 0, 0, "FILE", "Logging and evaluation",
-     "append one JSON object per log line (and a final record) to FILE", NULL, JOB},
+     "append JSON records to FILE: a run header, one per log line and evaluation, a final one "
+     "(ddpplot plots them)",
+     NULL, JOB},
     {"export", 0, OPT_STRING, OFF(export_path), "", 0, 0, "FILE", "Logging and evaluation",
      "write the trained weights to FILE (safetensors, PyTorch state_dict names)", NULL, JOB},
     {"dump-batches", 0, OPT_STRING, OFF(dump_batches), "", 0, 0, "FILE", "Logging and evaluation",

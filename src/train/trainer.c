@@ -36,6 +36,7 @@
 #include "train/dump_batches.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
+#include "train/progress_time.h"
 #include "train/reducer.h"
 #include "train/task_eval.h"
 #include "train/train_ckpt.h"
@@ -76,11 +77,19 @@ typedef struct trainer {
   double peak_gflops;
   int64_t steps;
   double train_loss; /* of the last log window */
+  /* this rank's training loss an evaluation took out of the model's
+   * accumulator mid-window (take_loss reads and resets it), for the
+   * window's log point to count */
+  double pending_loss;
   ddp_train_ckpt_t ckpt;
   ddp_anomaly_t anomaly;
   int64_t start_step; /* steps done before this run (--resume) */
   ddp_amp_train_t amp;
   int64_t step; /* the step in progress */
+  int64_t end;  /* the step this run stops after (--steps, or --stop-at) */
+  /* when the run started: unix seconds, and the monotonic clock the
+   * progress lines' elapsed time and the metrics' elapsed_s count from */
+  double start_unix, start_mono;
 } trainer_t;
 
 /* ---- loader callbacks: this rank's micro-batches in consumption order ---- */
@@ -341,7 +350,14 @@ static ddp_status_t setup(trainer_t *tr) {
                             .slot_destroy = slot_destroy,
                             .fill = fill_slot};
   DDP_CHECK(ddp_loader_create(&lc, &tr->loader));
-  DDP_CHECK(ddp_metrics_open(&tr->metrics, tr->dist->rank == 0 ? o->metrics : ""));
+  const ddp_metrics_run_t run = {.opts = o,
+                                 .world_size = tr->dist->world,
+                                 .device = tr->be->description,
+                                 .precision = ddp_precision_name(tr->amp.precision),
+                                 .start_step = tr->start_step,
+                                 .start_unix = tr->start_unix,
+                                 .start_mono = tr->start_mono};
+  DDP_CHECK(ddp_metrics_open(&tr->metrics, tr->dist->rank == 0 ? o->metrics : "", &run));
   tr->peak_gflops = o->peak_gflops;
   if (tr->peak_gflops <= 0)
     /* On a GPU the rate of the run's own GEMM type (bf16/fp16 tensor cores
@@ -399,6 +415,9 @@ static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
   int64_t steps = 0, targets = 0;
   double sums[3] = {0.0, 0.0, 0.0}; /* loss, top-1 hits, records scored */
   ddp_train_batch_t *b = &tr->val_batch;
+  double train_part = 0.0;
+  DDP_CHECK(tr->model->ops->take_loss(tr->model, &train_part));
+  tr->pending_loss += train_part;
   DDP_CHECK(ddp_sampler_steps_in_epoch(tr->val_sampler, 0, &steps));
   for (int64_t i = 0; i < steps && targets < tr->o->eval_tokens; ++i) {
     DDP_CHECK(
@@ -567,6 +586,8 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
   double loss_sum = 0.0;
   float sumsq = 0.0f;
   DDP_CHECK(tr->model->ops->take_loss(tr->model, &loss_sum));
+  loss_sum += tr->pending_loss;
+  tr->pending_loss = 0.0;
   DDP_CHECK(ddp_dist_sum_double(tr->dist, &loss_sum));
   if (!tr->amp.scaler.enabled) {
     /* steps the optimizer skipped on the device for a non-finite gradient
@@ -616,28 +637,43 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
     DDP_FAIL(DDP_ERR_NUMERIC, "step %lld: the loss is %g; lower --lr or enable --grad-clip",
              (long long)step + 1, loss);
   const ddp_loss_scaler_state_t *ls_state = &tr->amp.scaler.state;
-  char scale_note[64] = "", mfu_note[32] = "";
+  char scale_note[64] = "", mfu_note[32] = "", time_note[64];
   if (tr->amp.scaler.enabled)
     snprintf(scale_note, sizeof scale_note, " | loss scale %g (%lld skipped)",
              (double)ls_state->scale, (long long)ls_state->skipped_steps);
   if (tr->have_flops) snprintf(mfu_note, sizeof mfu_note, " | MFU %.1f%%", 100.0 * mfu);
+  ddp_progress_time_note(ddp_clock_seconds() - tr->start_mono, dt / ns, tr->end - (step + 1),
+                         time_note, sizeof time_note);
   DDP_LOG_INFO(
       "step %5lld/%lld | loss %.4f | lr %.2e | grad-norm %.3f%s | %.0f %s/s | %.1f ms/step%s | "
-      "pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms",
+      "pad %.1f%% | imb %.3f | comm %.1f ms (exposed %.1f) | data wait %.2f ms | %s",
       (long long)step + 1, (long long)tr->steps, loss, lr, gnorm, scale_note, tok_s, tr->unit, ms,
-      mfu_note, 100.0 * pad, imb, comm_ms, exposed, wait_ms);
+      mfu_note, 100.0 * pad, imb, comm_ms, exposed, wait_ms, time_note);
   DDP_CHECK(ddp_metrics_write(
-      &tr->metrics, 0, "step", (double)step + 1, "loss", loss, "lr", (double)lr, "grad_norm", gnorm,
-      tr->data.kind == DDP_BATCH_TOKENS ? "tokens" : "samples", (double)tot->useful, tr->rate_key,
-      tok_s, "ms_per_step", ms, "mfu", tr->have_flops ? mfu : NAN, "pad_frac", pad, "imbalance",
-      imb, "data_wait_ms", wait_ms, "comm_ms", comm_ms, "exposed_comm_ms", exposed,
-      "compute_ms_max", cmax, "compute_ms_min", cmin, "slowest_rank", (double)slowest,
-      "allreduce_per_step", (double)cs.n_allreduce / ns, "loss_scale",
-      (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps", (double)ls_state->skipped_steps,
-      "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "host_issue_ms",
-      1e3 * (w->compute_s - w->host_wait_s) / ns, NULL));
+      &tr->metrics, DDP_METRICS_STEP, "step", (double)step + 1, "loss", loss, "lr", (double)lr,
+      "grad_norm", gnorm, tr->data.kind == DDP_BATCH_TOKENS ? "tokens" : "samples",
+      (double)tot->useful, tr->rate_key, tok_s, "ms_per_step", ms, "mfu",
+      tr->have_flops ? mfu : NAN, "pad_frac", pad, "imbalance", imb, "data_wait_ms", wait_ms,
+      "comm_ms", comm_ms, "exposed_comm_ms", exposed, "compute_ms_max", cmax, "compute_ms_min",
+      cmin, "slowest_rank", (double)slowest, "allreduce_per_step", (double)cs.n_allreduce / ns,
+      "loss_scale", (double)ddp_amp_loss_scale(&tr->amp), "skipped_steps",
+      (double)ls_state->skipped_steps, "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be),
+      "host_issue_ms", 1e3 * (w->compute_s - w->host_wait_s) / ns, NULL));
   *w = (window_t){.t0 = ddp_clock_seconds()};
   return DDP_OK;
+}
+
+/* An evaluation during training gets its own record, so a validation
+ * curve can be drawn against steps and against the tokens seen so far. */
+static ddp_status_t write_eval_record(trainer_t *tr, int64_t step, const eval_result_t *ev,
+                                      int64_t useful) {
+  const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
+  if (ev->n)
+    return ddp_metrics_write(&tr->metrics, DDP_METRICS_EVAL, "step", (double)step + 1, "val_loss",
+                             ev->val_loss, tokens ? "tokens" : "samples", (double)useful,
+                             "top1_acc", ev->acc, NULL);
+  return ddp_metrics_write(&tr->metrics, DDP_METRICS_EVAL, "step", (double)step + 1, "val_loss",
+                           ev->val_loss, tokens ? "tokens" : "samples", (double)useful, NULL);
 }
 
 static ddp_status_t check_replicas(trainer_t *tr, int64_t step) {
@@ -765,12 +801,15 @@ static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo)
 
 static ddp_status_t run(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
+  tr->start_unix = ddp_metrics_unix_now();
+  tr->start_mono = ddp_clock_seconds();
   DDP_CHECK(setup(tr));
   eval_result_t ev = {.val_loss = NAN};
   totals_t tot = {.t0 = ddp_clock_seconds(), .loop_allocs = -1, .loop_raw_allocs = -1};
   /* --stop-at ends this run early; the schedule still spans --steps. */
   int64_t end = o->stop_at > 0 && o->stop_at < tr->steps ? o->stop_at : tr->steps;
   if (end < tr->start_step) end = tr->start_step; /* never a checkpoint that rewinds the step */
+  tr->end = end;
   if (tr->start_step >= end)
     DDP_LOG_INFO("resume: %lld steps already done; nothing to train", (long long)tr->start_step);
   DDP_CHECK(ddp_loader_start(tr->loader, tr->start_step * o->accum, end * o->accum));
@@ -800,6 +839,7 @@ static ddp_status_t run(trainer_t *tr) {
       else if (tr->val_sampler)
         DDP_LOG_INFO("step %5lld | val loss %.4f | top-1 %.1f%%", (long long)step + 1, ev.val_loss,
                      100.0 * ev.acc);
+      if (tr->val_sampler) DDP_CHECK(write_eval_record(tr, step, &ev, tot.useful + w.useful));
       const double spent = ddp_clock_seconds() - e0; /* evaluation time is not training time */
       w.t0 += spent;
       tot.t0 += spent;
@@ -831,14 +871,14 @@ static ddp_status_t run(trainer_t *tr) {
   print_summary(tr, &tot, &fe);
   const double rate = (double)tot.useful / (tot.t_end - tot.t0);
   if (fe.n)
-    DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss",
-                                fe.val_loss,
+    DDP_CHECK(ddp_metrics_write(&tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss,
+                                "val_loss", fe.val_loss,
                                 tr->data.kind == DDP_BATCH_TOKENS ? "task_acc" : "top1_acc", fe.acc,
                                 tr->rate_key, rate, "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be),
                                 "loop_allocs", (double)tot.loop_allocs, NULL));
   else
-    DDP_CHECK(ddp_metrics_write(&tr->metrics, 1, "train_loss", tr->train_loss, "val_loss",
-                                fe.val_loss, tr->rate_key, rate, "peak_mem_mb",
+    DDP_CHECK(ddp_metrics_write(&tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss,
+                                "val_loss", fe.val_loss, tr->rate_key, rate, "peak_mem_mb",
                                 ddp_backend_peak_mem_mb(tr->be), "loop_allocs",
                                 (double)tot.loop_allocs, NULL));
   if (o->dump_batches[0])
