@@ -114,7 +114,7 @@ ddp_status_t ddp_options_defaults(ddp_options_t *opts);
  * `--flag=value`. A model's flag given while --model names another model is
  * an error naming both. With --config FILE (anywhere on the line) the flags
  * of FILE, a JSON object {"flag-name": value}, are applied first and every
- * flag of the command line overrides them (docs/design.md §6.2). */
+ * flag of the command line overrides them (docs/design.md §3.6). */
 ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv);
 
 void ddp_options_print_help(FILE *out);
