@@ -10,7 +10,7 @@
 #    (scancel, a node shutting down) take the same path as SIGUSR1: passed
 #    on as SIGUSR1, because Open MPI's mpirun kills the ranks about 2 s
 #    after forwarding a SIGTERM, checkpoint written or not;
-#  - the record: the command line and the final status in the job's output.
+#  - the record: the command line and the final status in the job's output;
 #  - the shape: one rank per GPU the allocation gave this node
 #    (ddp_job_gpus_per_node), not a count written into the template, so
 #    `sbatch --gpus-per-node=4` starts 4 ranks per node.
