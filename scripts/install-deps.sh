@@ -1,8 +1,10 @@
 #!/bin/sh
 # Installs what ddptrain needs to build on Debian 12 (or Ubuntu): the
-# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib and pkg-config; with
-# --test also what only the tests need (PyTorch for the reference model, a
-# large download the default job does not need; SLURM and munge for
+# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib and pkg-config,
+# help2man (the man pages from --help) and bash-completion (where its
+# completions go); with --test also what only the tests need (PyTorch for the reference model, a
+# large download the default job does not need; groff and man-db to render
+# the man pages in tests/test_man.sh; SLURM and munge for
 # `make check-slurm`; iproute2 for the two-host network-namespace test;
 # matplotlib for tools/ddpplot; clang
 # and its libFuzzer runtime for the bounded fuzzing stage). Idempotent:
@@ -14,9 +16,9 @@
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev
-      zlib1g-dev"
+      zlib1g-dev help2man bash-completion"
 case "${1:-}" in
-  --test) pkgs="$pkgs python3-torch python3-numpy python3-matplotlib slurm-wlm munge iproute2"
+  --test) pkgs="$pkgs python3-torch python3-numpy python3-matplotlib slurm-wlm munge iproute2 groff-base man-db"
           pkgs="$pkgs clang-14 libclang-rt-14-dev" ;; # libFuzzer: tests/fuzz/run-fuzz.sh
   "") ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;

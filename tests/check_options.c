@@ -1,8 +1,11 @@
 /* Command-line parameters: defaults, both value syntaxes, every kind of
  * bad input (unknown flag with a suggestion, missing value, malformed number,
  * out-of-range value, bad device, stray argument), combinations of flags
- * refused before the ranks start, and which flags ranks must agree on. */
+ * refused before the ranks start, which flags ranks must agree on, and
+ * --config FILE under the command line. */
 #include <stdarg.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "ddptrain/options.h"
 #include "check_util.h"
@@ -259,6 +262,65 @@ START_TEST(test_options_rank_rules) {
 }
 END_TEST
 
+/* --config FILE: a file of flags under the command line, as the parser
+ * sees it (the program-level cases are tests/test_config_file.sh). */
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+START_TEST(test_options_config_file) {
+  char path[] = "/tmp/ddp_check_options_XXXXXX";
+  const int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  ddp_options_t o;
+  char *log;
+  write_file(path,
+             "{\"seed\": 7, \"lr\": \"0.01\", \"steps\": 12, \"detect-anomaly\": true, "
+             "\"json\": false, \"device\": \"cpu\", \"n-layer\": 3}");
+  /* the command line wins wherever --config stands */
+  ck_assert_int_eq(parse(&o, NULL, "--seed", "9", "--config", path, "--steps=5", NULL), DDP_OK);
+  ck_assert_int_eq(o.seed, 9);
+  ck_assert_int_eq(o.steps, 5);
+  ck_assert(o.lr == 0.01);
+  ck_assert_int_eq(o.detect_anomaly, 1);
+  ck_assert_int_eq(o.json, 0);
+  ck_assert_str_eq(o.device, "cpu");
+  ck_assert_str_eq(o.config, path);
+  int64_t layers = 0;
+  ck_assert_int_eq(ddp_options_get_int(&o, "n-layer", &layers), DDP_OK);
+  ck_assert_int_eq(layers, 3);
+  /* its path is a job setting: not compared on resume */
+  for (int i = 0; i < ddp_options_count(); ++i)
+    if (strcmp(ddp_options_name(i), "config") == 0) ck_assert_int_eq(ddp_options_must_agree(i), 0);
+  const struct {
+    const char *json, *message;
+  } bad[] = {
+      {"{\"sede\": 1}", "unknown key 'sede'; did you mean 'seed'?"},
+      {"{\"seed\": 1,}", "line 1, column"},
+      {"{\"seed\": [1]}", "key 'seed' is an array; --seed takes a whole number or a string"},
+      {"{\"device\": \"tpu\"}", "option --device: 'tpu' is not valid"},
+      {"{\"config\": \"x\"}", "a config file cannot name another"},
+      {"[1]", "the top level is an array"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    write_file(path, bad[i].json);
+    ck_assert_int_eq(parse(&o, &log, "--config", path, NULL), DDP_ERR_INVALID_ARG);
+    ddp_assert_contains(log, "config file ");
+    ddp_assert_contains(log, bad[i].message);
+    free(log);
+  }
+  unlink(path);
+  ck_assert_int_eq(parse(&o, &log, "--config", path, NULL), DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "cannot open it");
+  free(log);
+  ck_assert_int_eq(parse(&o, NULL, "--config", "", NULL), DDP_OK); /* none */
+}
+END_TEST
+
 static Suite *options_suite(void) {
   Suite *s = suite_create("options");
   TCase *tc = tcase_create("core");
@@ -274,6 +336,7 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_format_round_trips);
   tcase_add_test(tc, test_options_validate_refuses_combinations);
   tcase_add_test(tc, test_options_rank_rules);
+  tcase_add_test(tc, test_options_config_file);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # launch/ddprun: the mpirun line it builds (--dry-run), that bad arguments
-# are one clear line and exit status 2, a real 2-rank run through it, and
+# are one clear line and exit status 2, where it finds ddptrain without
+# --program, a real 2-rank run through it, and
 # preemption through it: SIGTERM to ddprun, and SIGINT to its process group
 # (a Ctrl-C), while the steps take longer than the ~2 s Open MPI gives ranks
 # after its own SIGTERM, still end with a checkpoint and status 75, and
@@ -76,6 +77,35 @@ expect_usage "--per-node needs a value" --per-node
 expect_usage "--hostfile: cannot read" --hostfile "$dir/missing"
 expect_usage "--hostfile and --host exclude each other" --hostfile "$dir/hosts" --host a
 expect_usage "cannot find mpirun" --mpirun "$dir/no-such-mpirun"
+
+# Without --program, ddprun starts the ddptrain beside it (installed), else
+# the one a folder up (launch/ddprun in a source or build tree), else
+# ddptrain on PATH; found nowhere, it stops with status 2 before mpirun.
+mkdir -p "$dir/tree/launch" "$dir/lone"
+cp "$DDPRUN" "$dir/tree/launch/ddprun" && cp "$DDPRUN" "$dir/lone/ddprun"
+printf '#!/bin/sh\nexit 0\n' > "$dir/tree/ddptrain" && chmod +x "$dir/tree/ddptrain"
+line=$("$dir/tree/launch/ddprun" --mpirun "$dir/mpirun" --dry-run --cpu --np 1)
+case "$line" in
+  *" $dir/tree/ddptrain") ok "a source tree's launch/ddprun starts the ddptrain one folder up" ;;
+  *) bad "launch/ddprun in a tree: $line" ;;
+esac
+line=$("$top_builddir/launch/ddprun" --mpirun "$dir/mpirun" --dry-run --cpu --np 1 -- --steps 1)
+case "$line" in
+  *" $top_builddir/ddptrain --steps 1") ok "the build's launch/ddprun starts the ddptrain built beside it" ;;
+  *) bad "the build's launch/ddprun: '$line'" ;;
+esac
+if PATH=/usr/bin:/bin command -v ddptrain > /dev/null 2>&1; then
+  echo "skipped: ddptrain is installed on PATH, so a lone ddprun finds it"
+else
+  PATH=/usr/bin:/bin "$dir/lone/ddprun" --mpirun "$dir/mpirun" --cpu --np 1 > "$dir/out" 2> "$dir/err"
+  rc=$?
+  if [ $rc -eq 2 ] && grep -qF "cannot find ddptrain: not in $dir/lone, not in its parent folder, not on PATH" "$dir/err" &&
+    [ ! -s "$dir/out" ]; then
+    ok "no ddptrain anywhere -> status 2: $(cat "$dir/err")"
+  else
+    bad "no ddptrain anywhere: status $rc, stderr: $(cat "$dir/err")"
+  fi
+fi
 
 # A real run: 2 ranks through ddprun train and print the line they ran.
 if [ -n "$MPIRUN" ]; then

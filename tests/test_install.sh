@@ -24,6 +24,22 @@ for t in ddptrain-1node.sbatch ddptrain-multinode.sbatch; do
   helper=$(sed -n 's/.*DDPTRAIN_SLURM_DIR:-\([^}]*\)}.*/\1/p' "$tpl")/ddptrain-job.sh
   [ -f "$dest$helper" ] || { echo "FAIL: $t sources $helper, which is not installed"; exit 1; }
 done
+# The man pages (the generated two only where help2man or the tarball made
+# them) and the bash completion under each program's name.
+mans=ddprun
+if [ -n "$(sed -n 's/^HELP2MAN = //p' "$top_builddir/Makefile")" ] || [ -f "$top_srcdir/man/ddptrain.1" ]; then
+  mans="ddptrain ddpprep ddprun"
+fi
+for m in $mans; do
+  find "$dest" -path "*/man/man1/$m.1" | grep -q . || { echo "FAIL: man page $m.1 not installed"; exit 1; }
+done
+compdir=$(sed -n 's/^bashcompdir = //p' "$top_builddir/Makefile")
+if [ -n "$compdir" ]; then
+  for p in ddptrain ddpprep ddprun; do
+    find "$dest" -path "*/bash-completion/completions/$p" | grep -q . ||
+      { echo "FAIL: bash completion for $p not installed (in $compdir)"; exit 1; }
+  done
+fi
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest
 flags=$(pkg-config --cflags --libs ddptrain) || { echo "FAIL: pkg-config ddptrain"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")

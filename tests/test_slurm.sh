@@ -100,7 +100,8 @@ for f in 1node multinode; do
     { echo "FAIL: launch/slurm/ddptrain-$f.sbatch is not built (make)"; exit 1; }
 done
 export DDPTRAIN DDPRUN="$top_srcdir/launch/ddprun" DDPTRAIN_SLURM_DIR="$top_srcdir/launch/slurm"
-# The templates ask for 8 GPUs per node; this node has 2 CPUs and no GPU.
+# The templates take their shape from the allocation; this node has 2 CPUs
+# and no GPU, so the jobs ask for 2 tasks and no GPU: 2 ranks.
 SHAPE="--ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1"
 SMALL="$TINY --log-every 10"
 submit() { # submit NAME TEMPLATE SBATCH-ARGS... -- DDPTRAIN-ARGS...: sbatch --wait

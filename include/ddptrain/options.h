@@ -99,6 +99,8 @@ typedef struct ddp_options {
   /* actions */
   int help, version, build_info, self_test, plan_only, json;
   int64_t world_size;
+  /* --config FILE: the JSON file read before the command line ("" = none) */
+  char config[1024];
   /* the registered models' own flags, in registry order (read them with
    * ddp_options_get_*) */
   ddp_option_value_t model_values[DDP_MODEL_OPTION_SLOTS];
@@ -110,7 +112,9 @@ ddp_status_t ddp_options_defaults(ddp_options_t *opts);
 
 /* Parses argv[1..argc-1] on top of the defaults. Accepts `--flag value` and
  * `--flag=value`. A model's flag given while --model names another model is
- * an error naming both. */
+ * an error naming both. With --config FILE (anywhere on the line) the flags
+ * of FILE, a JSON object {"flag-name": value}, are applied first and every
+ * flag of the command line overrides them (docs/design.md §3.6). */
 ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv);
 
 void ddp_options_print_help(FILE *out);

@@ -176,6 +176,22 @@ static ddp_status_t model_device(const ddp_model_ops_t *m, const char *asked, co
   return DDP_OK;
 }
 
+/* srun without a PMI plugin MPI can use starts every task as an MPI
+ * singleton: each sees a world of 1 and trains alone, N copies of one run.
+ * Nothing fails, so say it where the world size is first known. */
+static void warn_lone_slurm_task(const ddp_dist_t *dist) {
+  const char *ntasks = getenv("SLURM_NTASKS");
+  if (dist->world != 1 || !ntasks) return;
+  char *end = NULL;
+  const long n = strtol(ntasks, &end, 10);
+  if (end == ntasks || *end != '\0' || n <= 1) return;
+  DDP_LOG_WARN(
+      "SLURM_NTASKS is %ld but this process sees an MPI world size of 1: every task "
+      "trains alone (srun without PMI?); start it with srun --mpi=pmix, or mpirun/ddprun "
+      "inside the allocation",
+      n);
+}
+
 /* Defaults, the program's default model, then the command line. */
 static ddp_status_t parse_command_line(ddp_options_t *opts, int argc, char **argv,
                                        const ddp_main_config_t *cfg) {
@@ -198,7 +214,7 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
   /* The command line is checked before MPI starts: --help and bad flags
    * need no launcher, and every rank rejects a bad flag identically. */
   const ddp_status_t parsed = parse_command_line(&opts, argc, argv, cfg);
-  if (parsed != DDP_OK) return parsed == DDP_ERR_INTERNAL ? EXIT_RUNTIME : EXIT_USAGE;
+  if (parsed != DDP_OK) return parsed == DDP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
   if (opts.help) {
     ddp_options_print_help_for(stdout, program);
     return 0;
@@ -233,6 +249,7 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
     ddp_startup_watchdog_stop();
     return EXIT_RUNTIME;
   }
+  warn_lone_slurm_task(&dist);
   /* Flags only some ranks were given are command-line errors as well, found
    * by the first collective: every rank learns of them and exits with 2. */
   begin_phase(DDP_STARTUP_FLAGS, dist.rank);

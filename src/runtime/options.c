@@ -17,6 +17,7 @@
 #include "core/hash.h"
 #include "data/sampler.h"
 #include "optim/optim.h"
+#include "runtime/options_config.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 
@@ -232,6 +233,12 @@ static const opt_row_t k_rows[] = {
      "random seed; every rank and every resume draws the same numbers from it", NULL, 0},
     {"peak-gflops", 0, OPT_FLOAT, OFF(peak_gflops), "0", 0, 1e9, "X", "Run control",
      "peak GFLOP/s per rank used for MFU; 0 = measure with a short GEMM at start-up", NULL, LOCAL},
+    /* JOB: the values it sets are compared as flags; its path is not, so a
+     * resume may give the same values on the command line or another file */
+    {"config", 0, OPT_STRING, OFF(config), "", 0, 0, "FILE", "Run control",
+     "read flags from FILE first, a JSON object {\"flag-name\": value} (strings, numbers, true "
+     "for a flag without a value); flags on the command line override it",
+     NULL, JOB},
     {"log-every", 0, OPT_INT, OFF(log_every), "10", 1, 1e15, "N", "Logging and evaluation",
      "a progress line (and metrics record) every N steps: the only host sync", NULL, 0},
     {"eval-every", 0, OPT_INT, OFF(eval_every), "50", 0, 1e15, "N", "Logging and evaluation",
@@ -419,7 +426,10 @@ static int one_of(const char *value, const char *const *choices) {
   return 0;
 }
 
-static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const char *text) {
+/* Sets the field of *ref from text as typed. origin prefixes an error: ""
+ * for the command line, "config file F: " for a value read from a file. */
+static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const char *text,
+                              const char *origin) {
   const opt_row_t *row = &ref->r;
   char *field = (char *)opts + row->offset;
   char *end = NULL;
@@ -428,12 +438,12 @@ static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const c
       errno = 0;
       long long v = strtoll(text, &end, 10);
       if (end == text || *end != '\0') {
-        USAGE_ERROR("option --%s: '%s' is not an integer", row->name, text);
+        USAGE_ERROR("%soption --%s: '%s' is not an integer", origin, row->name, text);
         return DDP_ERR_INVALID_ARG;
       }
       if (errno == ERANGE || (double)v < row->min || (double)v > row->max) {
-        USAGE_ERROR("option --%s: %s is out of range [%.0f, %.0f]", row->name, text, row->min,
-                    row->max);
+        USAGE_ERROR("%soption --%s: %s is out of range [%.0f, %.0f]", origin, row->name, text,
+                    row->min, row->max);
         return DDP_ERR_INVALID_ARG;
       }
       *(int64_t *)field = v;
@@ -443,11 +453,11 @@ static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const c
       errno = 0;
       double v = strtod(text, &end);
       if (end == text || *end != '\0' || !isfinite(v)) {
-        USAGE_ERROR("option --%s: '%s' is not a finite number", row->name, text);
+        USAGE_ERROR("%soption --%s: '%s' is not a finite number", origin, row->name, text);
         return DDP_ERR_INVALID_ARG;
       }
       if (errno == ERANGE || v < row->min || v > row->max) {
-        USAGE_ERROR("option --%s: %s is out of range [%g, %g]", row->name, text, row->min,
+        USAGE_ERROR("%soption --%s: %s is out of range [%g, %g]", origin, row->name, text, row->min,
                     row->max);
         return DDP_ERR_INVALID_ARG;
       }
@@ -456,12 +466,13 @@ static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const c
     }
     case OPT_STRING:
       if (strlen(text) >= row->size) {
-        USAGE_ERROR("option --%s: value is longer than %zu characters", row->name, row->size - 1);
+        USAGE_ERROR("%soption --%s: value is longer than %zu characters", origin, row->name,
+                    row->size - 1);
         return DDP_ERR_INVALID_ARG;
       }
       if ((row->validate && row->validate(text) != DDP_OK) ||
           (ref->choices && !one_of(text, ref->choices))) {
-        USAGE_ERROR("option --%s: '%s' is not valid (%s)", row->name, text, row->help);
+        USAGE_ERROR("%soption --%s: '%s' is not valid (%s)", origin, row->name, text, row->help);
         return DDP_ERR_INVALID_ARG;
       }
       memcpy(field, text, strlen(text) + 1);
@@ -479,7 +490,7 @@ ddp_status_t ddp_options_defaults(ddp_options_t *opts) {
   row_ref_t row;
   for (int i = 0; i < n; ++i) {
     if (get_row(i, &row) != 0) return DDP_ERR_INTERNAL;
-    if (row.r.def && set_value(opts, &row, row.r.def) != DDP_OK) return DDP_ERR_INTERNAL;
+    if (row.r.def && set_value(opts, &row, row.r.def, "") != DDP_OK) return DDP_ERR_INTERNAL;
   }
   return DDP_OK;
 }
@@ -511,7 +522,8 @@ static int find_long(const char *name, size_t len, row_ref_t *out) {
   return -1;
 }
 
-static void report_unknown(const char *arg, const char *name, size_t len) {
+/* The flag closest to name[0..len) within two edits, or NULL. */
+static const char *closest(const char *name, size_t len) {
   const char *best = NULL;
   int best_d = 3;
   const int n = n_rows();
@@ -524,6 +536,11 @@ static void report_unknown(const char *arg, const char *name, size_t len) {
       best = row.r.name;
     }
   }
+  return best;
+}
+
+static void report_unknown(const char *arg, const char *name, size_t len) {
+  const char *best = closest(name, len);
   if (best)
     USAGE_ERROR("unknown option '%s'; did you mean '--%s'? (see --help)", arg, best);
   else
@@ -546,7 +563,10 @@ static ddp_status_t check_model_flags(const ddp_options_t *opts) {
   return DDP_OK;
 }
 
-ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
+/* The command line onto *opts, --config like any other flag (its file is
+ * the caller's to read); given twice, it is an error: one file per run. */
+static ddp_status_t parse_args(ddp_options_t *opts, int argc, char **argv) {
+  int configs = 0;
   for (int i = 1; i < argc; ++i) {
     const char *arg = argv[i];
     row_ref_t row;
@@ -586,11 +606,72 @@ ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
       }
       value = argv[++i];
     }
-    ddp_status_t st = set_value(opts, &row, value ? value : "");
+    if (row.r.offset == offsetof(ddp_options_t, config) && ++configs > 1) {
+      USAGE_ERROR("option --config given twice: a run reads one config file");
+      return DDP_ERR_INVALID_ARG;
+    }
+    ddp_status_t st = set_value(opts, &row, value ? value : "", "");
     if (st != DDP_OK) return st;
     if (row.model) opts->model_values[row.slot].given = 1;
   }
-  return check_model_flags(opts);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_options_parse(ddp_options_t *opts, int argc, char **argv) {
+  /* The command line is parsed once on a copy to learn --config wherever it
+   * stands, then, after the file, again onto the result: every flag of the
+   * command line overrides the file's. */
+  ddp_options_t *first = malloc(sizeof *first);
+  if (!first) {
+    USAGE_ERROR("options: out of host memory");
+    return DDP_ERR_OOM;
+  }
+  *first = *opts;
+  ddp_status_t st = parse_args(first, argc, argv);
+  if (st == DDP_OK && first->config[0]) {
+    st = ddp_options_read_config(opts, first->config);
+    if (st == DDP_OK) st = parse_args(opts, argc, argv);
+  } else if (st == DDP_OK) {
+    *opts = *first;
+  }
+  free(first);
+  return st == DDP_OK ? check_model_flags(opts) : st;
+}
+
+/* ---- setting flags by name (a config file) ---------------------------------------- */
+
+int ddp_options_find(const char *name) {
+  row_ref_t row;
+  return name ? find_long(name, strlen(name), &row) : -1;
+}
+
+const char *ddp_options_suggest(const char *name) {
+  return name ? closest(name, strlen(name)) : NULL;
+}
+
+ddp_option_kind_t ddp_options_kind(int index) {
+  row_ref_t row;
+  if (get_row(index, &row) != 0) return DDP_OPTION_KIND_ACTION;
+  switch (row.r.kind) {
+    case OPT_INT:
+      return DDP_OPTION_KIND_INT;
+    case OPT_FLOAT:
+      return DDP_OPTION_KIND_FLOAT;
+    case OPT_STRING:
+      return DDP_OPTION_KIND_STRING;
+    case OPT_ACTION:
+      break;
+  }
+  return DDP_OPTION_KIND_ACTION;
+}
+
+ddp_status_t ddp_options_set_text(ddp_options_t *opts, int index, const char *text,
+                                  const char *origin) {
+  row_ref_t row;
+  if (get_row(index, &row) != 0) return DDP_ERR_INTERNAL;
+  DDP_CHECK(set_value(opts, &row, text, origin ? origin : ""));
+  if (row.model) opts->model_values[row.slot].given = 1;
+  return DDP_OK;
 }
 
 /* ---- combinations of flags ------------------------------------------------------ */
