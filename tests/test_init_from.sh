@@ -32,7 +32,11 @@ ARCH="--n-layer 1 --n-head 2 --n-embd 16 --seq-len 48"
 FROZEN="$RUN --steps 1 --lr 0 --min-lr 0"
 
 val_loss() { # the final record's val_loss of a metrics file
-  sed -n 's/.*"final":true.*"val_loss":\([-0-9.e+]*\).*/\1/p' "$1"
+  sed -n 's/.*"final":true.*"val_loss":\([-0-9.e+]*\).*/\1/p' "$1" 2> /dev/null
+}
+
+step_loss() { # metrics file, step: that step's training loss
+  sed -n "s/.*\"step\":$2,.*\"loss\":\([-0-9.e+]*\).*/\1/p" "$1" 2> /dev/null
 }
 
 # expect DESC RC TEXT CMD...: exit status and a line of the output
@@ -89,6 +93,39 @@ if [ -n "$fresh" ] && [ "$fresh" != "$want_loss" ]; then
   echo "ok: a run without --init-from has another loss ($fresh)"
 else
   echo "FAIL: a fresh run has the loss of the file ('$fresh')"; fail=1
+fi
+
+# bf16 compute reads a compute copy refreshed from the loaded masters: the
+# file's loss to bf16 rounding, not the ~5.55 of zero or random weights
+# shellcheck disable=SC2086
+"$DDPTRAIN" $FROZEN --precision bf16 --init-from "$dir/e.st" --metrics "$dir/bf.jsonl" > "$dir/bf.log" 2>&1
+got=$(val_loss "$dir/bf.jsonl")
+if [ -n "$got" ] && awk -v a="$got" -v b="$want_loss" 'BEGIN { d = a - b; exit !(d < 0.01 && d > -0.01) }'; then
+  echo "ok: --precision bf16 from the file: val loss $got (fp32 $want_loss)"
+else
+  echo "FAIL: --precision bf16 from the file: val loss '$got', fp32 $want_loss"; fail=1
+fi
+# --resume auto: a checkpoint in --save wins over the file, and the run
+# stopped at step 2 and resumed ends like the uninterrupted one
+J="$RUN --steps 4 --init-from $dir/e.st"
+# shellcheck disable=SC2086
+"$DDPTRAIN" $J --metrics "$dir/whole.jsonl" > "$dir/whole.log" 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $J --save "$dir/rck" --resume auto --stop-at 2 > "$dir/r1.log" 2>&1
+# shellcheck disable=SC2086
+expect "--init-from with --resume auto resumes from the checkpoint" 0 "resume: loaded $dir/rck/ckpt_00000002.safetensors (step 2)" \
+  "$DDPTRAIN" $J --save "$dir/rck" --resume auto --metrics "$dir/resumed.jsonl"
+a=$(step_loss "$dir/whole.jsonl" 4) b=$(step_loss "$dir/resumed.jsonl" 4)
+if [ -n "$a" ] && [ "$a" = "$b" ]; then
+  echo "ok: resumed from the checkpoint, step 4 loss $a as without the stop"
+else
+  echo "FAIL: step 4 loss '$b' after the resume, '$a' without the stop"; fail=1
+fi
+if [ -n "$MPIRUN" ]; then
+  # every rank derives the same flags from the file
+  # shellcheck disable=SC2086
+  expect "two ranks from the file" 0 "model: GPT L1 H2 C16 T48," \
+    timeout 120 "$MPIRUN" -np 2 "$DDPTRAIN" $FROZEN --init-from "$dir/e.st"
 fi
 
 # ---- command lines the file contradicts: exit 2, nothing written ------------------
