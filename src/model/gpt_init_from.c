@@ -243,7 +243,7 @@ ddp_status_t ddp_init_from_configure(ddp_options_t *o) {
   if (!o->init_from[0]) return DDP_OK;
   const ddp_model_ops_t *ops = ddp_model_find(o->model);
   ddp_safetensors_t *st = NULL;
-  DDP_CHECK(ddp_safetensors_open(o->init_from, &st));
+  DDP_CHECK(ddp_safetensors_open_header(o->init_from, &st)); /* shapes only: no data read */
   const ddp_status_t rc = ops && is_gpt(ops) ? configure_gpt(o, st) : DDP_OK;
   ddp_safetensors_close(st);
   return rc;
