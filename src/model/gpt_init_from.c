@@ -12,6 +12,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/safetensors.h"
 #include "core/ascii.h"
+#include "core/clock.h"
 #include "model/builtin.h"
 
 #define PREFIX "transformer."
@@ -22,6 +23,7 @@ struct ddp_init_from {
   ddp_safetensors_t *st;
   int gpt;    /* the built-in GPT: the GPT-2 layouts are recognised */
   int conv1d; /* the blocks' weights are stored (in, out), as Conv1D */
+  double t0;  /* when the file began to be read, for the log */
 };
 
 /* A flag the file contradicts is the user's command line at fault: one
@@ -258,6 +260,7 @@ ddp_status_t ddp_init_from_open(const char *path, const ddp_model_ops_t *ops,
   if (!in) DDP_FAIL(DDP_ERR_OOM, "--init-from: out of host memory");
   snprintf(in->path, sizeof in->path, "%s", path);
   in->gpt = is_gpt(ops);
+  in->t0 = ddp_clock_seconds();
   ddp_status_t rc = ddp_safetensors_open(path, &in->st);
   if (rc == DDP_OK && in->gpt && data->kind == DDP_BATCH_TOKENS) {
     ddp_st_tensor_t wte;
@@ -414,11 +417,12 @@ ddp_status_t ddp_init_from_load(ddp_init_from_t *in, ddp_model_t *m) {
   }
   DDP_CHECK_GOTO(check_lm_head(in, m, host, scratch), st, out);
   DDP_CHECK_GOTO(ddp_model_params_from_host(m, host), st, out);
-  DDP_LOG_INFO("--init-from: %zu parameters in %d tensors from %s (%s)", m->n_params, m->n_tensors,
-               in->path,
+  DDP_LOG_INFO("--init-from: %zu parameters in %d tensors from %s (%s) in %.2f s", m->n_params,
+               m->n_tensors, in->path,
                !in->gpt     ? "by name"
                : in->conv1d ? "GPT-2 Conv1D layout, weights transposed"
-                            : "Linear layout");
+                            : "Linear layout",
+               ddp_clock_seconds() - in->t0);
 out:
   free(scratch);
   free(host);
