@@ -15,9 +15,12 @@
 #  - bad input ends with a clear error naming the tensor or flag, exit 1
 #    for a bad file (not safetensors, a tensor of the wrong shape, a missing
 #    or unknown tensor, an untied LM head, a vocabulary smaller than the
-#    data's) and exit 2 for a command line the file contradicts (--n-embd,
-#    --n-layer, no --n-head where nothing tells it, --resume DIR), and
-#    nothing written (--export, --save).
+#    data's, a NaN) and exit 2 for a command line the file contradicts
+#    (--n-embd, --n-layer, --seq-len, --n-head, a --tokens-per-batch below
+#    the file's rows, no --n-head where nothing tells it, --resume DIR),
+#    and nothing written (--export, --save);
+#  - bf16 compute reads the loaded weights, --resume auto prefers a
+#    checkpoint to the file, and two ranks derive the same flags.
 # The Hugging Face files are written with Python and torch; without them
 # those parts are skipped and the rest still runs.
 . "${top_builddir:-.}/tests/env.sh"
@@ -138,6 +141,9 @@ expect "--n-layer against the blocks" 2 "option --n-layer 2 contradicts --init-f
 # shellcheck disable=SC2086
 expect "--seq-len against wpe" 2 "'transformer.wpe.weight' has shape (48, 16)" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --seq-len 64
+# shellcheck disable=SC2086
+expect "--tokens-per-batch below the file's rows" 2 "option --tokens-per-batch 32 is smaller than --init-from $dir/e.st's sequence length 48" \
+  "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --tokens-per-batch 32
 # shellcheck disable=SC2086
 expect "--n-head against the metadata" 2 "the file's metadata says n_head 2" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --n-head 4

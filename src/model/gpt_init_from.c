@@ -226,6 +226,14 @@ static ddp_status_t configure_gpt(ddp_options_t *o, const ddp_safetensors_t *st)
     return DDP_ERR_INVALID_ARG;
   }
 
+  /* a row must fit a micro-batch: said here, where --seq-len comes from */
+  if (!ddp_options_given(o, "seq-len") && o->tokens_per_batch < T) {
+    USAGE_ERROR(
+        "option --tokens-per-batch %lld is smaller than --init-from %s's sequence length "
+        "%lld ('%s' has shape %s): a micro-batch must hold at least one full row",
+        (long long)o->tokens_per_batch, path, (long long)T, wpe.name, s_wpe);
+    return DDP_ERR_INVALID_ARG;
+  }
   /* the flags not given, through the parser: range checks as typed flags */
   char v_l[24], v_c[24], v_t[24], v_h[24];
   snprintf(v_l, sizeof v_l, "%d", L);
