@@ -18,13 +18,14 @@
 #define PREFIX "transformer."
 #define PREFIX_LEN (sizeof PREFIX - 1)
 
-struct ddp_init_from {
+/* One load: the file and what its layout is. */
+typedef struct ddp_init_from {
   char path[1024];
   ddp_safetensors_t *st;
   int gpt;    /* the built-in GPT: the GPT-2 layouts are recognised */
   int conv1d; /* the blocks' weights are stored (in, out), as Conv1D */
   double t0;  /* when the file began to be read, for the log */
-};
+} ddp_init_from_t;
 
 /* A flag the file contradicts is the user's command line at fault: one
  * line without a source location, like any other bad flag. */
@@ -261,50 +262,37 @@ ddp_status_t ddp_init_from_configure(ddp_options_t *o) {
 
 /* ---- loading ------------------------------------------------------------------ */
 
-ddp_status_t ddp_init_from_open(const char *path, const ddp_model_ops_t *ops,
-                                ddp_data_shape_t *data, ddp_init_from_t **out) {
-  *out = NULL;
-  ddp_init_from_t *in = calloc(1, sizeof *in);
-  if (!in) DDP_FAIL(DDP_ERR_OOM, "--init-from: out of host memory");
-  snprintf(in->path, sizeof in->path, "%s", path);
-  in->gpt = is_gpt(ops);
-  in->t0 = ddp_clock_seconds();
-  ddp_status_t rc = ddp_safetensors_open(path, &in->st);
-  if (rc == DDP_OK && in->gpt && data->kind == DDP_BATCH_TOKENS) {
-    ddp_st_tensor_t wte;
-    DDP_CHECK_GOTO(need_gpt(in->st, path, PREFIX "wte.weight", &wte), rc, fail);
-    if (wte.ndim != 2)
-      DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail, "--init-from %s: '%s' is not a matrix", path,
-                    wte.name);
-    DDP_CHECK_GOTO(detect_conv1d(in->st, path, wte.shape[1], &in->conv1d), rc, fail);
-    if (wte.shape[0] < data->vocab)
-      DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail,
-                    "--init-from %s: '%s' has shape (%lld, %lld): %lld tokens, fewer than the "
-                    "data's vocabulary of %d (tokens %lld and up would have no embedding)",
-                    path, wte.name, (long long)wte.shape[0], (long long)wte.shape[1],
-                    (long long)wte.shape[0], data->vocab, (long long)wte.shape[0]);
-    if (wte.shape[0] > INT32_MAX)
-      DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail, "--init-from %s: '%s' has %lld rows", path, wte.name,
-                    (long long)wte.shape[0]);
-    if (wte.shape[0] > data->vocab)
-      DDP_LOG_INFO(
-          "--init-from: the model keeps the file's vocabulary of %lld tokens (the data "
-          "use %d)",
-          (long long)wte.shape[0], data->vocab);
-    data->vocab = (int)wte.shape[0];
-  }
-  if (rc != DDP_OK) goto fail;
-  *out = in;
+/* The GPT's wte, and the data's vocabulary against it. */
+static ddp_status_t vocab_gpt(const ddp_safetensors_t *st, const char *path,
+                              ddp_data_shape_t *data) {
+  ddp_st_tensor_t wte;
+  DDP_CHECK(need_gpt(st, path, PREFIX "wte.weight", &wte));
+  if (wte.ndim != 2 || wte.shape[0] > INT32_MAX)
+    DDP_FAIL(DDP_ERR_FORMAT, "--init-from %s: '%s' is not a matrix of at most 2^31 - 1 rows", path,
+             wte.name);
+  if (wte.shape[0] < data->vocab)
+    DDP_FAIL(DDP_ERR_FORMAT,
+             "--init-from %s: '%s' has shape (%lld, %lld): %lld tokens, fewer than the data's "
+             "vocabulary of %d (tokens %lld and up would have no embedding)",
+             path, wte.name, (long long)wte.shape[0], (long long)wte.shape[1],
+             (long long)wte.shape[0], data->vocab, (long long)wte.shape[0]);
+  if (wte.shape[0] > data->vocab)
+    DDP_LOG_INFO(
+        "--init-from: the model keeps the file's vocabulary of %lld tokens (the data "
+        "use %d)",
+        (long long)wte.shape[0], data->vocab);
+  data->vocab = (int)wte.shape[0];
   return DDP_OK;
-fail:
-  ddp_init_from_close(in);
-  return rc;
 }
 
-void ddp_init_from_close(ddp_init_from_t *in) {
-  if (!in) return;
-  ddp_safetensors_close(in->st);
-  free(in);
+ddp_status_t ddp_init_from_data_shape(const char *path, const ddp_model_ops_t *ops,
+                                      ddp_data_shape_t *data) {
+  if (!is_gpt(ops) || data->kind != DDP_BATCH_TOKENS) return DDP_OK;
+  ddp_safetensors_t *st = NULL;
+  DDP_CHECK(ddp_safetensors_open_header(path, &st));
+  const ddp_status_t rc = vocab_gpt(st, path, data);
+  ddp_safetensors_close(st);
+  return rc;
 }
 
 /* The file's tensor for table entry p: by name, and for the GPT also
@@ -407,8 +395,13 @@ static ddp_status_t check_lm_head(const ddp_init_from_t *in, const ddp_model_t *
   return DDP_OK;
 }
 
-ddp_status_t ddp_init_from_load(ddp_init_from_t *in, ddp_model_t *m) {
-  if (!in || !m) DDP_FAIL(DDP_ERR_INVALID_ARG, "init_from_load: NULL argument");
+/* Reads the file and copies it into the model (see ddp_init_from_load). */
+static ddp_status_t load(ddp_init_from_t *in, ddp_model_t *m) {
+  if (in->gpt) {
+    const int w = ddp_param_find(m->tensors, m->n_tensors, PREFIX "wte.weight");
+    if (w < 0) DDP_FAIL(DDP_ERR_INTERNAL, "--init-from: model %s has no wte", m->ops->name);
+    DDP_CHECK(detect_conv1d(in->st, in->path, m->tensors[w].shape[1], &in->conv1d));
+  }
   DDP_CHECK(check_unused(in, m));
   size_t largest = 0;
   for (int i = 0; i < m->n_tensors; ++i)
@@ -435,4 +428,14 @@ out:
   free(scratch);
   free(host);
   return st;
+}
+
+ddp_status_t ddp_init_from_load(const char *path, ddp_model_t *m) {
+  if (!path || !m) DDP_FAIL(DDP_ERR_INVALID_ARG, "init_from_load: NULL argument");
+  ddp_init_from_t in = {.gpt = is_gpt(m->ops), .t0 = ddp_clock_seconds()};
+  snprintf(in.path, sizeof in.path, "%s", path);
+  DDP_CHECK(ddp_safetensors_open(path, &in.st));
+  const ddp_status_t rc = load(&in, m);
+  ddp_safetensors_close(in.st);
+  return rc;
 }

@@ -44,21 +44,18 @@ extern "C" {
  * only opened, to fail early. A no-op without --init-from. */
 ddp_status_t ddp_init_from_configure(ddp_options_t *o);
 
-typedef struct ddp_init_from ddp_init_from_t;
-
-/* Opens FILE for the model `ops` about to be created for `data`. A token
- * model built from the GPT layout takes the file's vocabulary (wte's rows)
- * when the data's fits in it, and the data's larger vocabulary is an error
- * naming wte and both sizes; `data` is updated to what the model must be
- * created with. */
-ddp_status_t ddp_init_from_open(const char *path, const ddp_model_ops_t *ops,
-                                ddp_data_shape_t *data, ddp_init_from_t **out);
-/* Copies the file's tensors into the model's master weights (fp32) and
- * refreshes its compute copy; checks names, shapes, dtypes and that every
- * value is finite, each failure naming the tensor. Nothing is written to
- * the model unless every check passes. */
-ddp_status_t ddp_init_from_load(ddp_init_from_t *in, ddp_model_t *m);
-void ddp_init_from_close(ddp_init_from_t *in);
+/* Before the model is created for `data`: a token model built from the
+ * GPT layout takes the file's vocabulary (wte's rows) when the data's fits
+ * in it; a larger vocabulary of the data is an error naming wte and both
+ * sizes. Reads the header only. `data` is updated to what the model must
+ * be created with; other models leave it as it is. */
+ddp_status_t ddp_init_from_data_shape(const char *path, const ddp_model_ops_t *ops,
+                                      ddp_data_shape_t *data);
+/* Reads FILE and copies its tensors into the model's master weights
+ * (fp32), then refreshes its compute copy; checks names, shapes, dtypes
+ * and that every value is finite, each failure naming the tensor. Nothing
+ * is written to the model unless every check passes. */
+ddp_status_t ddp_init_from_load(const char *path, ddp_model_t *m);
 
 #ifdef __cplusplus
 }

@@ -288,24 +288,18 @@ static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
                           .opts = o,
                           .data = tr->data.shape,
                           .max_batch = ddp_train_batch_budget(o, &tr->data)};
-  /* --init-from: the weights of a file (which may widen the vocabulary) */
-  ddp_init_from_t *init = NULL;
-  if (o->init_from[0]) DDP_CHECK(ddp_init_from_open(o->init_from, mops, &ms.data, &init));
-  ddp_status_t st = ddp_model_create(mops, &ms, &tr->model);
+  /* --init-from: the file's vocabulary, then its weights */
+  if (o->init_from[0]) DDP_CHECK(ddp_init_from_data_shape(o->init_from, mops, &ms.data));
+  DDP_CHECK(ddp_model_create(mops, &ms, &tr->model));
   const ddp_dtype_t dtype = ddp_precision_dtype(tr->amp.precision);
-  if (st == DDP_OK && dtype != DDP_DTYPE_F32) {
-    if (!mops->set_precision) {
-      DDP_LOG_ERROR("--precision %s: model %s computes in fp32 only",
-                    ddp_precision_name(tr->amp.precision), mops->name);
-      st = DDP_ERR_UNSUPPORTED;
-    }
-    if (st == DDP_OK) st = mops->set_precision(tr->model, dtype);
+  if (dtype != DDP_DTYPE_F32) {
+    if (!mops->set_precision)
+      DDP_FAIL(DDP_ERR_UNSUPPORTED, "--precision %s: model %s computes in fp32 only",
+               ddp_precision_name(tr->amp.precision), mops->name);
+    DDP_CHECK(mops->set_precision(tr->model, dtype));
   }
-  if (st == DDP_OK)
-    st = init ? ddp_init_from_load(init, tr->model)
-              : mops->init_weights(tr->model, (uint64_t)o->seed);
-  ddp_init_from_close(init);
-  return st;
+  if (o->init_from[0]) return ddp_init_from_load(o->init_from, tr->model);
+  return mops->init_weights(tr->model, (uint64_t)o->seed);
 }
 
 static ddp_status_t setup(trainer_t *tr) {
