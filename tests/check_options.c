@@ -221,10 +221,34 @@ START_TEST(test_options_validate_refuses_combinations) {
   expect_combination(NULL, "--val-data", "v.bin", "--data", "t.bin");
   expect_combination("option --resume auto needs --save DIR", "--resume", "auto", NULL, NULL);
   expect_combination(NULL, "--resume", "auto", "--save", "ck");
+  expect_combination("option --init-from starts a new run from weights, --resume ck continues one",
+                     "--init-from", "w.st", "--resume", "ck");
+  expect_combination(NULL, "--init-from", "w.st", "--save", "ck"); /* --resume auto: see below */
   /* the loss scale floor matters only where a scaler runs */
   expect_combination("option --loss-scale-min 1e+06 exceeds --loss-scale-init 65536", "--precision",
                      "fp16", "--loss-scale-min", "1e6");
   expect_combination(NULL, "--precision", "bf16", "--loss-scale-min", "1e9");
+}
+END_TEST
+
+/* --init-from takes from its file only what the command line left open:
+ * ddp_options_given tells a typed flag from a default, for the runtime's
+ * rows and a model's alike. */
+START_TEST(test_options_given_tells_typed_flags_from_defaults) {
+  ddp_options_t o;
+  ck_assert_int_eq(parse(&o, NULL, "--seq-len", "128", "--n-head=4", NULL), DDP_OK);
+  ck_assert_int_eq(ddp_options_given(&o, "seq-len"), 1); /* typed, though it is the default */
+  ck_assert_int_eq(ddp_options_given(&o, "n-head"), 1);
+  ck_assert_int_eq(ddp_options_given(&o, "n-embd"), 0);
+  ck_assert_int_eq(ddp_options_given(&o, "tokens-per-batch"), 0);
+  ck_assert_int_eq(ddp_options_given(&o, "no-such-flag"), 0);
+  ck_assert_int_eq(parse(&o, NULL, "-h", NULL), DDP_OK);
+  ck_assert_int_eq(ddp_options_given(&o, "help"), 1);
+  ck_assert_int_eq(ddp_options_given(&o, "seq-len"), 0);
+  /* --resume auto with --init-from is the requeue-safe fine-tuning job */
+  ck_assert_int_eq(parse(&o, NULL, "--init-from", "w.st", "--resume", "auto", "--save", "ck", NULL),
+                   DDP_OK);
+  ck_assert_int_eq(ddp_options_validate(&o), DDP_OK);
 }
 END_TEST
 
@@ -337,6 +361,7 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_validate_refuses_combinations);
   tcase_add_test(tc, test_options_rank_rules);
   tcase_add_test(tc, test_options_config_file);
+  tcase_add_test(tc, test_options_given_tells_typed_flags_from_defaults);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -43,7 +43,9 @@ static void write_raw(const char *p, const char *json, size_t data_bytes) {
   free(buf);
 }
 
-/* Opens p expecting failure; returns the log for message checks. */
+/* Opens p expecting failure; returns the log for message checks. Reading
+ * the header alone must find the same fault with the same message (the
+ * data's extent is checked against the file's size there too). */
 static char *open_fails(const char *p, ddp_status_t want) {
   ddp_safetensors_t *st = (ddp_safetensors_t *)1;
   ddp_test_log_start();
@@ -52,6 +54,19 @@ static char *open_fails(const char *p, ddp_status_t want) {
   ck_assert_msg(got == want, "open: got %s, want %s; log: %s", ddp_status_name(got),
                 ddp_status_name(want), log);
   ck_assert_ptr_null(st);
+  st = (ddp_safetensors_t *)1;
+  ddp_test_log_start();
+  got = ddp_safetensors_open_header(p, &st);
+  char *header_log = ddp_test_log_stop();
+  ck_assert_msg(got == want, "open_header: got %s, want %s; log: %s", ddp_status_name(got),
+                ddp_status_name(want), header_log);
+  ck_assert_ptr_null(st);
+  const char *msg = strstr(log, "ERROR"), *header_msg = strstr(header_log, "ERROR");
+  ck_assert_ptr_nonnull(msg);
+  ck_assert_ptr_nonnull(header_msg);
+  ck_assert_msg(strncmp(msg, header_msg, strcspn(msg, "(\n")) == 0,
+                "open and open_header report differently:\n%s%s", log, header_log);
+  free(header_log);
   return log;
 }
 
@@ -100,6 +115,19 @@ START_TEST(test_safetensors_round_trip_all_dtypes_and_metadata) {
   ck_assert_int_eq(ddp_safetensors_get(st, 6, &r), DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_safetensors_get(st, -1, &r), DDP_ERR_INVALID_ARG);
   free(ddp_test_log_stop());
+  ddp_safetensors_close(st);
+  /* the header alone: the same names, dtypes, shapes and metadata, no data */
+  ck_assert_int_eq(ddp_safetensors_open_header(p, &st), DDP_OK);
+  ck_assert_int_eq(ddp_safetensors_count(st), 6);
+  ck_assert_str_eq(ddp_safetensors_meta(st, "step"), "42");
+  for (int i = 0; i < 6; ++i) {
+    ck_assert_int_eq(ddp_safetensors_get(st, i, &r), DDP_OK);
+    ck_assert_str_eq(r.name, t[i].name);
+    ck_assert_int_eq(r.dtype, t[i].dtype);
+    ck_assert_int_eq(r.ndim, t[i].ndim);
+    for (int d = 0; d < r.ndim; ++d) ck_assert_int_eq(r.shape[d], t[i].shape[d]);
+    ck_assert_ptr_null(r.data);
+  }
   ddp_safetensors_close(st);
 }
 END_TEST

@@ -50,6 +50,8 @@ typedef struct ddp_option_def {
  * value (with its NUL). */
 #define DDP_MODEL_OPTION_SLOTS 64
 #define DDP_OPTION_TEXT_MAX 128
+/* Room for the runtime's own rows (a static assertion checks it). */
+#define DDP_CORE_OPTION_SLOTS 96
 
 typedef struct ddp_option_value {
   int64_t i;
@@ -94,6 +96,7 @@ typedef struct ddp_options {
   char metrics[1024], export_path[1024], dump_batches[1024];
   /* checkpoints (see train/ckpt.h) */
   char save[1024], resume[1024];
+  char init_from[1024]; /* start from these weights (model/gpt_init_from.h) */
   int64_t save_every, keep, stop_at;
   int detect_anomaly;
   /* actions */
@@ -104,6 +107,9 @@ typedef struct ddp_options {
   /* the registered models' own flags, in registry order (read them with
    * ddp_options_get_*) */
   ddp_option_value_t model_values[DDP_MODEL_OPTION_SLOTS];
+  /* the runtime's own flags set on the command line, by row (read them
+   * with ddp_options_given) */
+  unsigned char core_given[DDP_CORE_OPTION_SLOTS];
 } ddp_options_t;
 
 /* Fills every field with its declared default (the flags of the models
@@ -160,6 +166,11 @@ ddp_status_t ddp_options_validate(const ddp_options_t *opts);
  * with full precision, strings as they are, actions 0/1); 0 on success, -1
  * for a bad index or a value longer than len - 1. */
 int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t len);
+
+/* Whether the flag `name` (the runtime's or a model's) was set on the
+ * command line rather than left at its default; 0 for an unknown name.
+ * --init-from fills in only the architecture flags not given. */
+int ddp_options_given(const ddp_options_t *opts, const char *name);
 
 /* Number of rows (the runtime's, then each registered model's own), and a
  * row's long name. */

@@ -53,6 +53,10 @@ ddp_status_t ddp_safetensors_write_opts(const char *path, const ddp_st_tensor_t 
 typedef struct ddp_safetensors ddp_safetensors_t;
 
 ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out);
+/* ddp_safetensors_open reading the header alone: names, dtypes, shapes and
+ * metadata, checked as there against the file's size, with every tensor's
+ * data NULL. A look at a large file's layout without reading its data. */
+ddp_status_t ddp_safetensors_open_header(const char *path, ddp_safetensors_t **out);
 void ddp_safetensors_close(ddp_safetensors_t *st);
 int ddp_safetensors_count(const ddp_safetensors_t *st);
 /* Fills *t (data points into the loaded file) for the i-th tensor, in file

@@ -168,6 +168,7 @@ struct ddp_safetensors {
   const unsigned char *data; /* start of the data region */
   size_t data_size;
   json_t *header;
+  int header_only; /* only the header was read: the tensors' data are NULL */
   int n;
   ddp_st_tensor_t *tensors;
   size_t *begin;
@@ -194,6 +195,38 @@ static ddp_status_t read_file(const char *path, unsigned char **buf, size_t *siz
   *buf = malloc(len > 0 ? (size_t)len : 1);
   if (!*buf) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "%s: %ld bytes do not fit in memory", path, len);
   if (len > 0 && fread(*buf, 1, (size_t)len, f) != (size_t)len) {
+    free(*buf);
+    *buf = NULL;
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, out, "cannot read %s: %s", path, strerror(errno));
+  }
+  *size = (size_t)len;
+out:
+  fclose(f);
+  return st;
+}
+
+/* The first 8 bytes and the JSON header only, into *buf; *size is the
+ * whole file's. A length that does not fit the file is left for the
+ * caller to report (it reads the 8 bytes again). */
+static ddp_status_t read_header(const char *path, unsigned char **buf, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f) DDP_FAIL(DDP_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  ddp_status_t st = DDP_OK;
+  long len = -1;
+  unsigned char head[8];
+  size_t want = 0;
+  if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
+  if (len < 0 || fseek(f, 0, SEEK_SET) != 0 || (len >= 8 && fread(head, 1, 8, f) != 8))
+    DDP_FAIL_GOTO(st, DDP_ERR_IO, out, "cannot read %s: %s", path, strerror(errno));
+  if (len >= 8) {
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | head[i];
+    want = hlen <= (uint64_t)len - 8 && hlen <= (100u << 20) ? 8 + (size_t)hlen : 8;
+  }
+  *buf = malloc(want ? want : 1);
+  if (!*buf) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "%s: %zu header bytes do not fit", path, want);
+  if (want) memcpy(*buf, head, 8);
+  if (want > 8 && fread(*buf + 8, 1, want - 8, f) != want - 8) {
     free(*buf);
     *buf = NULL;
     DDP_FAIL_GOTO(st, DDP_ERR_IO, out, "cannot read %s: %s", path, strerror(errno));
@@ -246,11 +279,11 @@ static ddp_status_t parse_entry(ddp_safetensors_t *st, const char *name, json_t 
              "its %lld elements of %s or the %zu data bytes in the file",
              st->path, name, (long long)b, (long long)e, (long long)numel, dtype, st->data_size);
   st->begin[i] = (size_t)b;
-  t->data = st->data + b;
+  t->data = st->header_only ? NULL : st->data + b;
   return DDP_OK;
 }
 
-ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out) {
+static ddp_status_t open_file(const char *path, int header_only, ddp_safetensors_t **out) {
   if (!path || !out) DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_open: NULL argument");
   *out = NULL;
   ddp_safetensors_t *st = calloc(1, sizeof *st);
@@ -260,7 +293,10 @@ ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out) {
   }
   ddp_status_t rc = DDP_OK;
   int *order = NULL;
-  DDP_CHECK_GOTO(read_file(path, &st->file, &st->size), rc, fail);
+  st->header_only = header_only;
+  DDP_CHECK_GOTO(
+      header_only ? read_header(path, &st->file, &st->size) : read_file(path, &st->file, &st->size),
+      rc, fail);
   if (st->size < 8)
     DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail,
                   "%s: %zu bytes is too short for a "
@@ -315,6 +351,14 @@ fail:
   free(order);
   ddp_safetensors_close(st);
   return rc;
+}
+
+ddp_status_t ddp_safetensors_open(const char *path, ddp_safetensors_t **out) {
+  return open_file(path, 0, out);
+}
+
+ddp_status_t ddp_safetensors_open_header(const char *path, ddp_safetensors_t **out) {
+  return open_file(path, 1, out);
 }
 
 int ddp_safetensors_count(const ddp_safetensors_t *st) {

@@ -26,6 +26,7 @@
 #include "comm/heartbeat.h"
 #include "core/ascii.h"
 #include "core/env.h"
+#include "model/gpt_init_from.h"
 #include "runtime/binding.h"
 #include "runtime/dist.h"
 #include "runtime/fault.h"
@@ -231,6 +232,13 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
   const ddp_model_ops_t *model = ddp_model_find(opts.model);
   const char *device = opts.device;
   if (!opts.self_test && model_device(model, opts.device, &device) != DDP_OK) return EXIT_USAGE;
+  /* --init-from fills in the architecture flags not given from the file's
+   * shapes before they are validated; a flag the file contradicts is a
+   * command-line error (2), a file that cannot be read a runtime one (1). */
+  if (!opts.self_test) {
+    const ddp_status_t shaped = ddp_init_from_configure(&opts);
+    if (shaped != DDP_OK) return shaped == DDP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
+  }
   /* Combinations of flags (--tokens-per-batch below --seq-len, the model's
    * validate) are command-line errors too: one line, before MPI. */
   if (!opts.self_test) {

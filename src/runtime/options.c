@@ -267,6 +267,11 @@ static const opt_row_t k_rows[] = {
      "continue from the newest valid checkpoint in DIR (corrupt ones are reported and skipped); "
      "auto = from the --save directory when it holds one, else start fresh",
      NULL, 0},
+    {"init-from", 0, OPT_STRING, OFF(init_from), "", 0, 0, "FILE", "Checkpoints",
+     "start from the weights in FILE (a ddptrain --export, or a GPT-2 model.safetensors in the "
+     "Hugging Face layout) instead of random ones; the architecture flags not given are taken "
+     "from its tensor shapes; optimizer state and step count start fresh",
+     NULL, JOB},
     {"stop-at", 0, OPT_INT, OFF(stop_at), "0", 0, 1e15, "N", "Checkpoints",
      "end the run after step N with a checkpoint, keeping the schedule --steps defines; 0 = off",
      NULL, 0},
@@ -296,6 +301,7 @@ static const opt_row_t k_rows[] = {
 };
 
 #define N_CORE ((int)(sizeof k_rows / sizeof k_rows[0]))
+_Static_assert(N_CORE <= DDP_CORE_OPTION_SLOTS, "DDP_CORE_OPTION_SLOTS is too small");
 
 /* ---- rows: the runtime's, then every registered model's own ---------------- */
 
@@ -612,7 +618,10 @@ static ddp_status_t parse_args(ddp_options_t *opts, int argc, char **argv) {
     }
     ddp_status_t st = set_value(opts, &row, value ? value : "", "");
     if (st != DDP_OK) return st;
-    if (row.model) opts->model_values[row.slot].given = 1;
+    if (row.model)
+      opts->model_values[row.slot].given = 1;
+    else
+      opts->core_given[found] = 1;
   }
   return DDP_OK;
 }
@@ -674,6 +683,13 @@ ddp_status_t ddp_options_set_text(ddp_options_t *opts, int index, const char *te
   return DDP_OK;
 }
 
+int ddp_options_given(const ddp_options_t *opts, const char *name) {
+  row_ref_t row;
+  const int i = name ? find_long(name, strlen(name), &row) : -1;
+  if (i < 0) return 0;
+  return row.model ? opts->model_values[row.slot].given : opts->core_given[i];
+}
+
 /* ---- combinations of flags ------------------------------------------------------ */
 
 ddp_status_t ddp_options_validate(const ddp_options_t *o) {
@@ -718,6 +734,16 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
   if (scaler && o->loss_scale_min > o->loss_scale_init) {
     USAGE_ERROR("option --loss-scale-min %g exceeds --loss-scale-init %g", o->loss_scale_min,
                 o->loss_scale_init);
+    return DDP_ERR_INVALID_ARG;
+  }
+  /* --resume auto is the requeue-safe form: a checkpoint in --save wins,
+   * and --init-from applies only when there is none yet */
+  if (o->init_from[0] && o->resume[0] && strcmp(o->resume, "auto") != 0) {
+    USAGE_ERROR(
+        "option --init-from starts a new run from weights, --resume %s continues one from its "
+        "checkpoint: give one of them (--resume auto with --save resumes when the directory "
+        "holds a checkpoint and starts from --init-from when it does not)",
+        o->resume);
     return DDP_ERR_INVALID_ARG;
   }
   if (strcmp(o->resume, "auto") == 0 && !o->save[0]) {

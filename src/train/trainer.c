@@ -28,6 +28,7 @@
 #include "core/env.h"
 #include "data/loader.h"
 #include "data/sampler.h"
+#include "model/gpt_init_from.h"
 #include "optim/optim.h"
 #include "runtime/fault.h"
 #include "trace/nvtx.h"
@@ -292,10 +293,12 @@ static ddp_status_t restore_loss_scaler(trainer_t *tr, const ddp_ckpt_scaler_t *
  * with its initial weights. */
 static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
   const ddp_options_t *o = tr->o;
-  const ddp_model_setup_t ms = {.be = tr->be,
-                                .opts = o,
-                                .data = tr->data.shape,
-                                .max_batch = ddp_train_batch_budget(o, &tr->data)};
+  ddp_model_setup_t ms = {.be = tr->be,
+                          .opts = o,
+                          .data = tr->data.shape,
+                          .max_batch = ddp_train_batch_budget(o, &tr->data)};
+  /* --init-from: the file's vocabulary, then its weights */
+  if (o->init_from[0]) DDP_CHECK(ddp_init_from_data_shape(o->init_from, mops, &ms.data));
   DDP_CHECK(ddp_model_create(mops, &ms, &tr->model));
   const ddp_dtype_t dtype = ddp_precision_dtype(tr->amp.precision);
   if (dtype != DDP_DTYPE_F32) {
@@ -304,6 +307,7 @@ static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
                ddp_precision_name(tr->amp.precision), mops->name);
     DDP_CHECK(mops->set_precision(tr->model, dtype));
   }
+  if (o->init_from[0]) return ddp_init_from_load(o->init_from, tr->model);
   return mops->init_weights(tr->model, (uint64_t)o->seed);
 }
 
