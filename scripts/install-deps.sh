@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs what ddptrain needs to build on Debian 12 (or Ubuntu): the
-# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib and pkg-config; with
+# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib, PCRE2 and pkg-config; with
 # --test also what only the tests need (PyTorch for the reference model, a
 # large download the default job does not need; SLURM and munge for
 # `make check-slurm`; iproute2 for the two-host network-namespace test; clang
@@ -13,7 +13,7 @@
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev
-      zlib1g-dev"
+      zlib1g-dev libpcre2-dev"
 case "${1:-}" in
   --test) pkgs="$pkgs python3-torch python3-numpy slurm-wlm munge iproute2"
           pkgs="$pkgs clang-14 libclang-rt-14-dev" ;; # libFuzzer: tests/fuzz/run-fuzz.sh
