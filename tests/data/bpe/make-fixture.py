@@ -12,10 +12,17 @@ merges.txt as Hugging Face writes them, and writes expected.jsonl: one
 encodes. The probes are not the training text, so many of their pre-tokens
 end up as several merged pieces and some as single bytes.
 
+big.json describes one document too large to commit: the probes joined by
+"\n", with a final "\n", repeated `repeat` times (over 8 MiB, so ddpprep
+encodes it in place and in pieces); it records the count and the SHA-256 of
+its ids as little-endian uint16, which is what a shard holds.
+
 Usage: python3 make-fixture.py [OUTDIR]   (default: this script's folder)
 """
+import hashlib
 import json
 import os
+import struct
 import sys
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -107,6 +114,12 @@ def main():
             ids = tok.encode(text).ids
             assert tok.decode(ids) == text, text
             f.write(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
+    repeat = 6500
+    ids = tok.encode(("\n".join(PROBES) + "\n") * repeat).ids
+    digest = hashlib.sha256(struct.pack("<%dH" % len(ids), *ids)).hexdigest()
+    with open(os.path.join(out, "big.json"), "w") as f:
+        json.dump({"repeat": repeat, "n_ids": len(ids), "sha256": digest}, f)
+        f.write("\n")
 
 
 if __name__ == "__main__":
