@@ -70,15 +70,18 @@ ddp_status_t ddp_bpe_regex_compile(ddp_bpe_t *tok) {
   int err;
   PCRE2_SIZE off;
   pcre2_code *re = pcre2_compile((PCRE2_SPTR)k_pattern, PCRE2_ZERO_TERMINATED,
-                                 PCRE2_UTF | PCRE2_UCP, &err, &off, NULL);
+                                 PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &off, NULL);
   if (!re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
     DDP_FAIL(DDP_ERR_INTERNAL, "tokenizer: PCRE2 refused GPT-2's pattern at offset %zu: %s",
              (size_t)off, (const char *)msg);
   }
-  /* JIT is several times faster; where it is unavailable (a platform or a
-   * build without it) the interpreter gives the same matches. */
+  /* Anchored when compiled, not per match: JIT runs only patterns whose
+   * match-time options are few, and PCRE2_ANCHORED is not among them. Every
+   * position starts a match (the last alternatives cover any character), so
+   * anchoring changes no result. JIT is several times faster; where it is
+   * unavailable the interpreter gives the same matches. */
   (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   tok->regex = re;
   return DDP_OK;
@@ -318,8 +321,8 @@ ddp_status_t ddp_bpe_encode(const ddp_bpe_t *tok, ddp_bpe_cache_t *cache, const 
     /* Matching within the run alone: (?!\S) sees the run's end as the end. */
     PCRE2_SIZE at = 0;
     while (at < run) {
-      int rc = pcre2_match((const pcre2_code *)tok->regex, s + pos, run, at,
-                           PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, cache->md, cache->mctx);
+      int rc = pcre2_match((const pcre2_code *)tok->regex, s + pos, run, at, PCRE2_NO_UTF_CHECK,
+                           cache->md, cache->mctx);
       PCRE2_SIZE *ov = pcre2_get_ovector_pointer(cache->md);
       /* The pattern's last alternatives cover every character, so an anchored
        * match always succeeds and is never empty; anything else is PCRE2's
