@@ -68,7 +68,11 @@ START_TEST(test_encoding_matches_hugging_face) {
   ddp_bpe_t *tok = load_fixture();
   ddp_bpe_cache_t *c = NULL;
   if (!ddp_bpe_can_encode()) {
+    ddp_test_log_start();
     ck_assert_int_eq(ddp_bpe_cache_create(tok, &c), DDP_ERR_UNSUPPORTED);
+    char *log = ddp_test_log_stop();
+    ddp_assert_contains(log, "this build has no PCRE2 (libpcre2-dev), which BPE encoding needs");
+    free(log);
     ddp_bpe_free(tok);
     return;
   }

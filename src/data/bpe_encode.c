@@ -24,9 +24,11 @@
 #include "data/bpe_impl.h"
 #include "ddptrain/check.h"
 
+#if DDP_HAVE_PCRE2
 /* GPT-2's pattern, character for character. */
 static const char k_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+#endif
 
 /* Pre-tokens up to this many bytes are cached (longer ones rarely repeat);
  * the cache is emptied when it holds this many entries, which bounds its
@@ -304,11 +306,41 @@ static size_t utf8_run(const unsigned char *s, size_t n) {
   return i;
 }
 
+#if DDP_HAVE_PCRE2
+/* The end of the pre-token that starts at s[at] in the well-formed run
+ * s[0..run). Matching within the run alone: (?!\S) sees its end as the end. */
+static ddp_status_t pretoken_end(ddp_bpe_cache_t *c, const unsigned char *s, size_t run, size_t at,
+                                 size_t *end) {
+  int rc = pcre2_match((const pcre2_code *)c->tok->regex, s, run, at, PCRE2_NO_UTF_CHECK, c->md,
+                       c->mctx);
+  PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
+  /* The pattern's last alternatives cover every character, so an anchored
+   * match always succeeds and is never empty; anything else is PCRE2's own
+   * failure (a resource limit). */
+  if (rc < 0 || ov[1] <= at) {
+    PCRE2_UCHAR msg[256];
+    if (rc < 0)
+      pcre2_get_error_message(rc, msg, sizeof msg);
+    else
+      strcpy((char *)msg, "empty match");
+    DDP_FAIL(DDP_ERR_INTERNAL, "bpe encode: the pre-tokenizer failed at byte %zu: %s", at,
+             (const char *)msg);
+  }
+  *end = ov[1];
+  return DDP_OK;
+}
+#else
+static ddp_status_t pretoken_end(ddp_bpe_cache_t *c, const unsigned char *s, size_t run, size_t at,
+                                 size_t *end) {
+  (void)c, (void)s, (void)run, (void)at, (void)end;
+  DDP_FAIL(DDP_ERR_UNSUPPORTED, "bpe encode: this build has no PCRE2 (libpcre2-dev)");
+}
+#endif
+
 ddp_status_t ddp_bpe_encode(const ddp_bpe_t *tok, ddp_bpe_cache_t *cache, const char *text,
                             size_t len, ddp_bpe_ids_t *out) {
   if (!cache || cache->tok != tok)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "bpe encode: the cache was not made for this tokenizer");
-#if DDP_HAVE_PCRE2
   const unsigned char *s = (const unsigned char *)text;
   size_t pos = 0;
   while (pos < len) {
@@ -318,34 +350,11 @@ ddp_status_t ddp_bpe_encode(const ddp_bpe_t *tok, ddp_bpe_cache_t *cache, const 
       ++pos;
       continue;
     }
-    /* Matching within the run alone: (?!\S) sees the run's end as the end. */
-    PCRE2_SIZE at = 0;
-    while (at < run) {
-      int rc = pcre2_match((const pcre2_code *)tok->regex, s + pos, run, at, PCRE2_NO_UTF_CHECK,
-                           cache->md, cache->mctx);
-      PCRE2_SIZE *ov = pcre2_get_ovector_pointer(cache->md);
-      /* The pattern's last alternatives cover every character, so an anchored
-       * match always succeeds and is never empty; anything else is PCRE2's
-       * own failure (a resource limit). */
-      if (rc < 0 || ov[1] <= at) {
-        PCRE2_UCHAR msg[256];
-        if (rc < 0)
-          pcre2_get_error_message(rc, msg, sizeof msg);
-        else
-          strcpy((char *)msg, "empty match");
-        DDP_FAIL(DDP_ERR_INTERNAL, "bpe encode: the pre-tokenizer failed at byte %zu: %s",
-                 pos + (size_t)at, (const char *)msg);
-      }
-      DDP_CHECK(encode_pretoken(cache, s + pos + at, ov[1] - at, out));
-      at = ov[1];
+    for (size_t at = 0, end; at < run; at = end) {
+      DDP_CHECK(pretoken_end(cache, s + pos, run, at, &end));
+      DDP_CHECK(encode_pretoken(cache, s + pos + at, end - at, out));
     }
     pos += run;
   }
   return DDP_OK;
-#else
-  (void)text;
-  (void)len;
-  (void)out;
-  DDP_FAIL(DDP_ERR_UNSUPPORTED, "bpe encode: this build has no PCRE2 (libpcre2-dev)");
-#endif
 }
