@@ -30,10 +30,16 @@ static const char k_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 #endif
 
-/* Pre-tokens up to this many bytes are cached (longer ones rarely repeat);
- * the cache is emptied when it holds this many entries, which bounds its
- * memory per thread to a few MiB. */
-enum { CACHE_MAX_KEY = 64, CACHE_MAX_ENTRIES = 1 << 15, CACHE_SLOTS = 1 << 16 };
+/* Pre-tokens up to CACHE_MAX_KEY bytes are cached (longer ones rarely
+ * repeat); the cache is emptied when it holds CACHE_MAX_ENTRIES entries or
+ * its key bytes or ids run out, which bounds it to under 3 MiB per thread. */
+enum {
+  CACHE_MAX_KEY = 64,
+  CACHE_MAX_ENTRIES = 1 << 15,
+  CACHE_SLOTS = 1 << 16, /* twice the entries: short probe chains */
+  CACHE_KEY_BYTES = 1 << 20,
+  CACHE_IDS = 1 << 18
+};
 
 typedef struct cache_entry {
   uint32_t key_off, ids_off;
@@ -53,9 +59,8 @@ struct ddp_bpe_cache {
 #endif
   cache_entry_t *slot; /* CACHE_SLOTS, open addressing */
   uint32_t n_entries;
-  char *keys; /* CACHE_MAX_ENTRIES * CACHE_MAX_KEY bytes */
-  int32_t
-      *ids; /* CACHE_MAX_ENTRIES * CACHE_MAX_KEY ids: a pre-token never has more ids than bytes */
+  char *keys;   /* CACHE_KEY_BYTES: the cached pre-tokens' bytes */
+  int32_t *ids; /* CACHE_IDS: their ids */
   uint32_t keys_used, ids_used;
   /* Scratch for merging one pre-token, grown to the longest seen. */
   int32_t *sym, *next, *prev;
@@ -130,8 +135,8 @@ ddp_status_t ddp_bpe_cache_create(const ddp_bpe_t *tok, ddp_bpe_cache_t **out) {
   if (!c) DDP_FAIL(DDP_ERR_OOM, "tokenizer: out of memory for an encoder cache");
   c->tok = tok;
   c->slot = calloc(CACHE_SLOTS, sizeof *c->slot);
-  c->keys = malloc((size_t)CACHE_MAX_ENTRIES * CACHE_MAX_KEY);
-  c->ids = malloc((size_t)CACHE_MAX_ENTRIES * CACHE_MAX_KEY * sizeof *c->ids);
+  c->keys = malloc(CACHE_KEY_BYTES);
+  c->ids = malloc(CACHE_IDS * sizeof *c->ids);
 #if DDP_HAVE_PCRE2
   c->md = pcre2_match_data_create_from_pattern((const pcre2_code *)tok->regex, NULL);
   c->mctx = pcre2_match_context_create(NULL);
@@ -261,7 +266,8 @@ static ddp_status_t merge_pretoken(ddp_bpe_cache_t *c, const unsigned char *b, s
 static ddp_status_t encode_pretoken(ddp_bpe_cache_t *c, const unsigned char *b, size_t n,
                                     ddp_bpe_ids_t *out) {
   if (n > CACHE_MAX_KEY) return merge_pretoken(c, b, n, out);
-  uint32_t i = (uint32_t)ddp_fnv1a64(DDP_FNV1A64_INIT, b, n) & (CACHE_SLOTS - 1);
+  const uint32_t home = (uint32_t)ddp_fnv1a64(DDP_FNV1A64_INIT, b, n) & (CACHE_SLOTS - 1);
+  uint32_t i = home;
   for (; c->slot[i].key_len; i = (i + 1) & (CACHE_SLOTS - 1)) {
     const cache_entry_t *e = &c->slot[i];
     if (e->key_len == n && memcmp(c->keys + e->key_off, b, n) == 0) {
@@ -273,12 +279,15 @@ static ddp_status_t encode_pretoken(ddp_bpe_cache_t *c, const unsigned char *b, 
   }
   size_t first = out->n;
   DDP_CHECK(merge_pretoken(c, b, n, out));
-  if (c->n_entries == CACHE_MAX_ENTRIES) { /* full: start again, the slot found is stale */
+  size_t n_ids = out->n - first;
+  /* Full: start again (the slot found is then stale). A pre-token has at
+   * most CACHE_MAX_KEY bytes and ids, so an empty cache always has room. */
+  if (c->n_entries == CACHE_MAX_ENTRIES || c->keys_used + n > CACHE_KEY_BYTES ||
+      c->ids_used + n_ids > CACHE_IDS) {
     memset(c->slot, 0, CACHE_SLOTS * sizeof *c->slot);
     c->n_entries = c->keys_used = c->ids_used = 0;
-    i = (uint32_t)ddp_fnv1a64(DDP_FNV1A64_INIT, b, n) & (CACHE_SLOTS - 1);
+    i = home;
   }
-  size_t n_ids = out->n - first;
   c->slot[i] = (cache_entry_t){c->keys_used, c->ids_used, (uint16_t)n, (uint16_t)n_ids};
   memcpy(c->keys + c->keys_used, b, n);
   memcpy(c->ids + c->ids_used, out->v + first, n_ids * sizeof *out->v);

@@ -22,7 +22,9 @@
  *
  * Memory: input is read as a stream; one document and, per split, at most
  * one shard's tokens are held. The document has to be held whole because its
- * split is known only once all its bytes are hashed.
+ * split is known only once all its bytes are hashed. With --tokenizer, also
+ * one batch (BATCH_BYTES of text and its ids) and a tokenizer cache of under
+ * 3 MiB per thread.
  *
  * Exit codes: 0 success, 1 runtime failure (unreadable input or tokenizer,
  * malformed JSONL without --skip-bad, write failure, interrupted), 2 bad
