@@ -11,7 +11,7 @@
 # byte-level BPE of N tokens (GPT-2's settings) on the corpus and uses it,
 # which gives a GPT-2-sized vocabulary without downloading one; and the same
 # package's encode_batch is timed on the first 4 MiB of the documents for
-# reference.
+# reference, and its ids are compared with ddpprep's for those documents.
 # Usage: bench/ddpprep_bpe.sh [build dir, default .] [tokenizer dir, default
 #        tests/data/bpe] [MiB of text, default 8] [passes, default 3]
 set -eu
@@ -102,21 +102,33 @@ if "$python" -c "import tokenizers" 2> /dev/null; then
   echo
   echo "reference: Hugging Face tokenizers encode_batch on the same documents (the first 4 MiB):"
   for threads in 1 2; do
-    RAYON_NUM_THREADS=$threads "$python" - "$work/corpus" "$tok" "$bytes" "$threads" <<'PY'
-import glob, sys, time
+    RAYON_NUM_THREADS=$threads "$python" - "$work" "$tok" "$threads" <<'PY'
+import glob, struct, sys, time
 from tokenizers import Tokenizer, models, pre_tokenizers
-corpus, tokdir, threads = sys.argv[1], sys.argv[2], sys.argv[4]
+work, tokdir, threads = sys.argv[1:4]
 tok = Tokenizer(models.BPE.from_file(tokdir + "/vocab.json", tokdir + "/merges.txt"))
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+# Up to the first document that is not UTF-8 (tokenizers takes text).
 docs, nbytes = [], 0
-for f in sorted(glob.glob(corpus + "/*")):
+for f in sorted(glob.glob(work + "/corpus/*")):
     data = open(f, "rb").read()
     if nbytes + len(data) > 4 << 20:
         break
-    docs.append(data.decode("utf-8", "replace"))
+    try:
+        docs.append(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        break
     nbytes += len(data)
-t = time.time(); tok.encode_batch(docs); s = time.time() - t
-print("  %s thread(s): %.2f s, %.2f MB/s" % (threads, s, nbytes / s / 1e6))
+t = time.time(); enc = tok.encode_batch(docs); s = time.time() - t
+# ddpprep's shards of the same documents (EOT first, empty ones skipped).
+eot, want = tok.token_to_id("<|endoftext|>"), []
+for d, e in zip(docs, enc):
+    if d:
+        want += [eot] + e.ids
+data = open(work + "/ref0.bin", "rb").read()
+got = struct.unpack("<%dH" % min(len(want), (len(data) - 1024) // 2), data[1024:1024 + 2 * len(want)])
+print("  %s thread(s): %.2f s, %.2f MB/s; ddpprep's %d tokens of these %d documents equal: %s"
+      % (threads, s, nbytes / s / 1e6, len(want), len(docs), "yes" if list(got) == want else "NO"))
 PY
   done
 fi
