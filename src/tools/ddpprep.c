@@ -116,7 +116,7 @@ static const opt_row_t k_rows[] = {
      "write PREFIX_train_NNNNNN.bin (and PREFIX_val_*) (required)"},
     {"doc-sep", 0, K_STR, 0, 0, "LINE", "a line exactly equal to LINE separates documents"},
     {"jsonl", 0, K_FLAG, 0, 0, NULL,
-     "each input line is a JSON object; its \"text\" is a document"},
+     "each input line is a JSON object; its \"text\" (--jsonl-field) is a document"},
     {"shard-tokens", 0, K_INT, 1, 2147483647.0, "N", "tokens per shard at most [100000000]"},
     {"val-frac", 0, K_FRAC, 0, 1, "F", "fraction of documents for validation, in [0,1) [0]"},
     {"seed", 0, K_INT, 0, 9007199254740991.0, "N", "mixed into the per-document split hash [0]"},
@@ -146,7 +146,9 @@ static void print_help(FILE *out) {
              k_rows[i].metavar ? k_rows[i].metavar : "");
     fprintf(out, "  %-26s %s\n", left, k_rows[i].help);
   }
-  fprintf(out, "\nExit status: 0 success, 1 runtime failure, 2 bad command line.\n");
+  fprintf(out,
+          "\nExit status: 0 success, 1 runtime failure, 2 bad command line (or --tokenizer\n"
+          "in a build without PCRE2).\n");
 }
 
 static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
