@@ -13,7 +13,7 @@
 # package's encode_batch is timed on the first 4 MiB of the documents for
 # reference, and its ids are compared with ddpprep's for those documents.
 # Usage: bench/ddpprep_bpe.sh [build dir, default .] [tokenizer dir, default
-#        tests/data/bpe] [MiB of text, default 8] [passes, default 3]
+#        tests/data/bpe; "" for the default] [MiB of text, default 8] [passes, default 3]
 set -eu
 build=$(cd "${1:-.}" && pwd)
 src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
@@ -25,7 +25,6 @@ python=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/corpus"
-# shellcheck disable=SC2016
 "$python" - "$work/corpus" "$mib" <<'PY'
 import glob, os, sys
 out, limit = sys.argv[1], int(sys.argv[2]) << 20
