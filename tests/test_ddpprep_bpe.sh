@@ -10,8 +10,9 @@
 #    (count and SHA-256);
 #  - --threads 1 and 2 write identical shards (cmp);
 #  - --jsonl-field picks the field;
-#  - a bad JSONL line is an error naming FILE:LINE, exit 1, nothing written
-#    and the created directory gone; --skip-bad skips and counts;
+#  - a bad JSONL line is an error naming FILE:LINE, exit 1, with nothing
+#    left: no shard (also none of those written before it) and not the
+#    directory it created; --skip-bad skips and counts;
 #  - the output directory is created;
 #  - a missing or malformed tokenizer, a vocabulary too big for uint16 and
 #    bad flag combinations are refused.
@@ -145,6 +146,12 @@ bad() { # description, expected-exit, expected-text, args...
 }
 bad "malformed JSONL line" 1 "$dir/bad.jsonl:3: malformed JSON" \
   --jsonl --tokenizer "$FIX" -o "$dir/o/p" "$dir/bad.jsonl"
+# After many shards: every one of them is removed again.
+{ cat "$dir/docs.jsonl"; echo '{"text": "late", broken'; } > "$dir/late.jsonl"
+bad "bad line after shards were written" 1 "$dir/late.jsonl:10001: malformed JSON" \
+  --jsonl --shard-tokens 1000 --tokenizer "$FIX" -o "$dir/o/p" "$dir/late.jsonl"
+grep -q "removed the [1-9][0-9]* shard(s) this run had written" "$dir/out" ||
+  { echo "FAIL: the shards written before the bad line were not reported removed"; sed 's/^/  | /' "$dir/out"; fail=1; }
 head -n 2 "$dir/bad.jsonl" > "$dir/bad2.jsonl"; sed -n 5p "$dir/bad.jsonl" >> "$dir/bad2.jsonl"
 bad "JSONL line without the field" 1 "$dir/bad2.jsonl:3: expected a JSON object with a string \"text\" field" \
   --jsonl --tokenizer "$FIX" -o "$dir/o/p" "$dir/bad2.jsonl"
