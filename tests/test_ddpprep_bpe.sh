@@ -146,9 +146,10 @@ bad() { # description, expected-exit, expected-text, args...
 }
 bad "malformed JSONL line" 1 "$dir/bad.jsonl:3: malformed JSON" \
   --jsonl --tokenizer "$FIX" -o "$dir/o/p" "$dir/bad.jsonl"
-# After many shards: every one of them is removed again.
-{ cat "$dir/docs.jsonl"; echo '{"text": "late", broken'; } > "$dir/late.jsonl"
-bad "bad line after shards were written" 1 "$dir/late.jsonl:10001: malformed JSON" \
+# After many shards (20,000 documents: more than two batches, so the
+# first batch is written while the third is read): all are removed again.
+{ cat "$dir/docs.jsonl" "$dir/docs.jsonl"; echo '{"text": "late", broken'; } > "$dir/late.jsonl"
+bad "bad line after shards were written" 1 "$dir/late.jsonl:20001: malformed JSON" \
   --jsonl --shard-tokens 1000 --tokenizer "$FIX" -o "$dir/o/p" "$dir/late.jsonl"
 grep -q "removed the [1-9][0-9]* shard(s) this run had written" "$dir/out" ||
   { echo "FAIL: the shards written before the bad line were not reported removed"; sed 's/^/  | /' "$dir/out"; fail=1; }

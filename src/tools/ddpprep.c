@@ -8,8 +8,9 @@
  * batches of a few MiB and encoded by --threads workers, each with its own
  * tokenizer cache; large documents are cut into pieces at points where no
  * pre-token can span the cut (see safe_cut), so one big file also uses every
- * core. Tokens are then emitted in input order by the main thread: the
- * output is the same for any thread count.
+ * core. The main thread reads the next batch while the workers encode
+ * one, and emits each batch's tokens in input order: the output is the same
+ * for any thread count.
  *
  * Inputs are files, directories (recursed, entries in strcmp order so the
  * output does not depend on the file system or the locale) or stdin. A
@@ -397,6 +398,14 @@ typedef struct work_unit {
   ddp_bpe_ids_t ids; /* kept between batches: the buffers are reused */
 } work_unit_t;
 
+struct prep;
+struct batch;
+typedef struct worker_arg {
+  struct prep *p;
+  struct batch *bt;
+  int index; /* which tokenizer cache */
+} worker_arg_t;
+
 typedef struct batch {
   bytes_t buf;
   const unsigned char *ext; /* a document too big to copy, encoded in place */
@@ -406,6 +415,9 @@ typedef struct batch {
   size_t n_units, cap_units;
   atomic_size_t next_unit;   /* the workers' shared cursor */
   atomic_size_t failed_unit; /* the first piece that failed; SIZE_MAX: none */
+  pthread_t tid[MAX_THREADS];
+  worker_arg_t args[MAX_THREADS];
+  int n_started, running; /* workers encoding this batch now */
 } batch_t;
 
 typedef struct prep {
@@ -418,7 +430,10 @@ typedef struct prep {
   int64_t skipped, bad_lines;
   ddp_bpe_t *bpe;
   ddp_bpe_cache_t **caches; /* one per thread */
-  batch_t batch;
+  /* Two batches: the workers encode one while the main thread reads the
+   * next into the other (batch[cur]). */
+  batch_t batch[2];
+  int cur;
 } prep_t;
 
 static int flush_shard(prep_t *p, split_out_t *s) {
@@ -541,16 +556,11 @@ static int add_unit(batch_t *bt, size_t off, size_t n) {
   return 0;
 }
 
-typedef struct worker_arg {
-  prep_t *p;
-  int index;
-} worker_arg_t;
-
 /* Takes pieces from the shared cursor until none is left; which thread
  * encodes a piece does not change its tokens. */
 static void *encode_worker(void *arg) {
   worker_arg_t *w = arg;
-  batch_t *bt = &w->p->batch;
+  batch_t *bt = w->bt;
   const unsigned char *base = bt->ext ? bt->ext : bt->buf.p;
   for (;;) {
     size_t u = atomic_fetch_add(&bt->next_unit, 1);
@@ -564,10 +574,9 @@ static void *encode_worker(void *arg) {
   return NULL;
 }
 
-/* Encodes every document of the batch, then emits them in order. */
-static int run_batch(prep_t *p) {
-  batch_t *bt = &p->batch;
-  if (bt->n_docs == 0) return 0;
+/* Cuts the batch's documents into pieces and starts the workers on them;
+ * they run until batch_join. */
+static int batch_launch(prep_t *p, batch_t *bt) {
   int rc = 0;
   bt->n_units = 0;
   for (size_t d = 0; d < bt->n_docs && rc == 0; ++d) {
@@ -589,16 +598,31 @@ static int run_batch(prep_t *p) {
   atomic_store(&bt->failed_unit, SIZE_MAX);
   int n_threads = p->opt.threads;
   if ((size_t)n_threads > bt->n_units) n_threads = (int)bt->n_units;
-  pthread_t tid[MAX_THREADS];
-  worker_arg_t args[MAX_THREADS];
-  int started = 1;
-  for (int t = 0; t < n_threads; ++t) args[t] = (worker_arg_t){p, t};
-  /* The main thread is worker 0; a thread that cannot start only slows the
-   * batch down, since the others take its pieces. */
-  for (int t = 1; t < n_threads; ++t)
-    if (pthread_create(&tid[started], NULL, encode_worker, &args[t]) == 0) started++;
-  encode_worker(&args[0]);
-  for (int t = 1; t < started; ++t) pthread_join(tid[t], NULL);
+  bt->n_started = 0;
+  for (int t = 0; t < n_threads; ++t) {
+    bt->args[bt->n_started] = (worker_arg_t){p, bt, bt->n_started};
+    if (pthread_create(&bt->tid[bt->n_started], NULL, encode_worker, &bt->args[bt->n_started]) == 0)
+      bt->n_started++;
+  }
+  /* A thread that cannot start only slows the batch down, since the others
+   * take its pieces; with none at all, this thread encodes the batch. */
+  if (bt->n_started == 0) {
+    bt->args[0] = (worker_arg_t){p, bt, 0};
+    encode_worker(&bt->args[0]);
+  }
+  bt->running = 1;
+  return 0;
+}
+
+static void batch_join(batch_t *bt) {
+  if (!bt->running) return;
+  for (int t = 0; t < bt->n_started; ++t) pthread_join(bt->tid[t], NULL);
+  bt->running = 0;
+}
+
+/* Emits a launched and joined batch's documents in order, and empties it. */
+static int batch_emit(prep_t *p, batch_t *bt) {
+  int rc = 0;
   size_t bad = atomic_load(&bt->failed_unit);
   if (bad != SIZE_MAX) {
     size_t d = 0;
@@ -636,6 +660,29 @@ static int run_batch(prep_t *p) {
   return rc;
 }
 
+/* The batch being filled is full: wait for the one in flight (older), start
+ * the workers on the full one, emit the older one while they run, and fill
+ * the older one's buffers next. */
+static int batch_rotate(prep_t *p) {
+  batch_t *older = &p->batch[p->cur ^ 1], *full = &p->batch[p->cur];
+  batch_join(older);
+  int rc = batch_launch(p, full);
+  if (rc == 0 && older->n_docs > 0) rc = batch_emit(p, older);
+  p->cur ^= 1;
+  return rc;
+}
+
+/* Encodes and emits everything submitted so far, in order. */
+static int batch_flush(prep_t *p) {
+  batch_t *older = &p->batch[p->cur ^ 1], *last = &p->batch[p->cur];
+  batch_join(older);
+  int rc = last->n_docs > 0 ? batch_launch(p, last) : 0;
+  if (rc == 0 && older->n_docs > 0) rc = batch_emit(p, older);
+  batch_join(last);
+  if (rc == 0 && last->n_docs > 0) rc = batch_emit(p, last);
+  return rc;
+}
+
 static int batch_add(batch_t *bt, const char *name, size_t off, size_t n) {
   if (bt->n_docs == bt->cap_docs) {
     size_t cap = bt->cap_docs ? 2 * bt->cap_docs : 256;
@@ -656,17 +703,21 @@ static int submit_doc(prep_t *p, const char *name, const unsigned char *b, size_
     p->skipped++;
     return 0;
   }
-  batch_t *bt = &p->batch;
-  if (bt->n_docs > 0 && (bt->buf.n + n > BATCH_BYTES || bt->n_docs == BATCH_DOCS) &&
-      run_batch(p) != 0)
-    return -1;
-  if (n >= BATCH_BYTES) {
+  batch_t *bt = &p->batch[p->cur];
+  if (bt->n_docs > 0 && (bt->buf.n + n > BATCH_BYTES || bt->n_docs == BATCH_DOCS)) {
+    if (batch_rotate(p) != 0) return -1;
+    bt = &p->batch[p->cur];
+  }
+  if (n >= BATCH_BYTES) { /* b is the caller's: encoded and emitted before returning */
+    if (batch_flush(p) != 0) return -1;
     bt->ext = b;
     if (batch_add(bt, name, 0, n) != 0) {
       say_error("out of memory");
       return -1;
     }
-    return run_batch(p);
+    if (batch_launch(p, bt) != 0) return -1;
+    batch_join(bt);
+    return batch_emit(p, bt);
   }
   if (batch_add(bt, name, bt->buf.n, n) != 0 || bytes_append(&bt->buf, b, n) != 0) {
     say_error("out of memory");
@@ -676,6 +727,7 @@ static int submit_doc(prep_t *p, const char *name, const unsigned char *b, size_
 }
 
 static void batch_free(batch_t *bt) {
+  batch_join(bt);
   for (size_t u = 0; u < bt->cap_units; ++u) free(bt->units[u].ids.v);
   free(bt->units);
   free(bt->docs);
@@ -932,7 +984,7 @@ int main(int argc, char **argv) {
   bytes_t doc = {0};
   for (size_t i = 0; i < inputs.n && rc == 0; ++i) rc = read_input(&p, inputs.v[i], &doc);
   free(doc.p);
-  if (rc == 0) rc = run_batch(&p); /* the last, partial batch */
+  if (rc == 0) rc = batch_flush(&p); /* the batches in flight and the last, partial one */
   if (rc == 0 && p.split[0].docs + p.split[1].docs == 0) {
     say_error("no documents in the input (%lld empty skipped)", (long long)p.skipped);
     rc = -1;
@@ -954,7 +1006,9 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < made_dirs.n; ++i) free(made_dirs.v[i]);
   free(made_dirs.v);
-  batch_free(&p.batch);
+  /* Joins workers still running after a failure before anything is freed. */
+  batch_free(&p.batch[0]);
+  batch_free(&p.batch[1]);
   if (p.caches)
     for (int t = 0; t < p.opt.threads; ++t) ddp_bpe_cache_free(p.caches[t]);
   free(p.caches);
