@@ -40,6 +40,7 @@ expect "CPU-only summary" 0 "CUDA \.+ no" --without-cuda
 grep -q "backends: cpu$" "$scratch/b/out" || { echo "FAIL: CPU-only summary lists other backends"; fail=1; }
 expect "guess mode with a broken nvcc degrades" 0 "building without cuda" NVCC=/bin/false
 grep -qE "CUDA \.+ no" "$scratch/b/out" || { echo "FAIL: broken nvcc still reports CUDA"; fail=1; }
+expect "--with-pcre2=no: no PCRE2 in the summary" 0 "PCRE2 \.+ no" --without-cuda --with-pcre2=no
 # A compiler chosen by the user (CC in the environment, as some GPU images
 # set it) that cannot link MPI alone keeps MPI through the wrapper's flags
 # (it used to build without MPI, with only a warning).

@@ -176,7 +176,10 @@ bad "malformed JSONL line" 1 "$dir/badl.jsonl:6: malformed JSON" --jsonl --shard
 printf '{"text": "a"}\n["x"]\n' > "$dir/arr.jsonl"
 bad "JSONL line without text" 1 "$dir/arr.jsonl:2: expected a JSON object" --jsonl -o "$dir/bad" "$dir/arr.jsonl"
 bad "only empty documents" 1 "no documents" -o "$dir/bad" "$dir/in/c_empty.txt"
-bad "output directory missing" 1 "cannot write shard" -o "$dir/nodir/bad" "$dir/in"
+# A missing output directory is created (tests/test_ddpprep_bpe.sh); one
+# that cannot be is an error.
+bad "output directory not creatable" 1 "cannot create output directory '$dir/in/c_empty.txt'" \
+  -o "$dir/in/c_empty.txt/bad" "$dir/in"
 
 # Ctrl-C: a stdin that never ends; SIGINT must stop it with exit 1, no shard.
 mkfifo "$dir/fifo"

@@ -1,5 +1,16 @@
 /* ddpprep: turns text into llm.c-compatible token shards (docs/design.md §5.1),
- * byte-level: token = byte 0..255, EOT = 256 starts each document, vocab 257.
+ * byte-level by default (token = byte 0..255, EOT = 256 starts each
+ * document, vocab 257) or, with --tokenizer DIR, GPT-2 BPE (data/bpe.h) with
+ * the tokenizer's vocabulary and EOT in the header, as llm.c writes GPT-2
+ * shards (vocab 50257, EOT 50256).
+ *
+ * BPE encoding is the expensive part, so documents are gathered into
+ * batches of a few MiB and encoded by --threads workers, each with its own
+ * tokenizer cache; large documents are cut into pieces at points where no
+ * pre-token can span the cut (see safe_cut), so one big file also uses every
+ * core. The main thread reads the next batch while the workers encode
+ * one, and emits each batch's tokens in input order: the output is the same
+ * for any thread count.
  *
  * Inputs are files, directories (recursed, entries in strcmp order so the
  * output does not depend on the file system or the locale) or stdin. A
@@ -12,12 +23,21 @@
  *
  * Memory: input is read as a stream; one document and, per split, at most
  * one shard's tokens are held. The document has to be held whole because its
- * split is known only once all its bytes are hashed.
+ * split is known only once all its bytes are hashed. With --tokenizer, also
+ * one batch (BATCH_BYTES of text and its ids) and a tokenizer cache of under
+ * 3 MiB per thread.
  *
- * Exit codes: 0 success, 1 runtime failure (unreadable input, malformed
- * JSONL, write failure, interrupted), 2 bad command line. On any failure the
- * shards this run already wrote are removed: a half-converted corpus under
- * final names would look complete to a training job. */
+ * Exit codes: 0 success, 1 runtime failure (unreadable input or tokenizer,
+ * malformed JSONL without --skip-bad, write failure, interrupted), 2 bad
+ * command line (also --tokenizer in a build without PCRE2). The directory
+ * of PREFIX is created when missing. On any failure the shards this run
+ * already wrote are removed, and the directories it created: a
+ * half-converted corpus under final names would look complete to a training
+ * job. */
+#include <config.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -35,12 +55,17 @@
 #include "ddptrain/data.h"
 #include "ddptrain/log.h"
 #include "core/hash.h"
+#include "data/bpe.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 enum { MODE_FILE, MODE_SEP, MODE_JSONL };
 
-#define EOT DDP_BUILTIN_EOT
-#define VOCAB DDP_BUILTIN_VOCAB
+/* llm.c's uint16 shards hold ids 0..65535. */
+#define UINT16_VOCAB 65536
+/* A batch is encoded when it holds this many bytes or documents; a
+ * document is cut into pieces of about PIECE_BYTES for the workers. */
+enum { BATCH_BYTES = 8 << 20, BATCH_DOCS = 8192, PIECE_BYTES = 256 << 10, MAX_THREADS = 256 };
+enum { MAX_BAD_LINE_WARNINGS = 10 };
 
 /* Set by the signal handler, read between documents and between reads: a
  * sig_atomic_t store is all a handler may safely do. */
@@ -70,6 +95,10 @@ typedef struct prep_opts {
   double val_frac;
   uint64_t seed;
   int help;
+  const char *tokenizer;   /* NULL: byte-level */
+  const char *jsonl_field; /* the JSONL field that holds the document */
+  int threads;
+  int skip_bad;
 } prep_opts_t;
 
 typedef enum { K_STR, K_INT, K_FRAC, K_FLAG } kind_t;
@@ -88,10 +117,16 @@ static const opt_row_t k_rows[] = {
      "write PREFIX_train_NNNNNN.bin (and PREFIX_val_*) (required)"},
     {"doc-sep", 0, K_STR, 0, 0, "LINE", "a line exactly equal to LINE separates documents"},
     {"jsonl", 0, K_FLAG, 0, 0, NULL,
-     "each input line is a JSON object; its \"text\" is a document"},
+     "each input line is a JSON object; its \"text\" (--jsonl-field) is a document"},
     {"shard-tokens", 0, K_INT, 1, 2147483647.0, "N", "tokens per shard at most [100000000]"},
     {"val-frac", 0, K_FRAC, 0, 1, "F", "fraction of documents for validation, in [0,1) [0]"},
     {"seed", 0, K_INT, 0, 9007199254740991.0, "N", "mixed into the per-document split hash [0]"},
+    {"tokenizer", 0, K_STR, 0, 0, "DIR",
+     "GPT-2 BPE from DIR/vocab.json and DIR/merges.txt instead of bytes"},
+    {"threads", 0, K_INT, 1, MAX_THREADS, "N", "threads encoding with --tokenizer [the cores]"},
+    {"jsonl-field", 0, K_STR, 0, 0, "NAME", "with --jsonl: the field that holds the text [text]"},
+    {"skip-bad", 0, K_FLAG, 0, 0, NULL,
+     "with --jsonl: skip and count bad lines instead of failing"},
     {"help", 'h', K_FLAG, 0, 0, NULL, "print this help and exit"},
 };
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
@@ -99,7 +134,9 @@ static const opt_row_t k_rows[] = {
 static void print_help(FILE *out) {
   fprintf(out,
           "Usage: ddpprep -o PREFIX [OPTIONS] [PATH...]\n\n"
-          "Turns text into byte-level token shards (token = byte, EOT = 256, vocab 257).\n"
+          "Turns text into token shards: byte-level (token = byte, EOT = 256, vocab 257),\n"
+          "or GPT-2 BPE with --tokenizer DIR (vocab and EOT from the tokenizer).\n"
+          "The directory of PREFIX is created if missing.\n"
           "PATHs are files or directories (recursed); none or '-' reads stdin.\n"
           "By default each file is one document.\n\nOptions:\n");
   for (int i = 0; i < N_ROWS; ++i) {
@@ -110,7 +147,9 @@ static void print_help(FILE *out) {
              k_rows[i].metavar ? k_rows[i].metavar : "");
     fprintf(out, "  %-26s %s\n", left, k_rows[i].help);
   }
-  fprintf(out, "\nExit status: 0 success, 1 runtime failure, 2 bad command line.\n");
+  fprintf(out,
+          "\nExit status: 0 success, 1 runtime failure, 2 bad command line (or --tokenizer\n"
+          "in a build without PCRE2).\n");
 }
 
 static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
@@ -128,6 +167,8 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
     }
     if (strcmp(row->name, "seed") == 0)
       o->seed = (uint64_t)x;
+    else if (strcmp(row->name, "threads") == 0)
+      o->threads = (int)x;
     else
       o->shard_tokens = x;
   } else if (row->kind == K_FRAC) {
@@ -142,6 +183,14 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
       return -1;
     }
     o->val_frac = x;
+  } else if (row->kind == K_STR && strcmp(row->name, "tokenizer") == 0) {
+    o->tokenizer = v;
+  } else if (row->kind == K_STR && strcmp(row->name, "jsonl-field") == 0) {
+    if (!*v) {
+      say_error("option --jsonl-field: the field name is empty");
+      return -1;
+    }
+    o->jsonl_field = v;
   } else if (row->kind == K_STR) {
     if (row->short_name == 'o') {
       if (!*v) {
@@ -155,6 +204,8 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
     }
   } else if (row->short_name == 'h') {
     o->help = 1;
+  } else if (strcmp(row->name, "skip-bad") == 0) {
+    o->skip_bad = 1;
   } else {
     o->mode = MODE_JSONL;
   }
@@ -163,7 +214,7 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
 
 /* Returns 0 and the positional arguments (paths) in paths[0..*n_paths). */
 static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *n_paths) {
-  int only_paths = 0, have_sep = 0, have_jsonl = 0;
+  int only_paths = 0, have_sep = 0, have_jsonl = 0, have_field = 0;
   *n_paths = 0;
   for (int i = 1; i < argc; ++i) {
     char *arg = argv[i];
@@ -208,6 +259,7 @@ static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *
     if (set_opt(o, row, value) != 0) return -1;
     have_sep |= strcmp(row->name, "doc-sep") == 0;
     have_jsonl |= strcmp(row->name, "jsonl") == 0;
+    have_field |= strcmp(row->name, "jsonl-field") == 0;
   }
   if (o->help) return 0;
   if (have_sep && have_jsonl) {
@@ -216,6 +268,14 @@ static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *
   }
   if (!o->prefix) {
     say_error("missing -o PREFIX (see --help)");
+    return -1;
+  }
+  if ((have_field || o->skip_bad) && !have_jsonl) {
+    say_error("%s applies to --jsonl input only", have_field ? "--jsonl-field" : "--skip-bad");
+    return -1;
+  }
+  if (o->tokenizer && !ddp_bpe_can_encode()) {
+    say_error("this ddpprep was built without PCRE2 (libpcre2-dev); --tokenizer needs it");
     return -1;
   }
   return 0;
@@ -324,13 +384,56 @@ typedef struct split_out {
   int shards;
 } split_out_t;
 
+/* One document of a batch: its bytes at `off` in the batch buffer (or at
+ * batch.ext), and its pieces units[first_unit .. first_unit + n_units). */
+typedef struct batch_doc {
+  size_t off, n;
+  size_t first_unit, n_units;
+  const char *name; /* the input it came from, for messages */
+} batch_doc_t;
+
+/* A piece of a document that one worker encodes on its own. */
+typedef struct work_unit {
+  size_t off, n;
+  ddp_bpe_ids_t ids; /* kept between batches: the buffers are reused */
+} work_unit_t;
+
+struct prep;
+struct batch;
+typedef struct worker_arg {
+  struct prep *p;
+  struct batch *bt;
+  int index; /* which tokenizer cache */
+} worker_arg_t;
+
+typedef struct batch {
+  bytes_t buf;
+  const unsigned char *ext; /* a document too big to copy, encoded in place */
+  batch_doc_t *docs;
+  size_t n_docs, cap_docs;
+  work_unit_t *units;
+  size_t n_units, cap_units;
+  atomic_size_t next_unit;   /* the workers' shared cursor */
+  atomic_size_t failed_unit; /* the first piece that failed; SIZE_MAX: none */
+  pthread_t tid[MAX_THREADS];
+  worker_arg_t args[MAX_THREADS];
+  int n_started, running; /* workers encoding this batch now */
+} batch_t;
+
 typedef struct prep {
   prep_opts_t opt;
+  int32_t eot, vocab; /* the header's; the tokenizer's with --tokenizer */
   split_out_t split[2];
   str_list_t written; /* shard paths, removed if the run fails */
   int64_t *lens;      /* per kept document: tokens, EOT included */
   size_t n_lens, cap_lens;
-  int64_t skipped;
+  int64_t skipped, bad_lines;
+  ddp_bpe_t *bpe;
+  ddp_bpe_cache_t **caches; /* one per thread */
+  /* Two batches: the workers encode one while the main thread reads the
+   * next into the other (batch[cur]). */
+  batch_t batch[2];
+  int cur;
 } prep_t;
 
 static int flush_shard(prep_t *p, split_out_t *s) {
@@ -341,7 +444,7 @@ static int flush_shard(prep_t *p, split_out_t *s) {
     say_error("output prefix is too long");
     return -1;
   }
-  if (ddp_shard_write(path, s->tok, s->n, EOT, VOCAB) != DDP_OK) {
+  if (ddp_shard_write(path, s->tok, s->n, p->eot, p->vocab) != DDP_OK) {
     say_error("cannot write shard '%s'", path);
     return -1;
   }
@@ -388,18 +491,21 @@ static int is_val(const prep_t *p, const unsigned char *b, size_t n) {
 }
 
 /* A shard boundary falls between documents unless the document alone is
- * longer than a shard; then it continues in the next shard(s). */
-static int emit_doc(prep_t *p, const unsigned char *b, size_t n) {
+ * longer than a shard; then it continues in the next shard(s). The tokens
+ * are ids[0..n_ids) with a tokenizer, else the bytes themselves; the split
+ * is chosen by the bytes either way. */
+static int emit_doc(prep_t *p, const unsigned char *b, size_t n, const int32_t *ids, size_t n_ids) {
   if (n == 0) {
     p->skipped++;
     return 0;
   }
   split_out_t *s = &p->split[is_val(p, b, n)];
-  int64_t len = (int64_t)n + 1;
+  size_t n_tok = ids ? n_ids : n;
+  int64_t len = (int64_t)n_tok + 1;
   if (s->n > 0 && s->n + len > p->opt.shard_tokens && flush_shard(p, s) != 0) return -1;
-  if (push_token(p, s, EOT) != 0) return -1;
-  for (size_t i = 0; i < n; ++i)
-    if (push_token(p, s, b[i]) != 0) return -1;
+  if (push_token(p, s, p->eot) != 0) return -1;
+  for (size_t i = 0; i < n_tok; ++i)
+    if (push_token(p, s, ids ? ids[i] : b[i]) != 0) return -1;
   s->docs++;
   s->tokens += len;
   if (p->n_lens == p->cap_lens) {
@@ -414,6 +520,218 @@ static int emit_doc(prep_t *p, const unsigned char *b, size_t n) {
   }
   p->lens[p->n_lens++] = len;
   return 0;
+}
+
+/* ---- BPE encoding in batches ---------------------------------------------------- */
+
+static int is_ascii_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* The first cut at or after `from` in b[0..n), or n when there is none: a
+ * position whose byte is ASCII whitespace and whose previous byte is
+ * printable ASCII. No pre-token of GPT-2's pattern contains both a non-space
+ * and the space after it (letters, digits and punctuation runs stop at
+ * whitespace; whitespace runs start with it), and matching from the cut
+ * never looks back, so the pieces encode to exactly the whole's tokens. */
+static size_t safe_cut(const unsigned char *b, size_t from, size_t n) {
+  for (size_t i = from > 0 ? from : 1; i < n; ++i)
+    if (is_ascii_space(b[i]) && b[i - 1] > ' ' && b[i - 1] < 0x7f) return i;
+  return n;
+}
+
+static int add_unit(batch_t *bt, size_t off, size_t n) {
+  if (bt->n_units == bt->cap_units) {
+    size_t cap = bt->cap_units ? 2 * bt->cap_units : 1024;
+    work_unit_t *u = realloc(bt->units, cap * sizeof *u);
+    if (!u) return -1;
+    memset(u + bt->cap_units, 0, (cap - bt->cap_units) * sizeof *u);
+    bt->units = u;
+    bt->cap_units = cap;
+  }
+  work_unit_t *u = &bt->units[bt->n_units++];
+  u->off = off;
+  u->n = n;
+  u->ids.n = 0;
+  return 0;
+}
+
+/* Takes pieces from the shared cursor until none is left; which thread
+ * encodes a piece does not change its tokens. */
+static void *encode_worker(void *arg) {
+  worker_arg_t *w = arg;
+  batch_t *bt = w->bt;
+  const unsigned char *base = bt->ext ? bt->ext : bt->buf.p;
+  for (;;) {
+    size_t u = atomic_fetch_add(&bt->next_unit, 1);
+    if (u >= bt->n_units || atomic_load(&bt->failed_unit) != SIZE_MAX) break;
+    work_unit_t *wu = &bt->units[u];
+    size_t none = SIZE_MAX;
+    if (ddp_bpe_encode(w->p->bpe, w->p->caches[w->index], (const char *)base + wu->off, wu->n,
+                       &wu->ids) != DDP_OK)
+      atomic_compare_exchange_strong(&bt->failed_unit, &none, u);
+  }
+  return NULL;
+}
+
+/* Cuts the batch's documents into pieces and starts the workers on them;
+ * they run until batch_join. */
+static int batch_launch(prep_t *p, batch_t *bt) {
+  int rc = 0;
+  bt->n_units = 0;
+  for (size_t d = 0; d < bt->n_docs && rc == 0; ++d) {
+    batch_doc_t *doc = &bt->docs[d];
+    const unsigned char *b = (bt->ext ? bt->ext : bt->buf.p) + doc->off;
+    doc->first_unit = bt->n_units;
+    for (size_t at = 0; at < doc->n && rc == 0;) {
+      size_t end = doc->n - at > PIECE_BYTES ? safe_cut(b, at + PIECE_BYTES, doc->n) : doc->n;
+      rc = add_unit(bt, doc->off + at, end - at);
+      at = end;
+    }
+    doc->n_units = bt->n_units - doc->first_unit;
+  }
+  if (rc != 0) {
+    say_error("out of memory");
+    return -1;
+  }
+  atomic_store(&bt->next_unit, 0);
+  atomic_store(&bt->failed_unit, SIZE_MAX);
+  int n_threads = p->opt.threads;
+  if ((size_t)n_threads > bt->n_units) n_threads = (int)bt->n_units;
+  bt->n_started = 0;
+  for (int t = 0; t < n_threads; ++t) {
+    bt->args[bt->n_started] = (worker_arg_t){p, bt, bt->n_started};
+    if (pthread_create(&bt->tid[bt->n_started], NULL, encode_worker, &bt->args[bt->n_started]) == 0)
+      bt->n_started++;
+  }
+  /* A thread that cannot start only slows the batch down, since the others
+   * take its pieces; with none at all, this thread encodes the batch. */
+  if (bt->n_started == 0) {
+    bt->args[0] = (worker_arg_t){p, bt, 0};
+    encode_worker(&bt->args[0]);
+  }
+  bt->running = 1;
+  return 0;
+}
+
+static void batch_join(batch_t *bt) {
+  if (!bt->running) return;
+  for (int t = 0; t < bt->n_started; ++t) pthread_join(bt->tid[t], NULL);
+  bt->running = 0;
+}
+
+/* Emits a launched and joined batch's documents in order, and empties it. */
+static int batch_emit(prep_t *p, batch_t *bt) {
+  int rc = 0;
+  size_t bad = atomic_load(&bt->failed_unit);
+  if (bad != SIZE_MAX) {
+    size_t d = 0;
+    while (bt->docs[d].first_unit + bt->docs[d].n_units <= bad) ++d;
+    say_error("cannot encode a document of '%s' (see the message above)", bt->docs[d].name);
+    return -1;
+  }
+  /* A document's pieces are contiguous: concatenate them in place of the
+   * first piece's buffer only when there are several. */
+  const unsigned char *base = bt->ext ? bt->ext : bt->buf.p;
+  for (size_t d = 0; d < bt->n_docs && rc == 0; ++d) {
+    batch_doc_t *doc = &bt->docs[d];
+    work_unit_t *first = &bt->units[doc->first_unit];
+    for (size_t k = 1; k < doc->n_units && rc == 0; ++k) {
+      ddp_bpe_ids_t *more = &bt->units[doc->first_unit + k].ids;
+      if (first->ids.n + more->n > first->ids.cap) {
+        size_t cap = first->ids.n + more->n;
+        int32_t *v = realloc(first->ids.v, cap * sizeof *v);
+        if (!v) {
+          say_error("out of memory");
+          rc = -1;
+          break;
+        }
+        first->ids.v = v;
+        first->ids.cap = cap;
+      }
+      memcpy(first->ids.v + first->ids.n, more->v, more->n * sizeof *more->v);
+      first->ids.n += more->n;
+    }
+    if (rc == 0) rc = emit_doc(p, base + doc->off, doc->n, first->ids.v, first->ids.n);
+  }
+  bt->n_docs = 0;
+  bt->buf.n = 0;
+  bt->ext = NULL;
+  return rc;
+}
+
+/* The batch being filled is full: wait for the one in flight (older), start
+ * the workers on the full one, emit the older one while they run, and fill
+ * the older one's buffers next. */
+static int batch_rotate(prep_t *p) {
+  batch_t *older = &p->batch[p->cur ^ 1], *full = &p->batch[p->cur];
+  batch_join(older);
+  int rc = batch_launch(p, full);
+  if (rc == 0 && older->n_docs > 0) rc = batch_emit(p, older);
+  p->cur ^= 1;
+  return rc;
+}
+
+/* Encodes and emits everything submitted so far, in order. */
+static int batch_flush(prep_t *p) {
+  batch_t *older = &p->batch[p->cur ^ 1], *last = &p->batch[p->cur];
+  batch_join(older);
+  int rc = last->n_docs > 0 ? batch_launch(p, last) : 0;
+  if (rc == 0 && older->n_docs > 0) rc = batch_emit(p, older);
+  batch_join(last);
+  if (rc == 0 && last->n_docs > 0) rc = batch_emit(p, last);
+  return rc;
+}
+
+static int batch_add(batch_t *bt, const char *name, size_t off, size_t n) {
+  if (bt->n_docs == bt->cap_docs) {
+    size_t cap = bt->cap_docs ? 2 * bt->cap_docs : 256;
+    batch_doc_t *d = realloc(bt->docs, cap * sizeof *d);
+    if (!d) return -1;
+    bt->docs = d;
+    bt->cap_docs = cap;
+  }
+  bt->docs[bt->n_docs++] = (batch_doc_t){off, n, 0, 0, name};
+  return 0;
+}
+
+/* One document of input `name`: emitted at once byte-level, or queued for
+ * the BPE workers (a document larger than a batch is encoded where it is). */
+static int submit_doc(prep_t *p, const char *name, const unsigned char *b, size_t n) {
+  if (!p->bpe) return emit_doc(p, b, n, NULL, 0);
+  if (n == 0) {
+    p->skipped++;
+    return 0;
+  }
+  batch_t *bt = &p->batch[p->cur];
+  if (bt->n_docs > 0 && (bt->buf.n + n > BATCH_BYTES || bt->n_docs == BATCH_DOCS)) {
+    if (batch_rotate(p) != 0) return -1;
+    bt = &p->batch[p->cur];
+  }
+  if (n >= BATCH_BYTES) { /* b is the caller's: encoded and emitted before returning */
+    if (batch_flush(p) != 0) return -1;
+    bt->ext = b;
+    if (batch_add(bt, name, 0, n) != 0) {
+      say_error("out of memory");
+      return -1;
+    }
+    if (batch_launch(p, bt) != 0) return -1;
+    batch_join(bt);
+    return batch_emit(p, bt);
+  }
+  if (batch_add(bt, name, bt->buf.n, n) != 0 || bytes_append(&bt->buf, b, n) != 0) {
+    say_error("out of memory");
+    return -1;
+  }
+  return 0;
+}
+
+static void batch_free(batch_t *bt) {
+  batch_join(bt);
+  for (size_t u = 0; u < bt->cap_units; ++u) free(bt->units[u].ids.v);
+  free(bt->units);
+  free(bt->docs);
+  free(bt->buf.p);
 }
 
 /* ---- reading ----------------------------------------------------------------------- */
@@ -436,24 +754,40 @@ static int read_error(FILE *f, const char *name) {
   return 0;
 }
 
-/* The "text" of one JSONL line; blank lines are allowed (editors leave them). */
+/* A bad JSONL line: an error, or with --skip-bad a warning (the first few)
+ * and a count in the summary. */
+static int bad_line(prep_t *p, const char *name, long lineno, const char *what,
+                    const char *detail) {
+  if (!p->opt.skip_bad) {
+    say_error("%s:%ld: %s%s", name, lineno, what, detail);
+    return -1;
+  }
+  if (p->bad_lines++ < MAX_BAD_LINE_WARNINGS)
+    fprintf(stderr, "ddpprep: warning: %s:%ld: %s%s; skipped (--skip-bad)\n", name, lineno, what,
+            detail);
+  return 0;
+}
+
+/* The --jsonl-field (default "text") of one JSONL line; blank lines are
+ * allowed (editors leave them). */
 static int jsonl_line(prep_t *p, const char *name, long lineno, const char *line, size_t n) {
   size_t k = 0;
   while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) ++k;
   if (k == n) return 0;
   json_error_t err;
-  json_t *obj = json_loadb(line, n, 0, &err);
-  if (!obj) {
-    say_error("%s:%ld: malformed JSON: %s", name, lineno, err.text);
-    return -1;
-  }
-  json_t *text = json_is_object(obj) ? json_object_get(obj, "text") : NULL;
+  /* JSON_ALLOW_NUL: a "\u0000" in a document is one more byte, not an error. */
+  json_t *obj = json_loadb(line, n, JSON_ALLOW_NUL, &err);
+  if (!obj) return bad_line(p, name, lineno, "malformed JSON: ", err.text);
+  json_t *text = json_is_object(obj) ? json_object_get(obj, p->opt.jsonl_field) : NULL;
   if (!json_is_string(text)) {
-    say_error("%s:%ld: expected a JSON object with a string \"text\" field", name, lineno);
+    char what[300];
+    snprintf(what, sizeof what, "expected a JSON object with a string \"%.200s\" field",
+             p->opt.jsonl_field);
     json_decref(obj);
-    return -1;
+    return bad_line(p, name, lineno, what, "");
   }
-  int rc = emit_doc(p, (const unsigned char *)json_string_value(text), json_string_length(text));
+  int rc =
+      submit_doc(p, name, (const unsigned char *)json_string_value(text), json_string_length(text));
   json_decref(obj);
   return rc;
 }
@@ -478,7 +812,7 @@ static int read_input(prep_t *p, const char *path, bytes_t *doc) {
         break;
       }
     if (rc == 0) rc = read_error(f, name);
-    if (rc == 0) rc = emit_doc(p, doc->p, doc->n);
+    if (rc == 0) rc = submit_doc(p, name, doc->p, doc->n);
   } else {
     char *line = NULL;
     size_t cap = 0;
@@ -493,7 +827,7 @@ static int read_input(prep_t *p, const char *path, bytes_t *doc) {
       }
       size_t body = (size_t)got - (got > 0 && line[got - 1] == '\n');
       if (body == sep_len && memcmp(line, p->opt.doc_sep, sep_len) == 0) {
-        rc = emit_doc(p, doc->p, doc->n);
+        rc = submit_doc(p, name, doc->p, doc->n);
         doc->n = 0;
       } else if (bytes_append(doc, line, (size_t)got) != 0) {
         say_error("out of memory reading '%s'", name);
@@ -503,7 +837,7 @@ static int read_input(prep_t *p, const char *path, bytes_t *doc) {
     free(line);
     if (rc == 0) rc = read_error(f, name);
     /* The end of a file ends its last document: documents never span files. */
-    if (rc == 0 && p->opt.mode == MODE_SEP) rc = emit_doc(p, doc->p, doc->n);
+    if (rc == 0 && p->opt.mode == MODE_SEP) rc = submit_doc(p, name, doc->p, doc->n);
   }
   if (!is_stdin) fclose(f);
   if (rc == 0 && interrupted()) rc = -1;
@@ -531,6 +865,11 @@ static void summary(prep_t *p) {
           (long long)(t->docs + v->docs), (long long)t->docs, (long long)v->docs,
           (long long)(t->tokens + v->tokens), (long long)t->tokens, (long long)v->tokens,
           (long long)p->skipped, t->shards, v->shards);
+  if (p->opt.skip_bad)
+    fprintf(stderr, "ddpprep: skipped bad JSONL lines: %lld\n", (long long)p->bad_lines);
+  if (p->bpe)
+    fprintf(stderr, "ddpprep: tokenizer %s: vocabulary %d, EOT %d; %d thread(s)\n",
+            p->opt.tokenizer, (int)p->vocab, (int)p->eot, p->opt.threads);
   if (p->n_lens == 0) return;
   qsort(p->lens, p->n_lens, sizeof *p->lens, cmp_i64);
   fprintf(stderr,
@@ -541,12 +880,75 @@ static void summary(prep_t *p) {
           (long long)p->lens[p->n_lens - 1]);
 }
 
+/* ---- setup ------------------------------------------------------------------------ */
+
+/* mkdir -p of the directory part of PREFIX; what it creates is recorded in
+ * *created (outermost first) so that a failed run can remove it again. */
+static int make_prefix_dir(const char *prefix, str_list_t *created) {
+  const char *slash = strrchr(prefix, '/');
+  if (!slash || slash == prefix) return 0;
+  char *dir = strndup(prefix, (size_t)(slash - prefix));
+  if (!dir) return -1;
+  int rc = 0;
+  for (char *c = dir + 1;; ++c) {
+    if (*c != '/' && *c != '\0') continue;
+    char saved = *c;
+    *c = '\0';
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+      if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        say_error("cannot create output directory '%s': %s", dir, strerror(errno));
+        rc = -1;
+      } else if (list_push(created, dir) != 0) {
+        say_error("out of memory");
+        rc = -1;
+      }
+    } else if (!S_ISDIR(sb.st_mode)) {
+      say_error("cannot create output directory '%s': a file of that name exists", dir);
+      rc = -1;
+    }
+    *c = saved;
+    if (rc != 0 || saved == '\0') break;
+  }
+  free(dir);
+  return rc;
+}
+
+static int load_tokenizer(prep_t *p) {
+  if (ddp_bpe_load(p->opt.tokenizer, &p->bpe) != DDP_OK) {
+    say_error("cannot load the tokenizer in '%s' (see the message above)", p->opt.tokenizer);
+    return -1;
+  }
+  p->vocab = ddp_bpe_vocab_size(p->bpe);
+  p->eot = ddp_bpe_eot(p->bpe);
+  if (p->vocab > UINT16_VOCAB) {
+    say_error(
+        "tokenizer '%s' has %d tokens, but llm.c's uint16 shards hold ids up to 65535 "
+        "(a vocabulary of at most %d)",
+        p->opt.tokenizer, (int)p->vocab, UINT16_VOCAB);
+    return -1;
+  }
+  p->caches = calloc((size_t)p->opt.threads, sizeof *p->caches);
+  if (!p->caches) {
+    say_error("out of memory");
+    return -1;
+  }
+  for (int t = 0; t < p->opt.threads; ++t)
+    if (ddp_bpe_cache_create(p->bpe, &p->caches[t]) != DDP_OK) return -1;
+  return 0;
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
   prep_t p;
   memset(&p, 0, sizeof p);
   p.opt.shard_tokens = 100000000;
+  p.opt.jsonl_field = "text";
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  p.opt.threads = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+  p.eot = DDP_BUILTIN_EOT;
+  p.vocab = DDP_BUILTIN_VOCAB;
   p.split[0].name = "train";
   p.split[1].name = "val";
   char **paths = calloc((size_t)argc + 1, sizeof *paths);
@@ -572,14 +974,17 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
 
   int rc = 0;
-  str_list_t inputs = {0};
+  str_list_t inputs = {0}, made_dirs = {0};
   if (n_paths == 0) rc = list_push(&inputs, "-");
   for (int i = 0; i < n_paths && rc == 0; ++i) rc = expand_path(paths[i], &inputs);
   free(paths);
+  if (rc == 0 && p.opt.tokenizer) rc = load_tokenizer(&p);
+  if (rc == 0) rc = make_prefix_dir(p.opt.prefix, &made_dirs);
 
   bytes_t doc = {0};
   for (size_t i = 0; i < inputs.n && rc == 0; ++i) rc = read_input(&p, inputs.v[i], &doc);
   free(doc.p);
+  if (rc == 0) rc = batch_flush(&p); /* the batches in flight and the last, partial one */
   if (rc == 0 && p.split[0].docs + p.split[1].docs == 0) {
     say_error("no documents in the input (%lld empty skipped)", (long long)p.skipped);
     rc = -1;
@@ -597,7 +1002,17 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < p.written.n; ++i) unlink(p.written.v[i]);
     if (p.written.n)
       fprintf(stderr, "ddpprep: removed the %zu shard(s) this run had written\n", p.written.n);
+    for (size_t i = made_dirs.n; i-- > 0;) rmdir(made_dirs.v[i]);
   }
+  for (size_t i = 0; i < made_dirs.n; ++i) free(made_dirs.v[i]);
+  free(made_dirs.v);
+  /* Joins workers still running after a failure before anything is freed. */
+  batch_free(&p.batch[0]);
+  batch_free(&p.batch[1]);
+  if (p.caches)
+    for (int t = 0; t < p.opt.threads; ++t) ddp_bpe_cache_free(p.caches[t]);
+  free(p.caches);
+  ddp_bpe_free(p.bpe);
   for (size_t i = 0; i < inputs.n; ++i) free(inputs.v[i]);
   free(inputs.v);
   for (size_t i = 0; i < p.written.n; ++i) free(p.written.v[i]);
