@@ -49,7 +49,10 @@ if ! $cc -std=gnu11 -o "$dest/backend_gemm" "$top_srcdir/examples/backend_gemm.c
      > "$dest/cc.log" 2>&1; then
   echo "FAIL: compiling the example against the installed library"; cat "$dest/cc.log"; exit 1
 fi
-if ! LD_LIBRARY_PATH="$libdir" "$dest/backend_gemm"; then
+# The install's libdir first, then whatever the environment already needs
+# (dependencies outside the system paths, as on a host with them unpacked
+# elsewhere): replacing it would test the environment, not the install.
+if ! LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$dest/backend_gemm"; then
   echo "FAIL: the example did not run correctly"; exit 1
 fi
 echo "ok: installed library, headers, program and ddptrain.pc work (flags: $flags)"
