@@ -105,7 +105,11 @@ START_TEST(test_a_full_buffer_counts_what_it_drops) {
   ck_assert_uint_eq(dropped, 2);
   ck_assert_int_eq(s[0].kind, DDP_SPAN_STEP);
   ck_assert(s[0].t1 >= s[2].t1); /* the step still closed, after its blocks */
+  ddp_test_log_start();
   ck_assert_int_eq(ddp_timeline_init(0, 0.0, 0, 0), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "--trace: empty trace window");
+  free(log);
   ddp_timeline_destroy();
 }
 END_TEST
@@ -202,6 +206,90 @@ START_TEST(test_path_check_before_training) {
 }
 END_TEST
 
+/* A backend with timing events whose device clock is a counter: each
+ * record is 1 ms after the previous one, so resolved times are exact. */
+static double fake_ms[64], fake_clock;
+static int fake_made, fake_fail_at;
+static ddp_backend_ops_t fake_ops;
+
+static ddp_status_t fake_create(ddp_backend_t *be, ddp_event_t *e) {
+  (void)be;
+  ck_assert_int_lt(fake_made, 64);
+  *e = (ddp_event_t)(void *)&fake_ms[fake_made++];
+  return DDP_OK;
+}
+static ddp_status_t fake_record(ddp_backend_t *be, ddp_event_t e, ddp_stream_t s) {
+  (void)be;
+  ck_assert_ptr_null(s); /* the compute stream */
+  fake_clock += 1.0;
+  if (fake_fail_at && fake_clock >= fake_fail_at) return DDP_ERR_CUDA;
+  *(double *)(void *)e = fake_clock;
+  return DDP_OK;
+}
+static ddp_status_t fake_elapsed(ddp_backend_t *be, ddp_event_t a, ddp_event_t b, float *ms) {
+  (void)be;
+  *ms = (float)(*(double *)(void *)b - *(double *)(void *)a);
+  return DDP_OK;
+}
+
+static ddp_backend_t *fake_backend(void) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  fake_ops = *be->ops;
+  fake_ops.timing_event_create = fake_create;
+  fake_ops.event_record = fake_record;
+  fake_ops.event_elapsed_ms = fake_elapsed;
+  be->ops = &fake_ops;
+  fake_made = 0, fake_clock = 0.0, fake_fail_at = 0;
+  return be;
+}
+
+START_TEST(test_device_spans_take_their_events_times) {
+  /* the CPU backend has no timing events: host clock, nothing made */
+  ddp_backend_t *cpu = ddp_test_cpu_backend();
+  ck_assert_ptr_null(cpu->ops->timing_event_create);
+  ck_assert_int_eq(ddp_timeline_init(8, 0.0, 0, 0), DDP_OK);
+  ck_assert_int_eq(ddp_timeline_use_device(cpu), DDP_OK);
+  ck_assert_int_eq(ddp_timeline_resolve(), DDP_OK);
+  ddp_timeline_destroy();
+  ddp_backend_destroy(cpu);
+
+  ddp_backend_t *be = fake_backend();
+  ck_assert_int_eq(ddp_timeline_init(8, 0.0, 0, 0), DDP_OK);
+  ck_assert_int_eq(ddp_timeline_use_device(be), DDP_OK);
+  ck_assert_int_eq(fake_made, 17); /* the reference and a pair per slot */
+  ddp_timeline_step(0);
+  DDP_SPAN_BEGIN(DDP_SPAN_STEP, -1, "step");              /* device 2 ms (reference: 1 ms) */
+  DDP_SPAN_BEGIN(DDP_SPAN_FORWARD, 0, "forward h.%d", 0); /* 3 ms */
+  DDP_SPAN_END();                                         /* 4 ms */
+  DDP_SPAN_END();                                         /* 5 ms */
+  ddp_timeline_begin(DDP_SPAN_CHECKPOINT, -1);            /* the host's */
+  ddp_timeline_end();
+  ddp_timeline_record(DDP_SPAN_ALLREDUCE, 0, 8, 1000.0, 1001.0); /* the caller's times */
+  ddp_timeline_stop();
+  ck_assert_int_eq(ddp_timeline_resolve(), DDP_OK);
+  size_t n = 0;
+  const ddp_span_t *s = ddp_timeline_spans(&n, NULL);
+  ck_assert_uint_eq(n, 4);
+  ck_assert_double_eq_tol(s[0].t0 - s[1].t0, -0.001, 1e-9);
+  ck_assert_double_eq_tol(s[1].t1 - s[1].t0, 0.001, 1e-9);
+  ck_assert_double_eq_tol(s[0].t1 - s[0].t0, 0.003, 1e-9);
+  ck_assert(s[2].t1 - s[2].t0 < 0.5); /* host clock, not 1 ms steps of events */
+  ck_assert(s[3].t0 == 1000.0 && s[3].t1 == 1001.0);
+  ddp_timeline_destroy();
+
+  /* a failed record leaves a host span and fails resolve, which says so */
+  ck_assert_int_eq(ddp_timeline_init(4, 0.0, 0, 0), DDP_OK);
+  fake_made = 0, fake_clock = 0.0, fake_fail_at = 3;
+  ck_assert_int_eq(ddp_timeline_use_device(be), DDP_OK);
+  ddp_timeline_step(0);
+  DDP_SPAN_BEGIN(DDP_SPAN_STEP, -1, "step"); /* 2 ms: fine */
+  DDP_SPAN_END();                            /* 3 ms: fails */
+  ck_assert_int_eq(ddp_timeline_resolve(), DDP_ERR_CUDA);
+  ddp_timeline_destroy();
+  ddp_backend_destroy(be);
+}
+END_TEST
+
 static Suite *timeline_suite(void) {
   Suite *s = suite_create("timeline");
   TCase *tc = tcase_create("core");
@@ -210,6 +298,7 @@ static Suite *timeline_suite(void) {
   tcase_add_test(tc, test_writes_named_tracks_in_order);
   tcase_add_test(tc, test_a_failed_write_leaves_nothing);
   tcase_add_test(tc, test_path_check_before_training);
+  tcase_add_test(tc, test_device_spans_take_their_events_times);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "ddptrain/backend.h"
 #include "ddptrain/check.h"
 
 int ddp_timeline_on = 0;
@@ -29,6 +30,13 @@ static struct {
   int64_t first_step, last_step, step;
   long open[STACK_DEPTH]; /* slot of each open span; -1 for one that did not fit */
   int depth;
+  /* device spans: slot i owns events 2i and 2i+1 */
+  ddp_backend_t *be;
+  ddp_event_t *events, ref;
+  size_t n_events;
+  unsigned char *on_device;  /* per slot: both events recorded */
+  double ref_t;              /* the reference event's completion, host clock - origin */
+  ddp_status_t device_error; /* the first failed record; reported by resolve */
 } tl;
 
 ddp_status_t ddp_timeline_init(size_t capacity, double origin, int64_t first_step,
@@ -48,7 +56,57 @@ ddp_status_t ddp_timeline_init(size_t capacity, double origin, int64_t first_ste
   return DDP_OK;
 }
 
+ddp_status_t ddp_timeline_use_device(ddp_backend_t *be) {
+  if (!tl.spans || !be || !be->ops->timing_event_create || !be->ops->event_elapsed_ms)
+    return DDP_OK;
+  tl.events = calloc(2 * tl.capacity, sizeof *tl.events);
+  tl.on_device = calloc(tl.capacity, 1);
+  if (!tl.events || !tl.on_device)
+    DDP_FAIL(DDP_ERR_OOM, "--trace: out of host memory for %zu device events", 2 * tl.capacity);
+  tl.be = be; /* from here destroy() releases what was made */
+  DDP_CHECK(be->ops->timing_event_create(be, &tl.ref));
+  for (; tl.n_events < 2 * tl.capacity; ++tl.n_events)
+    DDP_CHECK(be->ops->timing_event_create(be, &tl.events[tl.n_events]));
+  DDP_CHECK(be->ops->event_record(be, tl.ref, NULL));
+  DDP_CHECK(be->ops->event_synchronize(be, tl.ref));
+  tl.ref_t = ddp_clock_seconds() - tl.origin;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_timeline_resolve(void) {
+  if (!tl.be) return DDP_OK;
+  ddp_backend_t *be = tl.be;
+  DDP_CHECK(tl.device_error);
+  DDP_CHECK(be->ops->synchronize(be, NULL));
+  for (size_t i = 0; i < tl.n; ++i) {
+    if (!tl.on_device[i]) continue;
+    float a = 0.0f, b = 0.0f;
+    DDP_CHECK(be->ops->event_elapsed_ms(be, tl.ref, tl.events[2 * i], &a));
+    DDP_CHECK(be->ops->event_elapsed_ms(be, tl.ref, tl.events[2 * i + 1], &b));
+    tl.spans[i].t0 = tl.ref_t + 1e-3 * a;
+    tl.spans[i].t1 = tl.ref_t + 1e-3 * b;
+    tl.on_device[i] = 0;
+  }
+  return DDP_OK;
+}
+
+/* Records event `e` of slot's pair on the compute stream; a failure is
+ * kept for resolve() (a marker cannot return one) and the slot stays a host
+ * span. */
+static int record_event(long slot, int e) {
+  if (tl.device_error != DDP_OK) return 0;
+  const ddp_status_t st = tl.be->ops->event_record(tl.be, tl.events[2 * slot + e], NULL);
+  if (st != DDP_OK) tl.device_error = st;
+  return st == DDP_OK;
+}
+
 void ddp_timeline_destroy(void) {
+  if (tl.be) {
+    for (size_t i = 0; i < tl.n_events; ++i) tl.be->ops->event_destroy(tl.be, tl.events[i]);
+    if (tl.ref) tl.be->ops->event_destroy(tl.be, tl.ref);
+  }
+  free(tl.events);
+  free(tl.on_device);
   free(tl.spans);
   memset(&tl, 0, sizeof tl);
   ddp_timeline_on = 0;
@@ -80,6 +138,8 @@ static long take_slot(ddp_span_kind_t kind, int index, int64_t bytes, double t0)
 void ddp_timeline_begin(ddp_span_kind_t kind, int index) {
   if (!ddp_timeline_on) return;
   const long slot = take_slot(kind, index, 0, ddp_clock_seconds());
+  /* a checkpoint pause is the host's; the rest is work on the compute stream */
+  if (slot >= 0 && tl.be) tl.on_device[slot] = kind != DDP_SPAN_CHECKPOINT && record_event(slot, 0);
   if (tl.depth < STACK_DEPTH)
     tl.open[tl.depth] = slot;
   else if (slot >= 0) { /* too deep to close later: give the slot back */
@@ -93,14 +153,18 @@ void ddp_timeline_end(void) {
   if (!ddp_timeline_on || tl.depth == 0) return;
   const double now = ddp_clock_seconds();
   tl.depth--;
-  if (tl.depth < STACK_DEPTH && tl.open[tl.depth] >= 0)
-    tl.spans[tl.open[tl.depth]].t1 = now - tl.origin;
+  if (tl.depth < STACK_DEPTH && tl.open[tl.depth] >= 0) {
+    const long slot = tl.open[tl.depth];
+    tl.spans[slot].t1 = now - tl.origin;
+    if (tl.be && tl.on_device[slot]) tl.on_device[slot] = record_event(slot, 1);
+  }
 }
 
 void ddp_timeline_record(ddp_span_kind_t kind, int index, int64_t bytes, double t0, double t1) {
   if (!ddp_timeline_on) return;
   const long slot = take_slot(kind, index, bytes, t0);
   if (slot >= 0) tl.spans[slot].t1 = t1 - tl.origin;
+  if (slot >= 0 && tl.be) tl.on_device[slot] = 0;
 }
 
 const ddp_span_t *ddp_timeline_spans(size_t *n, size_t *dropped) {

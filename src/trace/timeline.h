@@ -9,6 +9,15 @@
  * origin every rank takes right after a common barrier, so the ranks' tracks
  * line up to within that barrier's exit skew.
  *
+ * On a backend that runs work asynchronously (a GPU), the host only launches
+ * the work, so host times would show launches: ddp_timeline_use_device gives
+ * the spans opened with DDP_SPAN_BEGIN a pair of timing events on the compute
+ * stream, from a pool made with the buffer, and ddp_timeline_resolve turns
+ * them into times on the host clock at the end (a reference event recorded
+ * and waited for at start ties the device clock to the host's). Spans the
+ * caller times itself (ddp_timeline_record: bucket all-reduces, data waits)
+ * and checkpoint pauses stay host times.
+ *
  * The markers are shared with --nvtx: DDP_SPAN_BEGIN/DDP_SPAN_END open an
  * NVTX range and a timeline span at once, and each costs one predictable
  * branch per facility when both are off. */
@@ -52,6 +61,15 @@ extern int ddp_timeline_on;
  * enters [first_step, last_step]. */
 ddp_status_t ddp_timeline_init(size_t capacity, double origin, int64_t first_step,
                                int64_t last_step);
+/* Device spans (see above) on a backend with timing events; nothing on one
+ * without (the CPU: its work is done when the call returns, so the host
+ * clock is the work's clock). Call after ddp_timeline_init. */
+struct ddp_backend;
+ddp_status_t ddp_timeline_use_device(struct ddp_backend *be);
+/* After the last traced step: waits for the device and replaces the device
+ * spans' times by their events' times. A no-op on the host clock. */
+ddp_status_t ddp_timeline_resolve(void);
+
 /* Frees the buffer and switches recording off; safe when never initialised. */
 void ddp_timeline_destroy(void);
 

@@ -21,8 +21,8 @@ typedef struct block_header {
   char host[64];
 } block_header_t;
 
-ddp_status_t ddp_train_trace_start(const ddp_options_t *o, ddp_comm_t *comm, int64_t start_step,
-                                   int64_t end, size_t spans_per_step) {
+ddp_status_t ddp_train_trace_start(const ddp_options_t *o, ddp_comm_t *comm, ddp_backend_t *be,
+                                   int64_t start_step, int64_t end, size_t spans_per_step) {
   if (!o->trace[0]) return DDP_OK;
   /* the first step pays for first-touch allocations and warm-up: skip it */
   const int64_t first = end - start_step > 1 ? start_step + 1 : start_step;
@@ -31,6 +31,7 @@ ddp_status_t ddp_train_trace_start(const ddp_options_t *o, ddp_comm_t *comm, int
   DDP_CHECK(ddp_comm_barrier(comm));
   DDP_CHECK(
       ddp_timeline_init((size_t)o->trace_steps * spans_per_step, ddp_clock_seconds(), first, last));
+  DDP_CHECK(ddp_timeline_use_device(be));
   DDP_LOG_INFO("--trace %s: recording steps %lld..%lld (up to %zu spans per rank)", o->trace,
                (long long)first + 1, (long long)(last < end ? last : end - 1) + 1,
                ddp_timeline_capacity());
@@ -41,6 +42,9 @@ ddp_status_t ddp_train_trace_finish(const ddp_options_t *o, const ddp_dist_t *di
                                     ddp_comm_t *comm) {
   if (!o->trace[0]) return DDP_OK;
   ddp_timeline_stop();
+  /* a failed resolve still takes part in the gather (the other ranks are
+   * in it), and fails the run after it */
+  const ddp_status_t resolved = ddp_timeline_resolve();
   size_t n = 0, dropped = 0;
   const ddp_span_t *spans = ddp_timeline_spans(&n, &dropped);
   const size_t cap = ddp_timeline_capacity();
@@ -65,7 +69,10 @@ ddp_status_t ddp_train_trace_finish(const ddp_options_t *o, const ddp_dist_t *di
   if (st == DDP_OK && dist->rank == 0) {
     /* the blocks' headers are copied out: the byte array need not be aligned for them */
     block_header_t *heads = calloc((size_t)W, sizeof *heads);
-    if (!heads) st = DDP_ERR_OOM;
+    if (!heads) {
+      DDP_LOG_ERROR("rank 0: --trace %s: out of host memory for %d ranks' headers", o->trace, W);
+      st = DDP_ERR_OOM;
+    }
     int64_t total = 0, lost = 0;
     for (int r = 0; st == DDP_OK && r < W; ++r) {
       unsigned char *b = all + (size_t)r * block;
@@ -89,5 +96,5 @@ ddp_status_t ddp_train_trace_finish(const ddp_options_t *o, const ddp_dist_t *di
   free(all);
   free(ranks);
   ddp_timeline_destroy();
-  return st;
+  return resolved != DDP_OK ? resolved : st;
 }

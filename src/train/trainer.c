@@ -828,7 +828,7 @@ static ddp_status_t run(trainer_t *tr) {
    * (blocks and buckets are each fewer than the tensors), a data wait each,
    * a bucket each, and a few singles */
   const size_t n_tensors = (size_t)tr->model->n_tensors;
-  DDP_CHECK(ddp_train_trace_start(o, tr->comm, tr->start_step, end,
+  DDP_CHECK(ddp_train_trace_start(o, tr->comm, tr->be, tr->start_step, end,
                                   16 + n_tensors + (size_t)o->accum * (8 + 2 * n_tensors)));
   window_t w = {.t0 = ddp_clock_seconds()};
   for (int64_t step = tr->start_step; step < end; ++step) {
