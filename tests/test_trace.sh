@@ -11,7 +11,10 @@
 #    last backward block ends (buckets are launched during backward);
 #  - ts never decreases along a track;
 #  - a --trace path whose directory is missing, or that is a directory, is
-#    refused before training with exit status 2 and a message naming it.
+#    refused before training with exit status 2 and a message naming it;
+#  - a write that fails at the end (the temporary file's name is taken by a
+#    directory, made while the run starts) is exit status 1, names the file,
+#    and leaves no trace file.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
@@ -93,4 +96,14 @@ st=$?
 st=$?
 [ $st -eq 2 ] && grep -q "option --trace $dir: is a directory" "$dir/bad2.log" &&
   ok "a directory: exit 2" || bad "a directory: exit $st" "$dir/bad2.log"
+# the end's write fails: one rank, so the temporary file's name (FILE.tmp.PID) is known
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TINY --trace "$dir/late.json" > "$dir/late.log" 2>&1 &
+pid=$!
+mkdir "$dir/late.json.tmp.$pid"
+wait $pid
+st=$?
+[ $st -eq 1 ] && grep -q -- "--trace $dir/late.json: cannot create the file" "$dir/late.log" &&
+  [ ! -e "$dir/late.json" ] && ok "a failed write: exit 1, the file named, nothing written" ||
+  bad "a failed write: exit $st" "$dir/late.log"
 exit $fail
