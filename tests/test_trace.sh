@@ -4,7 +4,8 @@
 #  - the file is JSON {"traceEvents": [...], "displayTimeUnit": "ms"};
 #  - every event has ph, pid, tid, name; every "X" event ts, dur >= 0 and
 #    args.step; both ranks have a process name "rank R on HOST";
-#  - per traced step and rank: a forward and a backward span for each block,
+#  - per traced step and rank: one forward and one backward span for each
+#    block (an evaluation at step 2 adds no forwards),
 #    at least 3 bucket all-reduces with their bytes, the optimizer, a data
 #    wait and (at steps 2 and 4) a checkpoint pause;
 #  - overlap: in some step a bucket's all-reduce starts before the step's
@@ -26,7 +27,7 @@ bad() { echo "FAIL: $1"; [ -z "${2:-}" ] || sed 's/^/  | /' "$2"; fail=1; }
 
 # shellcheck disable=SC2086
 timeout 120 "$MPIRUN" -np 2 "$DDPTRAIN" $TINY --steps 5 --n-layer 3 --n-embd 32 \
-  --bucket-mb 0.02 --first-bucket-mb 0.02 --save "$dir/ck" --save-every 2 \
+  --bucket-mb 0.02 --first-bucket-mb 0.02 --save "$dir/ck" --save-every 2 --eval-every 2 \
   --trace "$dir/trace.json" --trace-steps 3 > "$dir/run.log" 2>&1 ||
   bad "2-rank run with --trace" "$dir/run.log"
 grep -q -- "--trace: wrote .* spans of 2 ranks" "$dir/run.log" && ok "rank 0 says it wrote the trace" ||

@@ -851,7 +851,9 @@ static ddp_status_t run(trainer_t *tr) {
       DDP_CHECK(check_replicas(tr, step));
     if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && !last) {
       const double e0 = ddp_clock_seconds();
+      ddp_timeline_stop(); /* an evaluation's forwards are no training step's */
       DDP_CHECK(evaluate(tr, &ev));
+      ddp_timeline_step(step);
       if (tr->val_sampler && !ev.n)
         DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, ev.val_loss);
       else if (tr->val_sampler)
