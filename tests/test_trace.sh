@@ -32,7 +32,9 @@ timeout 120 "$MPIRUN" -np 2 "$DDPTRAIN" $TINY --steps 5 --n-layer 3 --n-embd 32 
   bad "2-rank run with --trace" "$dir/run.log"
 grep -q -- "--trace: wrote .* spans of 2 ranks" "$dir/run.log" && ok "rank 0 says it wrote the trace" ||
   bad "no 'wrote' line" "$dir/run.log"
-ls "$dir" | grep -q 'trace.json.tmp' && bad "a temporary file was left beside the trace"
+for f in "$dir"/trace.json.tmp.*; do
+  [ -e "$f" ] && bad "a temporary file was left beside the trace: $f"
+done
 
 python3 - "$dir/trace.json" <<'PY' || fail=1
 import json, sys
