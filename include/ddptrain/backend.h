@@ -152,6 +152,12 @@ typedef struct ddp_backend_ops {
   ddp_status_t (*event_synchronize)(ddp_backend_t *be, ddp_event_t event);
   /* Blocks the host until everything enqueued on stream has finished. */
   ddp_status_t (*synchronize)(ddp_backend_t *be, ddp_stream_t stream);
+  /* Optional, NULL where work runs on the host (--trace then uses the host
+   * clock): an event that keeps its completion time, and the milliseconds
+   * between two such events once both have completed. */
+  ddp_status_t (*timing_event_create)(ddp_backend_t *be, ddp_event_t *event);
+  ddp_status_t (*event_elapsed_ms)(ddp_backend_t *be, ddp_event_t start, ddp_event_t end,
+                                   float *ms);
 
   ddp_status_t (*gemm)(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream);
 

@@ -94,6 +94,8 @@ typedef struct ddp_options {
   /* logging, evaluation, export */
   int64_t log_every, eval_every, eval_tokens;
   char metrics[1024], export_path[1024], dump_batches[1024];
+  char trace[1024];    /* --trace FILE: the timeline (trace/timeline.h) */
+  int64_t trace_steps; /* steps it records */
   /* checkpoints (see train/ckpt.h) */
   char save[1024], resume[1024];
   char init_from[1024]; /* start from these weights (model/gpt_init_from.h) */

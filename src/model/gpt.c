@@ -16,7 +16,7 @@
 #include "core/hash.h"
 #include "model/gpt.h"
 #include "model/gpt_input.h"
-#include "trace/nvtx.h"
+#include "trace/timeline.h"
 
 /* One block's tensors; the same struct views parameters (elements of the
  * compute type: the fp32 masters, or the bf16/fp16 compute copy) and
@@ -811,7 +811,7 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
   for (int l = 0; l < L; ++l) {
     const block_views_t *p = &m->p.blocks[l];
     block_acts_t *b = &a->blocks[l];
-    DDP_NVTX_PUSH("forward h.%d", l);
+    DDP_SPAN_BEGIN(DDP_SPAN_FORWARD, l, "forward h.%d", l);
     DDP_CHECK(nn->linear_fwd(be, dt, b->qkv, b->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C, NULL));
     DDP_CHECK(watch(m, b->qkv, m->act_dtype, 3 * nc, "forward: h.%d.attn.c_attn output", l));
     if (use_flash(m))
@@ -839,15 +839,15 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
     }
     DDP_CHECK(watch(m, b->res3, m->act_dtype, nc, "forward: h.%d.mlp.c_proj + residual", l));
     res = b->res3;
-    DDP_NVTX_POP();
+    DDP_SPAN_END();
   }
   /* the LM head over the padded vocabulary (zero rows of wte beyond V) */
   const int Vp = m->vpad;
   m->classifier_done = 0;
   if (fused) {
-    DDP_NVTX_PUSH("classifier + cross-entropy, fused with backward");
+    DDP_SPAN_BEGIN(DDP_SPAN_CLASSIFIER, -1, "classifier + cross-entropy, fused with backward");
     DDP_CHECK(classifier_fused(m, N, dloss, accumulate));
-    DDP_NVTX_POP();
+    DDP_SPAN_END();
   } else {
     if (logits_rows(m, N) < N)
       DDP_FAIL(DDP_ERR_INVALID_ARG,
@@ -982,7 +982,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     block_views_t *g = &m->g.blocks[l];
     const block_acts_t *b = &a->blocks[l];
     const void *res_in = l > 0 ? a->blocks[l - 1].res3 : a->encoded;
-    DDP_NVTX_PUSH("backward h.%d", l);
+    DDP_SPAN_BEGIN(DDP_SPAN_BACKWARD, l, "backward h.%d", l);
     /* --recompute: GELU's output, then each LayerNorm's, rebuilt from what
      * forward saved (fch, the residual stream), just before its one use */
     if (rc) DDP_CHECK(nn->gelu_fwd(be, dt, b->fch_gelu, b->fch, 4 * nc, NULL));
@@ -1006,7 +1006,7 @@ ddp_status_t ddp_gpt_backward(ddp_gpt_t *m, int accumulate, int notify) {
     DDP_CHECK(nn->layernorm_bwd(be, dt, a->dres, g->ln1_w, g->ln1_b, a->dtmp, res_in, p->ln1_w,
                                 b->ln1_mean, b->ln1_rstd, N, C, acc, NULL));
     DDP_CHECK(announce(m, notify, 2));
-    DDP_NVTX_POP();
+    DDP_SPAN_END();
   }
   DDP_CHECK(nn->embed_bwd(be, dt, m->g.wte, m->g.wpe, a->dres, a->tokens, B, T, C, acc, NULL));
   DDP_CHECK(ddp_token_stager_release(&m->in)); /* the last read of this micro-batch's tokens */

@@ -18,6 +18,7 @@
 #include "data/sampler.h"
 #include "optim/optim.h"
 #include "runtime/options_config.h"
+#include "trace/timeline.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 
@@ -255,6 +256,14 @@ static const opt_row_t k_rows[] = {
      "write every micro-batch this run trained on to FILE (safetensors: batch.K.inputs/targets), "
      "to replay them elsewhere, e.g. in a PyTorch comparison",
      NULL, JOB},
+    {"trace", 0, OPT_STRING, OFF(trace), "", 0, 0, "FILE", "Logging and evaluation",
+     "write a timeline of the traced steps to FILE (Chrome trace-event JSON; open it in Perfetto): "
+     "per rank, forward and backward per block, each bucket's all-reduce, optimizer, data waits, "
+     "checkpoints",
+     NULL, JOB},
+    {"trace-steps", 0, OPT_INT, OFF(trace_steps), "20", 1, 100000, "N", "Logging and evaluation",
+     "how many steps --trace records, from the second step of the run (the first warms up)", NULL,
+     JOB},
     {"save", 0, OPT_STRING, OFF(save), "", 0, 0, "DIR", "Checkpoints",
      "write checkpoints (DIR/ckpt_<step>.safetensors) every --save-every steps and at the end; "
      "rank 0 writes them in the background",
@@ -758,6 +767,8 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
     return DDP_ERR_INVALID_ARG;
   }
   /* the model's own combinations; it logs its one line */
+  /* --trace is written at the end: a path that cannot take it fails now */
+  if (o->trace[0] && ddp_timeline_check_path(o->trace) != DDP_OK) return DDP_ERR_INVALID_ARG;
   if (model->validate && model->validate(o) != DDP_OK) return DDP_ERR_INVALID_ARG;
   return DDP_OK;
 }

@@ -21,12 +21,14 @@
 #include "ddptrain/check.h"
 #include "core/clock.h"
 #include "optim/optim.h"
+#include "trace/timeline.h"
 
 typedef struct bucket {
   size_t offset, count;
   int first_tensor, n_tensors;
   int ready; /* tensors marked this step */
   ddp_comm_handle_t handle;
+  double launched_s, done_s; /* --trace: issued, and seen complete (0: not yet) */
 } bucket_t;
 
 struct ddp_reducer {
@@ -164,6 +166,7 @@ static ddp_status_t launch_ready(ddp_reducer_t *r) {
   while (r->next_launch < r->n_buckets) {
     bucket_t *b = &r->buckets[r->next_launch];
     if (b->ready < b->n_tensors) break;
+    if (ddp_timeline_on) b->launched_s = ddp_clock_seconds(), b->done_s = 0.0;
     if (r->staging) {
       uint16_t *h = r->staging + (b->offset - r->base);
       DDP_CHECK(r->be->ops->convert(r->be, h, r->dtype, r->grads + b->offset, DDP_DTYPE_F32,
@@ -176,6 +179,19 @@ static ddp_status_t launch_ready(ddp_reducer_t *r) {
     r->next_launch++;
   }
   return DDP_OK;
+}
+
+/* --trace: the buckets in flight that have completed since the last look,
+ * so a span ends near its collective's end rather than at finish(). Only
+ * while tracing: the test itself advances MPI's progress a little. A failed
+ * test is left to finish()'s wait, which returns the collective's status. */
+static void note_completions(ddp_reducer_t *r) {
+  for (int i = 0; i < r->next_launch; ++i) {
+    bucket_t *b = &r->buckets[i];
+    if (b->handle == DDP_COMM_HANDLE_NONE || b->done_s > 0.0) continue;
+    int done = 0;
+    if (ddp_comm_test(r->comm, b->handle, &done) == DDP_OK && done) b->done_s = ddp_clock_seconds();
+  }
 }
 
 ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t count) {
@@ -192,6 +208,7 @@ ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t coun
   r->buckets[r->bucket_of[t]].ready++;
   DDP_CHECK(launch_ready(r));
   ddp_comm_progress(r->comm);
+  if (ddp_timeline_on) note_completions(r);
   return DDP_OK;
 }
 
@@ -208,6 +225,13 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
     if (b->handle == DDP_COMM_HANDLE_NONE) continue;
     const ddp_status_t w = ddp_comm_stream_wait(r->comm, b->handle, r->stream);
     if (st == DDP_OK) st = w;
+    /* --trace: from the launch to the moment the host saw it done (a
+     * host communicator's wait returns then; it may have finished earlier) */
+    if (ddp_timeline_on)
+      ddp_timeline_record(
+          DDP_SPAN_ALLREDUCE, i,
+          (int64_t)(b->count * ddp_dtype_size(r->staging ? r->dtype : DDP_DTYPE_F32)),
+          b->launched_s, b->done_s > 0.0 ? b->done_s : ddp_clock_seconds());
     b->handle = DDP_COMM_HANDLE_NONE;
     /* Widen the half sums back into the fp32 gradients, scaled, with the
      * bucket's sum of squares (the fused epilogue). */

@@ -32,6 +32,8 @@
 #include "optim/optim.h"
 #include "runtime/fault.h"
 #include "trace/nvtx.h"
+#include "trace/timeline.h"
+#include "train/train_trace.h"
 #include "train/anomaly.h"
 #include "train/consistency.h"
 #include "train/dump_batches.h"
@@ -487,7 +489,9 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     void *item;
     const double a0 = ddp_clock_seconds();
     DDP_CHECK(ddp_loader_acquire(tr->loader, step * accum + k, &item));
-    wait_s += ddp_clock_seconds() - a0;
+    const double a1 = ddp_clock_seconds();
+    wait_s += a1 - a0;
+    ddp_timeline_record(DDP_SPAN_DATA_WAIT, (int)k, 0, a0, a1);
     const ddp_train_batch_t *b = item;
     info = *ddp_train_batch_info(b);
     if (info.n_targets <= 0) DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no targets", (long long)step);
@@ -514,9 +518,9 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const int fused = tr->fused_epilogue;
   if (fused) DDP_CHECK(ddp_reducer_set_scale(tr->reducer, unscale));
   double exposed_ms = 0.0;
-  DDP_NVTX_PUSH("wait for gradient buckets");
+  DDP_SPAN_BEGIN(DDP_SPAN_BUCKET_WAIT, -1, "wait for gradient buckets");
   DDP_CHECK(ddp_reducer_finish(tr->reducer, &exposed_ms));
-  DDP_NVTX_POP();
+  DDP_SPAN_END();
   w->compute_s += compute_end - t0 - wait_s;
   w->host_wait_s += tr->be->host_wait_s - host_wait0;
   w->exposed_ms += exposed_ms;
@@ -554,9 +558,9 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .compute_params = m->compute_params,
                              .compute_dtype = m->precision,
                              .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
-  DDP_NVTX_PUSH("optimizer");
+  DDP_SPAN_BEGIN(DDP_SPAN_OPTIMIZER, -1, "optimizer");
   DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
-  DDP_NVTX_POP();
+  DDP_SPAN_END();
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
@@ -798,8 +802,11 @@ static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo)
           got == DDP_TRAIN_CKPT_FAILED ? "its write failed, see above" : "no --save directory");
     return DDP_ERR_PREEMPTED_UNSAVED;
   }
-  if (ddp_train_ckpt_due(&tr->ckpt, step + 1))
+  if (ddp_train_ckpt_due(&tr->ckpt, step + 1)) {
+    ddp_timeline_begin(DDP_SPAN_CHECKPOINT, -1);
     DDP_CHECK(ddp_train_ckpt_save(&tr->ckpt, step + 1, &scaler, 0));
+    ddp_timeline_end();
+  }
   return DDP_OK;
 }
 
@@ -817,13 +824,20 @@ static ddp_status_t run(trainer_t *tr) {
   if (tr->start_step >= end)
     DDP_LOG_INFO("resume: %lld steps already done; nothing to train", (long long)tr->start_step);
   DDP_CHECK(ddp_loader_start(tr->loader, tr->start_step * o->accum, end * o->accum));
+  /* a bound on a step's spans: a block's forward and backward per micro-step
+   * (blocks and buckets are each fewer than the tensors), a data wait each,
+   * a bucket each, and a few singles */
+  const size_t n_tensors = (size_t)tr->model->n_tensors;
+  DDP_CHECK(ddp_train_trace_start(o, tr->comm, tr->be, tr->start_step, end,
+                                  16 + n_tensors + (size_t)o->accum * (8 + 2 * n_tensors)));
   window_t w = {.t0 = ddp_clock_seconds()};
   for (int64_t step = tr->start_step; step < end; ++step) {
     DDP_CHECK(ddp_fault_maybe_inject(tr->dist->rank, step));
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
-    DDP_NVTX_PUSH("step %lld", (long long)step);
+    ddp_timeline_step(step);
+    DDP_SPAN_BEGIN(DDP_SPAN_STEP, -1, "step %lld", (long long)step);
     DDP_CHECK(train_step(tr, step, &w, lr));
-    DDP_NVTX_POP();
+    DDP_SPAN_END();
     if (step == tr->start_step) count_loop_allocs(tr, &tot, 1);
     /* the stop vote right after the step's own collectives, so the log
      * window that counts them also counts it */
@@ -837,7 +851,9 @@ static ddp_status_t run(trainer_t *tr) {
       DDP_CHECK(check_replicas(tr, step));
     if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && !last) {
       const double e0 = ddp_clock_seconds();
+      ddp_timeline_stop(); /* an evaluation's forwards are no training step's */
       DDP_CHECK(evaluate(tr, &ev));
+      ddp_timeline_step(step);
       if (tr->val_sampler && !ev.n)
         DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, ev.val_loss);
       else if (tr->val_sampler)
@@ -853,6 +869,7 @@ static ddp_status_t run(trainer_t *tr) {
   }
   tot.t_end = ddp_clock_seconds();
   if (end - tr->start_step > 1) count_loop_allocs(tr, &tot, 0);
+  DDP_CHECK(ddp_train_trace_finish(o, tr->dist, tr->comm));
   DDP_CHECK(ddp_loader_stop(tr->loader));
   const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
   /* A failed final checkpoint does not stop the evaluation and the export
@@ -912,6 +929,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_anomaly_destroy(&tr.anomaly);
   ddp_loader_destroy(tr.loader);
   ddp_metrics_close(&tr.metrics);
+  ddp_timeline_destroy(); /* a run that failed mid-loop leaves its buffer */
   ddp_reducer_destroy(tr.reducer);
   ddp_comm_destroy(tr.grad_comm);
   ddp_comm_destroy(tr.comm);

@@ -278,6 +278,21 @@ static ddp_status_t cuda_event_create(ddp_backend_t *be, ddp_event_t *event) {
   return DDP_OK;
 }
 
+/* --trace's device spans: unlike the ordering events above, these keep a
+ * timestamp (recording one costs a little more, so only the timeline asks). */
+static ddp_status_t cuda_timing_event_create(ddp_backend_t *be, ddp_event_t *event) {
+  cudaEvent_t e;
+  DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+  *event = (ddp_event_t)(void *)e;
+  return DDP_OK;
+}
+
+static ddp_status_t cuda_event_elapsed_ms(ddp_backend_t *be, ddp_event_t start, ddp_event_t end,
+                                          float *ms) {
+  DDP_CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)(void *)start, (cudaEvent_t)(void *)end));
+  return DDP_OK;
+}
+
 static void cuda_event_destroy(ddp_backend_t *be, ddp_event_t event) {
   if (event) cudaEventDestroy((cudaEvent_t)(void *)event);
 }
@@ -333,6 +348,8 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .stream_wait_event = cuda_stream_wait_event,
     .event_synchronize = cuda_event_synchronize,
     .synchronize = cuda_synchronize,
+    .timing_event_create = cuda_timing_event_create,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
     .gemm = ddp_cuda_gemm,
     .mem_info = cuda_mem_info,
     .nn = &ddp_nn_cuda_ops,
