@@ -152,6 +152,14 @@ int ddp_gpt_decoder_length(const ddp_gpt_decoder_t *d) {
   return d ? d->len : 0;
 }
 
+int ddp_gpt_decoder_sequences(const ddp_gpt_decoder_t *d) {
+  return d->B;
+}
+
+const ddp_gpt_config_t *ddp_gpt_decoder_config(const ddp_gpt_decoder_t *d) {
+  return ddp_gpt_config(d->m);
+}
+
 static ddp_status_t upload_tokens(ddp_gpt_decoder_t *d, const int32_t *tokens, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= d->V)

@@ -44,6 +44,9 @@ ddp_status_t ddp_gpt_decoder_prefill(ddp_gpt_decoder_t *d, const int32_t *tokens
 ddp_status_t ddp_gpt_decoder_step(ddp_gpt_decoder_t *d, const int32_t *tokens, float *logits);
 /* Positions in the cache (0 before the first prefill). */
 int ddp_gpt_decoder_length(const ddp_gpt_decoder_t *d);
+/* Its sequences (B) and its model's configuration. */
+int ddp_gpt_decoder_sequences(const ddp_gpt_decoder_t *d);
+const ddp_gpt_config_t *ddp_gpt_decoder_config(const ddp_gpt_decoder_t *d);
 
 #ifdef __cplusplus
 }
