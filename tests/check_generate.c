@@ -2,12 +2,14 @@
  * temperature, top-k, top-p, ties, the draw's position in the kept mass),
  * option checks naming the flag, and the loop over the decoder: the same
  * rng gives the same tokens, another seed others, and a sequence stops at
- * the end-of-text token (forced through the LM head) without emitting it. */
+ * the end-of-text token (forced through the LM head) without emitting it;
+ * --sample-every refuses a model that is not a GPT and is off at 0. */
 #include <math.h>
 
 #include "check_util.h"
 #include "model/gpt.h"
 #include "model/gpt_generate.h"
+#include "train/sample_every.h"
 
 static ddp_backend_t *g_be;
 
@@ -179,6 +181,25 @@ START_TEST(test_generate_stops_at_full_context) {
 }
 END_TEST
 
+START_TEST(test_sample_every_needs_a_gpt) {
+  ddp_options_t o;
+  ck_assert_int_eq(ddp_options_defaults(&o), DDP_OK);
+  const ddp_model_ops_t other = {.name = "mlp"};
+  ddp_model_t m = {.ops = &other};
+  ddp_sample_every_t s;
+  /* off: nothing is looked at */
+  ck_assert_int_eq(ddp_sample_every_init(&s, &o, 0, &m, g_be), DDP_OK);
+  ck_assert_ptr_null(s.dec);
+  ck_assert_int_eq(ddp_sample_every_run(&s, 1), DDP_OK);
+  o.sample_every = 10;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_sample_every_init(&s, &o, 0, &m, g_be), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "--sample-every: --model mlp is not a GPT");
+  free(log);
+}
+END_TEST
+
 static Suite *generate_suite(void) {
   Suite *s = suite_create("generate");
   TCase *tc = tcase_create("core");
@@ -189,6 +210,7 @@ static Suite *generate_suite(void) {
   tcase_add_test(tc, test_generate_is_a_function_of_the_seed);
   tcase_add_test(tc, test_generate_stops_at_eot);
   tcase_add_test(tc, test_generate_stops_at_full_context);
+  tcase_add_test(tc, test_sample_every_needs_a_gpt);
   suite_add_tcase(s, tc);
   return s;
 }

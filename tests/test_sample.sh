@@ -7,7 +7,11 @@
 #  - bad input is a clear error naming the flag, exit 2 (a missing file,
 #    --top-p outside (0, 1], a negative --temperature, a prompt longer than
 #    the context, --tokenizer in a build without BPE, no model or two), and
-#    exit 1 for a file that is not a model.
+#    exit 1 for a file that is not a model;
+#  - ddptrain --sample-every N logs a sample every N steps from rank 0 and
+#    trains the same bits as a run without it (cmp of the exports, fp32
+#    and bf16); a run stopped and resumed logs the same samples and ends
+#    with the same weights.
 # (Stopping at the end-of-text token is tests/check_generate's: a trained
 # model's choice of it cannot be forced from here.)
 . "${top_builddir:-.}/tests/env.sh"
@@ -98,5 +102,38 @@ expect "an unknown flag" 2 "unknown argument '--bogus'" "$DDPSAMPLE" --bogus
 printf 'not a model' > "$dir/bad.st"
 expect "a file that is not safetensors" 1 "bad.st" "$DDPSAMPLE" --threads 1 --export "$dir/bad.st"
 expect "--help" 0 "Usage: ddpsample" "$DDPSAMPLE" --help
+
+# ---- --sample-every --------------------------------------------------------------
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --export "$dir/plain.st" > /dev/null 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --sample-every 5 --export "$dir/s.st" > "$dir/s.log" 2>&1
+if [ "$(grep -c '| sample: ' "$dir/s.log")" -eq 4 ] && grep -q "step    20 | sample: " "$dir/s.log"; then
+  echo "ok: --sample-every 5 logs four samples"
+else
+  echo "FAIL: --sample-every 5 did not log steps 5..20"; sed 's/^/  | /' "$dir/s.log"; fail=1
+fi
+if cmp -s "$dir/plain.st" "$dir/s.st"; then echo "ok: --sample-every leaves the weights bit-identical"
+else echo "FAIL: --sample-every changed the trained weights"; fail=1; fi
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --precision bf16 --export "$dir/plain16.st" > /dev/null 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --precision bf16 --sample-every 7 --export "$dir/s16.st" > "$dir/s16.log" 2>&1
+if grep -q "step    14 | sample: " "$dir/s16.log" && cmp -s "$dir/plain16.st" "$dir/s16.st"; then
+  echo "ok: bf16: --sample-every leaves the weights bit-identical"
+else
+  echo "FAIL: bf16 with --sample-every"; sed 's/^/  | /' "$dir/s16.log"; fail=1
+fi
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --sample-every 5 --stop-at 10 --save "$dir/rs" > "$dir/r1.log" 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --sample-every 5 --resume "$dir/rs" --save "$dir/rs" --export "$dir/r.st" > "$dir/r2.log" 2>&1
+grep -h '| sample: ' "$dir/r1.log" "$dir/r2.log" > "$dir/r.samples"
+grep '| sample: ' "$dir/s.log" > "$dir/s.samples"
+if cmp -s "$dir/s.st" "$dir/r.st" && cmp -s "$dir/s.samples" "$dir/r.samples"; then
+  echo "ok: stopped and resumed: the same samples and the same weights"
+else
+  echo "FAIL: a resumed run with --sample-every differs"; diff "$dir/s.samples" "$dir/r.samples"; fail=1
+fi
 
 exit $fail
