@@ -181,6 +181,32 @@ START_TEST(test_generate_stops_at_full_context) {
 }
 END_TEST
 
+/* A non-finite weight makes non-finite logits: refused, not sampled. */
+START_TEST(test_generate_refuses_non_finite_logits) {
+  ddp_gpt_t *m = make();
+  float *p = ddp_gpt_params(m);
+  for (int t = 0; t < ddp_gpt_num_tensors(m); ++t)
+    if (!strcmp(ddp_gpt_tensor(m, t)->name, "transformer.ln_f.bias"))
+      p[ddp_gpt_tensor(m, t)->offset] = NAN;
+  const int32_t prompt[1] = {3};
+  int32_t out[4];
+  int n;
+  const ddp_generate_opts_t o = {
+      .max_new_tokens = 4, .temperature = 1.0f, .top_p = 1.0f, .eot = -1};
+  ddp_rng_t rng;
+  ddp_rng_init(&rng, 1, 7);
+  ddp_gpt_decoder_t *d = NULL;
+  ck_assert_int_eq(ddp_gpt_decoder_create(&d, m, g_be, 1), DDP_OK);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_gpt_generate(d, prompt, 1, &o, &rng, out, &n), DDP_ERR_NUMERIC);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "generate: sequence 0, new token 0: the logit of token 0 is nan");
+  free(log);
+  ddp_gpt_decoder_destroy(d);
+  ddp_gpt_destroy(m);
+}
+END_TEST
+
 START_TEST(test_sample_every_needs_a_gpt) {
   ddp_options_t o;
   ck_assert_int_eq(ddp_options_defaults(&o), DDP_OK);
@@ -210,6 +236,7 @@ static Suite *generate_suite(void) {
   tcase_add_test(tc, test_generate_is_a_function_of_the_seed);
   tcase_add_test(tc, test_generate_stops_at_eot);
   tcase_add_test(tc, test_generate_stops_at_full_context);
+  tcase_add_test(tc, test_generate_refuses_non_finite_logits);
   tcase_add_test(tc, test_sample_every_needs_a_gpt);
   suite_add_tcase(s, tc);
   return s;

@@ -102,6 +102,13 @@ ddp_status_t ddp_gpt_generate(ddp_gpt_decoder_t *d, const int32_t *prompt, int T
     for (int b = 0; b < B; ++b) {
       next[b] = o->eot >= 0 ? o->eot : 0; /* what a finished sequence feeds */
       if (done[b]) continue;
+      const float *row = logits + (size_t)b * V;
+      for (int v = 0; v < V; ++v)
+        if (!isfinite(row[v]))
+          DDP_FAIL_GOTO(st, DDP_ERR_NUMERIC, cleanup,
+                        "generate: sequence %d, new token %d: the logit of token %d is %g "
+                        "(non-finite weights?)",
+                        b, i, v, (double)row[v]);
       const int32_t tok =
           ddp_generate_pick(logits + (size_t)b * V, V, o, draw(rng, (uint64_t)i * B + b), scratch);
       if (tok == o->eot) {
