@@ -184,6 +184,16 @@ typedef struct ddp_nn_ops {
                                       const float *lse, const int32_t *lens, int B, int T, int C,
                                       int NH, ddp_stream_t s);
 
+  /* One decoding step of causal attention against a KV cache. qkv
+   * (B,Tc,3C) holds, per sequence b, the qkv rows of positions 0..t (the
+   * cache: rows as attention_fwd reads them, Tc >= t+1 rows per sequence);
+   * out (B,C) = per head softmax(q_t k_j^T / sqrt(hs), j <= t) v_j, with q_t
+   * the q of row (b,t): exactly row t of attention_fwd over the first t+1
+   * rows. Eval only (no backward); fp32 softmax under every dt. NULL in a
+   * table without it (ddp_gpt_decoder_create then refuses the backend). */
+  ddp_status_t (*attention_decode)(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *qkv,
+                                   int B, int Tc, int t, int C, int NH, ddp_stream_t s);
+
 } ddp_nn_ops_t;
 
 /* The CPU implementation (also the oracle for every CUDA kernel). */

@@ -93,6 +93,7 @@ typedef struct ddp_options {
   double peak_gflops;
   /* logging, evaluation, export */
   int64_t log_every, eval_every, eval_tokens;
+  int64_t sample_every; /* train/sample_every.h */
   char metrics[1024], export_path[1024], dump_batches[1024];
   char trace[1024];    /* --trace FILE: the timeline (trace/timeline.h) */
   int64_t trace_steps; /* steps it records */

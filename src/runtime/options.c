@@ -246,6 +246,10 @@ static const opt_row_t k_rows[] = {
      "validation loss every N steps; 0 = only at the end", NULL, 0},
     {"eval-tokens", 0, OPT_INT, OFF(eval_tokens), "16384", 1, 1e15, "N", "Logging and evaluation",
      "target tokens per validation pass", NULL, 0},
+    {"sample-every", 0, OPT_INT, OFF(sample_every), "0", 0, 1e15, "N", "Logging and evaluation",
+     "rank 0 logs a sample of 64 tokens from the model every N steps (GPT; its own random "
+     "stream, so training is unchanged); 0 = off",
+     NULL, JOB},
     {"metrics", 0, OPT_STRING, OFF(metrics), "", 0, 0, "FILE", "Logging and evaluation",
      "append JSON records to FILE: a run header, one per log line and evaluation, a final one "
      "(ddpplot plots them)",

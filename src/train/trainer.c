@@ -41,6 +41,7 @@
 #include "train/preempt.h"
 #include "train/progress_time.h"
 #include "train/reducer.h"
+#include "train/sample_every.h"
 #include "train/task_eval.h"
 #include "train/train_ckpt.h"
 #include "train/train_data.h"
@@ -93,6 +94,7 @@ typedef struct trainer {
   /* when the run started: unix seconds, and the monotonic clock the
    * progress lines' elapsed time and the metrics' elapsed_s count from */
   double start_unix, start_mono;
+  ddp_sample_every_t sample_every; /* --sample-every */
 } trainer_t;
 
 /* ---- loader callbacks: this rank's micro-batches in consumption order ---- */
@@ -346,6 +348,7 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(restore_loss_scaler(tr, &scaler));
   DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
   DDP_CHECK(setup_eval(tr, mops));
+  DDP_CHECK(ddp_sample_every_init(&tr->sample_every, o, tr->dist->rank, tr->model, tr->be));
 
   int sync = 0;
   DDP_CHECK(ddp_env_get_bool(DDP_ENV_LOADER_SYNC, &sync));
@@ -864,6 +867,13 @@ static ddp_status_t run(trainer_t *tr) {
       w.t0 += spent;
       tot.t0 += spent;
     }
+    if (o->sample_every > 0 && (step + 1) % o->sample_every == 0) {
+      const double s0 = ddp_clock_seconds();
+      DDP_CHECK(ddp_sample_every_run(&tr->sample_every, step + 1));
+      const double sampled = ddp_clock_seconds() - s0; /* nor is sampling time */
+      w.t0 += sampled;
+      tot.t0 += sampled;
+    }
     DDP_CHECK(after_step(tr, step, stop, signo));
     if (stop) return DDP_ERR_INTERRUPTED;
   }
@@ -927,6 +937,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_preempt_restore();
   ddp_train_ckpt_destroy(&tr.ckpt);
   ddp_anomaly_destroy(&tr.anomaly);
+  ddp_sample_every_destroy(&tr.sample_every);
   ddp_loader_destroy(tr.loader);
   ddp_metrics_close(&tr.metrics);
   ddp_timeline_destroy(); /* a run that failed mid-loop leaves its buffer */

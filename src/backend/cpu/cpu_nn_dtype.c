@@ -419,4 +419,5 @@ const ddp_nn_ops_t ddp_nn_cpu_ops = {
     .linear_dgelu_bwd = ddp_cpu_linear_dgelu_bwd,
     .flash_attention_fwd = ddp_cpu_flash_attention_fwd,
     .flash_attention_bwd = ddp_cpu_flash_attention_bwd,
+    .attention_decode = ddp_cpu_attention_decode,
 };

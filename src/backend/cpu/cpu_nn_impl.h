@@ -177,6 +177,12 @@ ddp_status_t ddp_cpu_linear_dgelu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
                                       const void *dout, const void *w, const void *pre, int N,
                                       int K, int OC, int accumulate, ddp_stream_t s);
 
+/* ---- attention against a KV cache (cpu_attention_decode.c) ---------------- */
+
+/* nn.h's attention_decode under every dt. */
+ddp_status_t ddp_cpu_attention_decode(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *qkv,
+                                      int B, int Tc, int t, int C, int NH, ddp_stream_t s);
+
 /* ---- flash attention (cpu_flash_attention.c) ------------------------------ */
 
 /* nn.h's flash_attention_fwd / flash_attention_bwd under every dt (the

@@ -50,4 +50,5 @@ const ddp_nn_ops_t ddp_nn_cuda_ops = {
     .linear_dgelu_bwd = ddp_cuda_nn_linear_dgelu_bwd,
     .flash_attention_fwd = ddp_cuda_nn_flash_attention_fwd,
     .flash_attention_bwd = ddp_cuda_nn_flash_attention_bwd,
+    .attention_decode = ddp_cuda_nn_attention_decode,
 };

@@ -96,6 +96,11 @@ ddp_status_t ddp_cuda_nn_flash_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, 
                                              const void *out, const float *lse, const int32_t *lens,
                                              int B, int T, int C, int NH, ddp_stream_t s);
 
+/* ---- cuda_nn_decode.c ----------------------------------------------------------- */
+ddp_status_t ddp_cuda_nn_attention_decode(ddp_backend_t *be, ddp_dtype_t dt, void *out,
+                                          const void *qkv, int B, int Tc, int t, int C, int NH,
+                                          ddp_stream_t s);
+
 /* ---- cuda_nn.c: the table ------------------------------------------------------- */
 extern const ddp_nn_ops_t ddp_nn_cuda_ops;
 

@@ -1,0 +1,36 @@
+/* --sample-every N: at every N-th step rank 0 logs a short sample of the
+ * model being trained (llm.c's habit): SAMPLE_TOKENS new tokens after an
+ * end-of-text token (the start of a new document), decoded with the KV
+ * cache (model/gpt_decode.h) from the current weights.
+ *
+ * It changes nothing of the training: the decoder has buffers of its own
+ * (allocated once, at set-up), reads the weights without writing them, and
+ * draws from a Philox stream derived for sampling alone (--seed, then the
+ * step), so a run with --sample-every trains the same bits as one without,
+ * and a resumed run samples what the uninterrupted one did. */
+#ifndef DDPTRAIN_TRAIN_SAMPLE_EVERY_H
+#define DDPTRAIN_TRAIN_SAMPLE_EVERY_H
+
+#include <stdint.h>
+
+#include "ddptrain/backend.h"
+#include "ddptrain/model.h"
+#include "ddptrain/options.h"
+#include "model/gpt_decode.h"
+
+#define SAMPLE_TOKENS 64
+
+typedef struct ddp_sample_every {
+  ddp_gpt_decoder_t *dec; /* NULL: off (the flag is 0, or not rank 0) */
+  uint64_t seed;
+} ddp_sample_every_t;
+
+/* Set-up, on every rank (only rank 0 holds a decoder). --sample-every with
+ * a model other than the GPT is DDP_ERR_INVALID_ARG naming it. */
+ddp_status_t ddp_sample_every_init(ddp_sample_every_t *s, const ddp_options_t *o, int rank,
+                                   ddp_model_t *m, ddp_backend_t *be);
+/* Logs the sample of `step` (steps done); a no-op without a decoder. */
+ddp_status_t ddp_sample_every_run(ddp_sample_every_t *s, int64_t step);
+void ddp_sample_every_destroy(ddp_sample_every_t *s);
+
+#endif

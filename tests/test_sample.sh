@@ -1,0 +1,139 @@
+#!/bin/sh
+# ddpsample continues a prompt with a trained model:
+#  - from a tiny model's export and from its final checkpoint (the same
+#    weights): exit 0, the prompt printed first, the same text from both;
+#  - deterministic for a seed (two runs are byte-identical), another seed
+#    and the samples of one run differ; --prompt-file equals --prompt;
+#  - bad input is a clear error naming the flag, exit 2 (a missing file,
+#    --top-p outside (0, 1], a negative --temperature, a prompt longer than
+#    the context, --tokenizer in a build without BPE, no model or two), and
+#    exit 1 for a file that is not a model;
+#  - ddptrain --sample-every N logs a sample every N steps from rank 0 and
+#    trains the same bits as a run without it (cmp of the exports, fp32
+#    and bf16); a run stopped and resumed logs the same samples and ends
+#    with the same weights.
+# (Stopping at the end-of-text token is tests/check_generate's: a trained
+# model's choice of it cannot be forced from here.)
+. "${top_builddir:-.}/tests/env.sh"
+set -u
+DDPSAMPLE="$top_builddir/ddpsample"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+
+# expect DESC RC TEXT CMD...: exit status and a line of the output
+expect() {
+  desc=$1 want=$2 text=$3
+  shift 3
+  "$@" > "$dir/out.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$want" ] && grep -qF -- "$text" "$dir/out.log"; then
+    echo "ok: $desc (exit $rc)"
+  else
+    echo "FAIL: $desc: exit $rc (want $want), or no '$text' in:"
+    sed 's/^/  | /' "$dir/out.log"
+    fail=1
+  fi
+}
+
+TRAIN="--threads 1 --peak-gflops 10 --n-layer 1 --n-head 2 --n-embd 16 --seq-len 48 \
+  --tokens-per-batch 256 --log-every 10 --eval-every 0 --eval-tokens 256 --steps 20"
+# shellcheck disable=SC2086
+if ! "$DDPTRAIN" $TRAIN --export "$dir/e.st" --save "$dir/ck" > "$dir/train.log" 2>&1; then
+  echo "FAIL: the training run"; sed 's/^/  | /' "$dir/train.log"; exit 1
+fi
+
+S="--threads 1 --max-new-tokens 30"
+# shellcheck disable=SC2086
+sample() { "$DDPSAMPLE" $S "$@" 2> "$dir/err.log"; }
+
+sample --export "$dir/e.st" --prompt "copy: abc" --seed 5 > "$dir/a.txt"; rc=$?
+if [ $rc -eq 0 ] && head -c 9 "$dir/a.txt" | grep -qxF "copy: abc" && [ "$(wc -c < "$dir/a.txt")" -gt 10 ]; then
+  echo "ok: a sample of the export starts with the prompt"
+else
+  echo "FAIL: sampling the export: exit $rc"; cat "$dir/err.log" "$dir/a.txt"; fail=1
+fi
+sample --export "$dir/e.st" --prompt "copy: abc" --seed 5 > "$dir/b.txt"
+if cmp -s "$dir/a.txt" "$dir/b.txt"; then echo "ok: the same seed gives the same text"
+else echo "FAIL: two runs with --seed 5 differ"; fail=1; fi
+sample --export "$dir/e.st" --prompt "copy: abc" --seed 6 > "$dir/c.txt"
+if ! cmp -s "$dir/a.txt" "$dir/c.txt"; then echo "ok: another seed gives another text"
+else echo "FAIL: --seed 5 and --seed 6 gave the same text"; fail=1; fi
+sample --checkpoint "$dir/ck" --prompt "copy: abc" --seed 5 > "$dir/d.txt"
+if cmp -s "$dir/a.txt" "$dir/d.txt"; then echo "ok: the checkpoint directory gives the export's text"
+else echo "FAIL: --checkpoint and --export differ"; cat "$dir/err.log"; fail=1; fi
+printf 'copy: abc' > "$dir/prompt.txt"
+sample --export "$dir/e.st" --prompt-file "$dir/prompt.txt" --seed 5 > "$dir/f.txt"
+if cmp -s "$dir/a.txt" "$dir/f.txt"; then echo "ok: --prompt-file equals --prompt"
+else echo "FAIL: --prompt-file and --prompt differ"; fail=1; fi
+sample --export "$dir/e.st" --prompt "x" --num-samples 3 --seed 5 --temperature 2 > "$dir/n.txt"
+if [ "$(grep -cx -- '---' "$dir/n.txt")" -eq 2 ] &&
+  [ "$(awk '/^---$/{n++; next} {s[n] = s[n] $0} END {print (s[0] != s[1] || s[1] != s[2])}' "$dir/n.txt")" = 1 ]; then
+  echo "ok: three samples, not all equal"
+else
+  echo "FAIL: --num-samples 3"; cat "$dir/n.txt"; fail=1
+fi
+sample --export "$dir/e.st" --temperature 0 > "$dir/g1.txt" && sample --export "$dir/e.st" --temperature 0 --seed 9 > "$dir/g2.txt"
+if cmp -s "$dir/g1.txt" "$dir/g2.txt"; then echo "ok: greedy decoding does not depend on the seed"
+else echo "FAIL: --temperature 0 depends on --seed"; fail=1; fi
+
+long=$(printf '%060d' 0)
+expect "a missing export" 2 "option --export: $dir/none.st: No such file" \
+  "$DDPSAMPLE" --export "$dir/none.st"
+expect "a missing checkpoint" 2 "option --checkpoint: $dir/none: No such file" \
+  "$DDPSAMPLE" --checkpoint "$dir/none"
+expect "a missing prompt file" 2 "option --prompt-file: $dir/none.txt" \
+  "$DDPSAMPLE" --export "$dir/e.st" --prompt-file "$dir/none.txt"
+expect "--top-p 0" 2 "--top-p 0: must be in (0, 1]" "$DDPSAMPLE" --export "$dir/e.st" --top-p 0
+expect "--top-p 1.5" 2 "--top-p 1.5: must be in (0, 1]" "$DDPSAMPLE" --export "$dir/e.st" --top-p 1.5
+expect "--temperature -1" 2 "option --temperature: -1 is out of range" \
+  "$DDPSAMPLE" --export "$dir/e.st" --temperature -1
+expect "--max-new-tokens 0" 2 "option --max-new-tokens: 0 is out of range" \
+  "$DDPSAMPLE" --export "$dir/e.st" --max-new-tokens 0
+expect "--seed x" 2 "option --seed: 'x' is not an integer" "$DDPSAMPLE" --export "$dir/e.st" --seed x
+expect "a prompt longer than the context" 2 "--prompt: 60 tokens, more than the model's context of 48" \
+  "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --prompt "$long"
+expect "--tokenizer without BPE" 2 "--tokenizer $dir: this build has no BPE tokenizer" \
+  "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --tokenizer "$dir"
+expect "no model" 2 "give exactly one of --export FILE and --checkpoint PATH" "$DDPSAMPLE" --prompt x
+expect "two models" 2 "give exactly one of --export FILE and --checkpoint PATH" \
+  "$DDPSAMPLE" --export "$dir/e.st" --checkpoint "$dir/ck"
+expect "an unknown flag" 2 "unknown argument '--bogus'" "$DDPSAMPLE" --bogus
+printf 'not a model' > "$dir/bad.st"
+expect "a file that is not safetensors" 1 "bad.st" "$DDPSAMPLE" --threads 1 --export "$dir/bad.st"
+expect "--help" 0 "Usage: ddpsample" "$DDPSAMPLE" --help
+
+# ---- --sample-every --------------------------------------------------------------
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --export "$dir/plain.st" > /dev/null 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --sample-every 5 --export "$dir/s.st" > "$dir/s.log" 2>&1
+if [ "$(grep -c '| sample: ' "$dir/s.log")" -eq 4 ] && grep -q "step    20 | sample: " "$dir/s.log"; then
+  echo "ok: --sample-every 5 logs four samples"
+else
+  echo "FAIL: --sample-every 5 did not log steps 5..20"; sed 's/^/  | /' "$dir/s.log"; fail=1
+fi
+if cmp -s "$dir/plain.st" "$dir/s.st"; then echo "ok: --sample-every leaves the weights bit-identical"
+else echo "FAIL: --sample-every changed the trained weights"; fail=1; fi
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --precision bf16 --export "$dir/plain16.st" > /dev/null 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --precision bf16 --sample-every 7 --export "$dir/s16.st" > "$dir/s16.log" 2>&1
+if grep -q "step    14 | sample: " "$dir/s16.log" && cmp -s "$dir/plain16.st" "$dir/s16.st"; then
+  echo "ok: bf16: --sample-every leaves the weights bit-identical"
+else
+  echo "FAIL: bf16 with --sample-every"; sed 's/^/  | /' "$dir/s16.log"; fail=1
+fi
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --sample-every 5 --stop-at 10 --save "$dir/rs" > "$dir/r1.log" 2>&1
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TRAIN --sample-every 5 --resume "$dir/rs" --save "$dir/rs" --export "$dir/r.st" > "$dir/r2.log" 2>&1
+grep -h '| sample: ' "$dir/r1.log" "$dir/r2.log" > "$dir/r.samples"
+grep '| sample: ' "$dir/s.log" > "$dir/s.samples"
+if cmp -s "$dir/s.st" "$dir/r.st" && cmp -s "$dir/s.samples" "$dir/r.samples"; then
+  echo "ok: stopped and resumed: the same samples and the same weights"
+else
+  echo "FAIL: a resumed run with --sample-every differs"; diff "$dir/s.samples" "$dir/r.samples"; fail=1
+fi
+
+exit $fail
