@@ -6,8 +6,10 @@
 #    and the samples of one run differ; --prompt-file equals --prompt;
 #  - bad input is a clear error naming the flag, exit 2 (a missing file,
 #    --top-p outside (0, 1], a negative --temperature, a prompt longer than
-#    the context, --tokenizer in a build without BPE, no model or two), and
-#    exit 1 for a file that is not a model;
+#    the context, a tokenizer of another vocabulary, no model or two), and
+#    exit 1 for a file that is not a model or a directory without a
+#    tokenizer;
+#  - a model trained on GPT-2 BPE shards samples through --tokenizer;
 #  - ddptrain --sample-every N logs a sample every N steps from rank 0 and
 #    trains the same bits as a run without it (cmp of the exports, fp32
 #    and bf16); a run stopped and resumed logs the same samples and ends
@@ -93,8 +95,33 @@ expect "--max-new-tokens 0" 2 "option --max-new-tokens: 0 is out of range" \
 expect "--seed x" 2 "option --seed: 'x' is not an integer" "$DDPSAMPLE" --export "$dir/e.st" --seed x
 expect "a prompt longer than the context" 2 "--prompt: 60 tokens, more than the model's context of 48" \
   "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --prompt "$long"
-expect "--tokenizer without BPE" 2 "--tokenizer $dir: this build has no BPE tokenizer" \
+# GPT-2 BPE: a directory without the tokenizer's files, and a tokenizer
+# whose vocabulary (600) is not the byte-level model's (257)
+FIX="$top_srcdir/tests/data/bpe"
+expect "--tokenizer without vocab.json" 1 "vocab.json" \
   "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --tokenizer "$dir"
+expect "--tokenizer of another vocabulary" 2 "--tokenizer $FIX has 600 tokens but the model's vocabulary is 257" \
+  "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --tokenizer "$FIX"
+# A model trained on BPE shards (ddpprep --tokenizer, where this build has
+# PCRE2) samples through the same tokenizer: the prompt comes back first,
+# encoded and decoded exactly.
+printf 'hello world, the quick brown fox\n%.0s' 1 2 3 4 5 6 7 8 9 10 11 12 > "$dir/bpe.txt"
+if "$top_builddir/ddpprep" --tokenizer "$FIX" -o "$dir/bpe" "$dir/bpe.txt" > "$dir/prep.log" 2>&1; then
+  # shellcheck disable=SC2086
+  if "$DDPTRAIN" $TRAIN --data "$dir/bpe_train_*.bin" --export "$dir/bpe.st" > "$dir/bt.log" 2>&1; then
+    expect "a BPE model samples through its tokenizer" 0 "hello world" \
+      "$DDPSAMPLE" --threads 1 --export "$dir/bpe.st" --tokenizer "$FIX" --prompt "hello world" \
+      --max-new-tokens 8 --seed 3
+    head -c 11 "$dir/out.log" | grep -qx "hello world" ||
+      { echo "FAIL: the BPE sample does not start with its prompt"; sed 's/^/  | /' "$dir/out.log"; fail=1; }
+  else
+    echo "FAIL: training on BPE shards"; sed 's/^/  | /' "$dir/bt.log"; fail=1
+  fi
+elif grep -q "built without PCRE2" "$dir/prep.log"; then
+  echo "skip: sampling a BPE model (this ddpprep has no PCRE2 to make its shards)"
+else
+  echo "FAIL: ddpprep --tokenizer"; sed 's/^/  | /' "$dir/prep.log"; fail=1
+fi
 expect "no model" 2 "give exactly one of --export FILE and --checkpoint PATH" "$DDPSAMPLE" --prompt x
 expect "two models" 2 "give exactly one of --export FILE and --checkpoint PATH" \
   "$DDPSAMPLE" --export "$dir/e.st" --checkpoint "$dir/ck"

@@ -248,6 +248,7 @@ static ddp_status_t run(const args_t *a) {
   char *text = NULL;
   int32_t *prompt = NULL, *out = NULL;
   int *n_out = NULL;
+  ddp_text_codec_t codec = {0};
   if (!sm) DDP_FAIL(DDP_ERR_OOM, "out of host memory");
   const ddp_generate_opts_t go = {.max_new_tokens = (int)a->max_new,
                                   .temperature = (float)a->temperature,
@@ -260,7 +261,6 @@ static ddp_status_t run(const args_t *a) {
   DDP_CHECK_GOTO(sample_model_load(sm, be, a->export_path, a->ckpt_path), st, done);
   ddp_gpt_t *gpt = sample_model_gpt(sm);
   const ddp_gpt_config_t *cfg = ddp_gpt_config(gpt);
-  ddp_text_codec_t codec;
   DDP_CHECK_GOTO(ddp_text_codec_open(&codec, cfg->vocab, a->tokenizer), st, done);
   size_t len = 0;
   DDP_CHECK_GOTO(read_prompt(a, &text, &len), st, done);
@@ -292,6 +292,7 @@ static ddp_status_t run(const args_t *a) {
   }
   if (fflush(stdout) != 0) DDP_FAIL_GOTO(st, DDP_ERR_IO, done, "writing to stdout failed");
 done:
+  ddp_text_codec_close(&codec);
   ddp_gpt_decoder_destroy(dec);
   if (sm->model) sample_model_close(sm);
   free(sm);
