@@ -42,20 +42,6 @@ step_loss() { # metrics file, step: that step's training loss
   sed -n "s/.*\"step\":$2,.*\"loss\":\([-0-9.e+]*\).*/\1/p" "$1" 2> /dev/null
 }
 
-# expect DESC RC TEXT CMD...: exit status and a line of the output
-expect() {
-  desc=$1 want=$2 text=$3
-  shift 3
-  "$@" > "$dir/out.log" 2>&1
-  rc=$?
-  if [ "$rc" -eq "$want" ] && grep -qF -- "$text" "$dir/out.log"; then
-    echo "ok: $desc (exit $rc)"
-  else
-    echo "FAIL: $desc: exit $rc (want $want), or no '$text' in:"
-    sed 's/^/  | /' "$dir/out.log"
-    fail=1
-  fi
-}
 
 # same_loss DESC METRICS: its final val_loss equals the exporter's, exactly
 same_loss() {
@@ -75,7 +61,7 @@ if ! "$DDPTRAIN" $RUN $ARCH --steps 10 --export "$dir/e.st" --metrics "$dir/a.js
 fi
 want_loss=$(val_loss "$dir/a.jsonl")
 # shellcheck disable=SC2086
-expect "--init-from an export, no architecture flags" 0 "model: GPT L1 H2 C16 T48," \
+expect_status "--init-from an export, no architecture flags" 0 "model: GPT L1 H2 C16 T48," \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --metrics "$dir/b.jsonl"
 same_loss "--init-from the export" "$dir/b.jsonl"
 if grep -q "step     1/1 | loss" "$dir/out.log"; then
@@ -85,7 +71,7 @@ else
 fi
 # the flags that agree with the file may be given
 # shellcheck disable=SC2086
-expect "--init-from with the file's own flags" 0 "from $dir/e.st (Linear layout)" \
+expect_status "--init-from with the file's own flags" 0 "from $dir/e.st (Linear layout)" \
   "$DDPTRAIN" $FROZEN $ARCH --init-from "$dir/e.st" --metrics "$dir/c.jsonl"
 same_loss "--init-from with flags" "$dir/c.jsonl"
 # training from the weights goes on from the exporter's loss, not from scratch
@@ -116,7 +102,7 @@ J="$RUN --steps 4 --init-from $dir/e.st"
 # shellcheck disable=SC2086
 "$DDPTRAIN" $J --save "$dir/rck" --resume auto --stop-at 2 > "$dir/r1.log" 2>&1
 # shellcheck disable=SC2086
-expect "--init-from with --resume auto resumes from the checkpoint" 0 "resume: loaded $dir/rck/ckpt_00000002.safetensors (step 2)" \
+expect_status "--init-from with --resume auto resumes from the checkpoint" 0 "resume: loaded $dir/rck/ckpt_00000002.safetensors (step 2)" \
   "$DDPTRAIN" $J --save "$dir/rck" --resume auto --metrics "$dir/resumed.jsonl"
 a=$(step_loss "$dir/whole.jsonl" 4) b=$(step_loss "$dir/resumed.jsonl" 4)
 if [ -n "$a" ] && [ "$a" = "$b" ]; then
@@ -127,35 +113,35 @@ fi
 if [ -n "$MPIRUN" ]; then
   # every rank derives the same flags from the file
   # shellcheck disable=SC2086
-  expect "two ranks from the file" 0 "model: GPT L1 H2 C16 T48," \
+  expect_status "two ranks from the file" 0 "model: GPT L1 H2 C16 T48," \
     timeout 120 "$MPIRUN" -np 2 "$DDPTRAIN" $FROZEN --init-from "$dir/e.st"
 fi
 
 # ---- command lines the file contradicts: exit 2, nothing written ------------------
 # shellcheck disable=SC2086
-expect "--n-embd against wte" 2 "option --n-embd 32 contradicts --init-from $dir/e.st: 'transformer.wte.weight' has shape (257, 16)" \
+expect_status "--n-embd against wte" 2 "option --n-embd 32 contradicts --init-from $dir/e.st: 'transformer.wte.weight' has shape (257, 16)" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --n-embd 32 --n-head 2 --export "$dir/x.st" --save "$dir/ck"
 # shellcheck disable=SC2086
-expect "--n-layer against the blocks" 2 "option --n-layer 2 contradicts --init-from $dir/e.st: its blocks are h.0 .. h.0" \
+expect_status "--n-layer against the blocks" 2 "option --n-layer 2 contradicts --init-from $dir/e.st: its blocks are h.0 .. h.0" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --n-layer 2
 # shellcheck disable=SC2086
-expect "--seq-len against wpe" 2 "'transformer.wpe.weight' has shape (48, 16)" \
+expect_status "--seq-len against wpe" 2 "'transformer.wpe.weight' has shape (48, 16)" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --seq-len 64
 # shellcheck disable=SC2086
-expect "--tokens-per-batch below the file's rows" 2 "option --tokens-per-batch 32 is smaller than --init-from $dir/e.st's sequence length 48" \
+expect_status "--tokens-per-batch below the file's rows" 2 "option --tokens-per-batch 32 is smaller than --init-from $dir/e.st's sequence length 48" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --tokens-per-batch 32
 # shellcheck disable=SC2086
-expect "--n-head against the metadata" 2 "the file's metadata says n_head 2" \
+expect_status "--n-head against the metadata" 2 "the file's metadata says n_head 2" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --n-head 4
 # shellcheck disable=SC2086
-expect "--init-from with --resume DIR" 2 "option --init-from starts a new run from weights, --resume $dir/ck continues one" \
+expect_status "--init-from with --resume DIR" 2 "option --init-from starts a new run from weights, --resume $dir/ck continues one" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/e.st" --resume "$dir/ck"
 printf 'not a weights file at all\n' > "$dir/text.st"
 # shellcheck disable=SC2086
-expect "a file that is not safetensors" 1 "$dir/text.st: header length" \
+expect_status "a file that is not safetensors" 1 "$dir/text.st: header length" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/text.st" --export "$dir/x.st" --save "$dir/ck"
 # shellcheck disable=SC2086
-expect "a file that is not there" 1 "cannot open $dir/none.st" \
+expect_status "a file that is not there" 1 "cannot open $dir/none.st" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/none.st"
 if [ -e "$dir/x.st" ] || [ -e "$dir/ck" ]; then
   echo "FAIL: a refused --init-from wrote an export or a checkpoint"; fail=1
@@ -254,13 +240,13 @@ then
 fi
 
 # shellcheck disable=SC2086
-expect "the Hugging Face layout (Conv1D, no prefix, config.json)" 0 "GPT-2 Conv1D layout, weights transposed" \
+expect_status "the Hugging Face layout (Conv1D, no prefix, config.json)" 0 "GPT-2 Conv1D layout, weights transposed" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/hf/model.safetensors" --metrics "$dir/hf.jsonl"
 same_loss "the Hugging Face layout" "$dir/hf.jsonl"
 # shellcheck disable=SC2086
 "$DDPTRAIN" $FROZEN --init-from "$dir/bf16.st" --metrics "$dir/bf16.jsonl" > "$dir/bf16.log" 2>&1
 # shellcheck disable=SC2086
-expect "the prefix, BF16, a tied lm_head, --n-head given" 0 "model: GPT L1 H2 C16 T48," \
+expect_status "the prefix, BF16, a tied lm_head, --n-head given" 0 "model: GPT L1 H2 C16 T48," \
   "$DDPTRAIN" $FROZEN --n-head 2 --init-from "$dir/hfp/model.safetensors" --metrics "$dir/hfp.jsonl"
 a=$(val_loss "$dir/bf16.jsonl") b=$(val_loss "$dir/hfp.jsonl")
 if [ -n "$a" ] && [ "$a" = "$b" ]; then
@@ -279,29 +265,29 @@ else
   echo "FAIL: F16 file '$b', the same values in fp32 '$a'"; fail=1
 fi
 # shellcheck disable=SC2086
-expect "a wider vocabulary than the data's is kept" 0 "the model keeps the file's vocabulary of 300 tokens" \
+expect_status "a wider vocabulary than the data's is kept" 0 "the model keeps the file's vocabulary of 300 tokens" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/wide_vocab.st"
 
 # shellcheck disable=SC2086
-expect "no n_head anywhere" 2 "the number of attention heads is not in the tensor shapes" \
+expect_status "no n_head anywhere" 2 "the number of attention heads is not in the tensor shapes" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/hfp/nohead.safetensors"
 # shellcheck disable=SC2086
-expect "a tensor of the wrong shape" 1 "tensor 'transformer.h.0.mlp.c_fc.bias' has shape (60), the model's 'transformer.h.0.mlp.c_fc.bias' needs (64)" \
+expect_status "a tensor of the wrong shape" 1 "tensor 'transformer.h.0.mlp.c_fc.bias' has shape (60), the model's 'transformer.h.0.mlp.c_fc.bias' needs (64)" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/shape.st" --export "$dir/x.st" --save "$dir/ck"
 # shellcheck disable=SC2086
-expect "a missing tensor" 1 "the model's tensor 'transformer.h.0.ln_2.weight' is not in the file" \
+expect_status "a missing tensor" 1 "the model's tensor 'transformer.h.0.ln_2.weight' is not in the file" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/missing.st"
 # shellcheck disable=SC2086
-expect "a tensor of another model" 1 "tensor 'transformer.h.0.attn.rotary' is not a parameter of model gpt" \
+expect_status "a tensor of another model" 1 "tensor 'transformer.h.0.attn.rotary' is not a parameter of model gpt" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/extra.st"
 # shellcheck disable=SC2086
-expect "an untied LM head" 1 "'lm_head.weight' differs from the token embedding" \
+expect_status "an untied LM head" 1 "'lm_head.weight' differs from the token embedding" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/untied.st"
 # shellcheck disable=SC2086
-expect "a vocabulary smaller than the data's" 1 "'transformer.wte.weight' has shape (200, 16): 200 tokens, fewer than the data's vocabulary of 257" \
+expect_status "a vocabulary smaller than the data's" 1 "'transformer.wte.weight' has shape (200, 16): 200 tokens, fewer than the data's vocabulary of 257" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/small_vocab.st"
 # shellcheck disable=SC2086
-expect "a NaN in the file" 1 "tensor 'transformer.ln_f.bias' holds a non-finite value at 3" \
+expect_status "a NaN in the file" 1 "tensor 'transformer.ln_f.bias' holds a non-finite value at 3" \
   "$DDPTRAIN" $FROZEN --init-from "$dir/nan.st" --export "$dir/x.st" --save "$dir/ck"
 if [ -e "$dir/x.st" ] || [ -e "$dir/ck" ]; then
   echo "FAIL: a refused --init-from wrote an export or a checkpoint"; fail=1

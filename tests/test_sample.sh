@@ -23,20 +23,6 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail=0
 
-# expect DESC RC TEXT CMD...: exit status and a line of the output
-expect() {
-  desc=$1 want=$2 text=$3
-  shift 3
-  "$@" > "$dir/out.log" 2>&1
-  rc=$?
-  if [ "$rc" -eq "$want" ] && grep -qF -- "$text" "$dir/out.log"; then
-    echo "ok: $desc (exit $rc)"
-  else
-    echo "FAIL: $desc: exit $rc (want $want), or no '$text' in:"
-    sed 's/^/  | /' "$dir/out.log"
-    fail=1
-  fi
-}
 
 TRAIN="--threads 1 --peak-gflops 10 --n-layer 1 --n-head 2 --n-embd 16 --seq-len 48 \
   --tokens-per-batch 256 --log-every 10 --eval-every 0 --eval-tokens 256 --steps 20"
@@ -80,27 +66,27 @@ if cmp -s "$dir/g1.txt" "$dir/g2.txt"; then echo "ok: greedy decoding does not d
 else echo "FAIL: --temperature 0 depends on --seed"; fail=1; fi
 
 long=$(printf '%060d' 0)
-expect "a missing export" 2 "option --export: $dir/none.st: No such file" \
+expect_status "a missing export" 2 "option --export: $dir/none.st: No such file" \
   "$DDPSAMPLE" --export "$dir/none.st"
-expect "a missing checkpoint" 2 "option --checkpoint: $dir/none: No such file" \
+expect_status "a missing checkpoint" 2 "option --checkpoint: $dir/none: No such file" \
   "$DDPSAMPLE" --checkpoint "$dir/none"
-expect "a missing prompt file" 2 "option --prompt-file: $dir/none.txt" \
+expect_status "a missing prompt file" 2 "option --prompt-file: $dir/none.txt" \
   "$DDPSAMPLE" --export "$dir/e.st" --prompt-file "$dir/none.txt"
-expect "--top-p 0" 2 "--top-p 0: must be in (0, 1]" "$DDPSAMPLE" --export "$dir/e.st" --top-p 0
-expect "--top-p 1.5" 2 "--top-p 1.5: must be in (0, 1]" "$DDPSAMPLE" --export "$dir/e.st" --top-p 1.5
-expect "--temperature -1" 2 "option --temperature: -1 is out of range" \
+expect_status "--top-p 0" 2 "--top-p 0: must be in (0, 1]" "$DDPSAMPLE" --export "$dir/e.st" --top-p 0
+expect_status "--top-p 1.5" 2 "--top-p 1.5: must be in (0, 1]" "$DDPSAMPLE" --export "$dir/e.st" --top-p 1.5
+expect_status "--temperature -1" 2 "option --temperature: -1 is out of range" \
   "$DDPSAMPLE" --export "$dir/e.st" --temperature -1
-expect "--max-new-tokens 0" 2 "option --max-new-tokens: 0 is out of range" \
+expect_status "--max-new-tokens 0" 2 "option --max-new-tokens: 0 is out of range" \
   "$DDPSAMPLE" --export "$dir/e.st" --max-new-tokens 0
-expect "--seed x" 2 "option --seed: 'x' is not an integer" "$DDPSAMPLE" --export "$dir/e.st" --seed x
-expect "a prompt longer than the context" 2 "--prompt: 60 tokens, more than the model's context of 48" \
+expect_status "--seed x" 2 "option --seed: 'x' is not an integer" "$DDPSAMPLE" --export "$dir/e.st" --seed x
+expect_status "a prompt longer than the context" 2 "--prompt: 60 tokens, more than the model's context of 48" \
   "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --prompt "$long"
 # GPT-2 BPE: a directory without the tokenizer's files, and a tokenizer
 # whose vocabulary (600) is not the byte-level model's (257)
 FIX="$top_srcdir/tests/data/bpe"
-expect "--tokenizer without vocab.json" 1 "vocab.json" \
+expect_status "--tokenizer without vocab.json" 1 "vocab.json" \
   "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --tokenizer "$dir"
-expect "--tokenizer of another vocabulary" 2 "--tokenizer $FIX has 600 tokens but the model's vocabulary is 257" \
+expect_status "--tokenizer of another vocabulary" 2 "--tokenizer $FIX has 600 tokens but the model's vocabulary is 257" \
   "$DDPSAMPLE" --threads 1 --export "$dir/e.st" --tokenizer "$FIX"
 # A model trained on BPE shards (ddpprep --tokenizer, where this build has
 # PCRE2) samples through the same tokenizer: the prompt comes back first,
@@ -109,7 +95,7 @@ printf 'hello world, the quick brown fox\n%.0s' 1 2 3 4 5 6 7 8 9 10 11 12 > "$d
 if "$top_builddir/ddpprep" --tokenizer "$FIX" -o "$dir/bpe" "$dir/bpe.txt" > "$dir/prep.log" 2>&1; then
   # shellcheck disable=SC2086
   if "$DDPTRAIN" $TRAIN --data "$dir/bpe_train_*.bin" --export "$dir/bpe.st" > "$dir/bt.log" 2>&1; then
-    expect "a BPE model samples through its tokenizer" 0 "hello world" \
+    expect_status "a BPE model samples through its tokenizer" 0 "hello world" \
       "$DDPSAMPLE" --threads 1 --export "$dir/bpe.st" --tokenizer "$FIX" --prompt "hello world" \
       --max-new-tokens 8 --seed 3
     head -c 11 "$dir/out.log" | grep -qx "hello world" ||
@@ -122,13 +108,13 @@ elif grep -q "built without PCRE2" "$dir/prep.log"; then
 else
   echo "FAIL: ddpprep --tokenizer"; sed 's/^/  | /' "$dir/prep.log"; fail=1
 fi
-expect "no model" 2 "give exactly one of --export FILE and --checkpoint PATH" "$DDPSAMPLE" --prompt x
-expect "two models" 2 "give exactly one of --export FILE and --checkpoint PATH" \
+expect_status "no model" 2 "give exactly one of --export FILE and --checkpoint PATH" "$DDPSAMPLE" --prompt x
+expect_status "two models" 2 "give exactly one of --export FILE and --checkpoint PATH" \
   "$DDPSAMPLE" --export "$dir/e.st" --checkpoint "$dir/ck"
-expect "an unknown flag" 2 "unknown argument '--bogus'" "$DDPSAMPLE" --bogus
+expect_status "an unknown flag" 2 "unknown argument '--bogus'" "$DDPSAMPLE" --bogus
 printf 'not a model' > "$dir/bad.st"
-expect "a file that is not safetensors" 1 "bad.st" "$DDPSAMPLE" --threads 1 --export "$dir/bad.st"
-expect "--help" 0 "Usage: ddpsample" "$DDPSAMPLE" --help
+expect_status "a file that is not safetensors" 1 "bad.st" "$DDPSAMPLE" --threads 1 --export "$dir/bad.st"
+expect_status "--help" 0 "Usage: ddpsample" "$DDPSAMPLE" --help
 
 # ---- --sample-every --------------------------------------------------------------
 # shellcheck disable=SC2086
