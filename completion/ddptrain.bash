@@ -1,5 +1,5 @@
-# bash completion for ddptrain, ddpprep and ddprun (and any program built on
-# ddp_main: `complete -F _ddp_complete PROGRAM`).
+# bash completion for ddptrain, ddpprep, ddpsample and ddprun (and any
+# program built on ddp_main: `complete -F _ddp_complete PROGRAM`).
 #
 # The flags are read from the program's own --help the first time it is
 # completed, and kept for the shell session under its path and modification
@@ -9,8 +9,9 @@
 # --model, a few core flags whose values --help words as prose (below),
 # files for FILE/GLOB/PREFIX/PATH and directories for DIR. After `--`,
 # ddprun completes the flags of the program it starts.
-# Installed as completions/ddptrain, with ddpprep and ddprun linked to it,
-# for bash-completion to load on first use; it needs bash 4.2 or later.
+# Installed as completions/ddptrain, with ddpprep, ddpsample and ddprun
+# linked to it, for bash-completion to load on first use; it needs bash 4.2
+# or later.
 
 declare -gA _ddp_flags_cache=()
 
@@ -127,4 +128,4 @@ _ddp_complete() {
   return 0
 }
 
-complete -F _ddp_complete ddptrain ddpprep ddprun
+complete -F _ddp_complete ddptrain ddpprep ddpsample ddprun

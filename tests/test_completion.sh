@@ -1,10 +1,11 @@
 #!/bin/sh
-# completion/ddptrain.bash: sourced in bash, its completion function offers
-# ddptrain's, ddpprep's and ddprun's flags as their --help lists them
-# (all of them, for a bare "--"), the values of a flag (--precision fp32
-# bf16 fp16, --model's models, a model flag's listed choices, on|off and
-# DIR|auto metavars, --flag=value), ddptrain's flags after ddprun's "--", and
-# follows a program whose --help changed. SKIPs (77) without bash.
+# completion/ddptrain.bash: sourced in bash, it registers ddptrain, ddpprep,
+# ddpsample and ddprun, and its completion function offers their flags as
+# their --help lists them (all of them, for a bare "--"), the values of a
+# flag (--precision fp32 bf16 fp16, --model's models, a model flag's listed
+# choices, on|off and DIR|auto metavars, DIR flags' directories,
+# --flag=value), ddptrain's flags after ddprun's "--", and follows a
+# program whose --help changed. SKIPs (77) without bash.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 command -v bash > /dev/null 2>&1 || { echo "SKIP: bash is not installed"; exit 77; }
@@ -42,6 +43,15 @@ expect "DIR|auto: directories and auto" "auto ckpts" "$P" --resume ""
 expect "ddptrain --conf" "--config" "$P" --conf
 expect "ddpprep --val" "--val-frac" "$top_builddir/ddpprep" --val
 expect "ddprun --dr" "--dry-run" "$top_srcdir/launch/ddprun" --dr
+expect "ddpsample --tok" "--tokenizer" "$top_builddir/ddpsample" --tok
+expect "ddpsample --tokenizer: directories" "ckpts" "$top_builddir/ddpsample" --tokenizer ""
+for p in ddptrain ddpprep ddpsample ddprun; do
+  if bash -c '. "$1" && complete -p "$2"' complete "$script" "$p" > /dev/null 2>&1; then
+    ok "the script registers $p"
+  else
+    bad "sourcing the script does not register $p"
+  fi
+done
 expect "ddprun ... -- --pre: ddptrain's flags" "--precision" "$top_srcdir/launch/ddprun" --np 2 --program "$P" -- --pre
 # a bare "--": every long flag of --help, nothing else
 complete_words "$P" -- | sort > "$dir/offered"

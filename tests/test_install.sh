@@ -15,6 +15,7 @@ for h in ddptrain.h backend.h status.h; do
   find "$dest" -path "*/include/ddptrain/$h" | grep -q . || { echo "FAIL: $h not installed"; exit 1; }
 done
 find "$dest" -name 'ddptrain' -type f -perm -u+x | grep -q . || { echo "FAIL: program not installed"; exit 1; }
+find "$dest" -path '*/bin/ddpsample' -perm -u+x | grep -q . || { echo "FAIL: ddpsample not installed"; exit 1; }
 find "$dest" -path '*/bin/ddprun' -perm -u+x | grep -q . || { echo "FAIL: ddprun not installed"; exit 1; }
 find "$dest" -path '*/bin/ddpplot' -perm -u+x | grep -q . || { echo "FAIL: ddpplot not installed"; exit 1; }
 # The SLURM templates source their helper from where it was installed.
@@ -24,20 +25,26 @@ for t in ddptrain-1node.sbatch ddptrain-multinode.sbatch; do
   helper=$(sed -n 's/.*DDPTRAIN_SLURM_DIR:-\([^}]*\)}.*/\1/p' "$tpl")/ddptrain-job.sh
   [ -f "$dest$helper" ] || { echo "FAIL: $t sources $helper, which is not installed"; exit 1; }
 done
-# The man pages (the generated two only where help2man or the tarball made
+# The man pages (the generated three only where help2man or the tarball made
 # them) and the bash completion under each program's name.
 mans=ddprun
 if [ -n "$(sed -n 's/^HELP2MAN = //p' "$top_builddir/Makefile")" ] || [ -f "$top_srcdir/man/ddptrain.1" ]; then
-  mans="ddptrain ddpprep ddprun"
+  mans="ddptrain ddpprep ddpsample ddprun"
 fi
 for m in $mans; do
   find "$dest" -path "*/man/man1/$m.1" | grep -q . || { echo "FAIL: man page $m.1 not installed"; exit 1; }
 done
 compdir=$(sed -n 's/^bashcompdir = //p' "$top_builddir/Makefile")
 if [ -n "$compdir" ]; then
-  for p in ddptrain ddpprep ddprun; do
+  for p in ddptrain ddpprep ddpsample ddprun; do
     find "$dest" -path "*/bash-completion/completions/$p" | grep -q . ||
       { echo "FAIL: bash completion for $p not installed (in $compdir)"; exit 1; }
+    # what bash-completion does on first use: source the file of that name
+    if command -v bash > /dev/null 2>&1; then
+      f=$(find "$dest" -path "*/bash-completion/completions/$p" | head -n 1)
+      bash -c '. "$1" && complete -p "$2"' sh "$f" "$p" > /dev/null 2>&1 ||
+        { echo "FAIL: sourcing the installed completion $f does not register $p"; exit 1; }
+    fi
   done
 fi
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$dest

@@ -1,7 +1,7 @@
 #!/bin/sh
-# The man pages: ddptrain.1 and ddpprep.1 (help2man, from --help, at build
-# time; shipped in the tarball for builds without help2man) and the
-# hand-written ddprun.1. Each page exists in the build or the source tree,
+# The man pages: ddptrain.1, ddpprep.1 and ddpsample.1 (help2man, from
+# --help, at build time; shipped in the tarball for builds without
+# help2man) and the hand-written ddprun.1. Each page exists in the build or the source tree,
 # renders with groff (and man -l, where man-db is installed) without a
 # warning, and names every long flag its program's --help lists, so that a
 # page cannot fall behind a new flag unnoticed. SKIPs (77) without groff.
@@ -66,11 +66,18 @@ check() {
 }
 check ddptrain "$DDPTRAIN"
 check ddpprep "$top_builddir/ddpprep"
+check ddpsample "$top_builddir/ddpsample"
 check ddprun "$top_srcdir/launch/ddprun"
 # what --help leaves out, from man/ddptrain.h2m
 if p=$(page ddptrain) && [ -n "$p" ]; then
   groff -man -Tascii -rLL=400n -rHY=0 -P-cbu "$p" 2> /dev/null | grep -q "^CONFIGURATION FILE" &&
     ok "ddptrain.1 has the CONFIGURATION FILE section" || bad "ddptrain.1 lacks CONFIGURATION FILE"
+fi
+# and from man/ddpsample.h2m: its own NAME line and the examples
+if p=$(page ddpsample) && [ -n "$p" ]; then
+  groff -man -Tascii -rLL=400n -rHY=0 -P-cbu "$p" 2> /dev/null > "$dir/sample"
+  grep -q "^EXAMPLES" "$dir/sample" && grep -q "ddpsample - continue a prompt" "$dir/sample" &&
+    ok "ddpsample.1 has its NAME line and EXAMPLES" || bad "ddpsample.1 lacks its NAME line or EXAMPLES"
 fi
 [ "$checked" -gt 0 ] || [ "$fail" -ne 0 ] || { echo "SKIP: no page to check"; exit 77; }
 exit $fail
