@@ -1,5 +1,5 @@
 # ddp_docs.m4 - what the system-facing files need: help2man for the man pages
-# of ddptrain and ddpprep, and where bash completions are installed.
+# of ddptrain, ddpprep and ddpsample, and where bash completions are installed.
 
 # DDP_CHECK_HELP2MAN: HELP2MAN, and the conditional DDP_HAVE_HELP2MAN. With
 # it the pages are made from the programs' --help at build time, so they
@@ -11,7 +11,8 @@ AC_DEFUN([DDP_CHECK_HELP2MAN], [
   AS_IF([test "x$cross_compiling" = xyes], [HELP2MAN=])
   AM_CONDITIONAL([DDP_HAVE_HELP2MAN], [test -n "$HELP2MAN"])
   # the pages a tarball carries, for a build without help2man
-  AM_CONDITIONAL([DDP_SHIPPED_MAN], [test -f "$srcdir/man/ddptrain.1" && test -f "$srcdir/man/ddpprep.1"])
+  AM_CONDITIONAL([DDP_SHIPPED_MAN], [test -f "$srcdir/man/ddptrain.1" && test -f "$srcdir/man/ddpprep.1" &&
+                                      test -f "$srcdir/man/ddpsample.1"])
 ])
 
 # DDP_BASH_COMPLETION_DIR: bashcompdir, where the completion scripts go.
