@@ -94,6 +94,7 @@ typedef struct ddp_options {
   /* logging, evaluation, export */
   int64_t log_every, eval_every, eval_tokens;
   int64_t sample_every; /* train/sample_every.h */
+  char tokenizer[1024]; /* the GPT-2 BPE the samples decode with ("" = none) */
   char metrics[1024], export_path[1024], dump_batches[1024];
   char trace[1024];    /* --trace FILE: the timeline (trace/timeline.h) */
   int64_t trace_steps; /* steps it records */

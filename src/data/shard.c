@@ -27,6 +27,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/data.h"
 #include "data/corpus_impl.h"
+#include "data/shard_vocab.h"
 
 /* Tokens converted per read/write call: 64 Ki tokens, at most 256 KiB. */
 #define CHUNK_TOKENS 65536
@@ -193,24 +194,45 @@ ddp_status_t ddp_shard_read(ddp_corpus_t *out, const char *path, int seq_len) {
   return open_paths(out, paths, 1, seq_len, path);
 }
 
+/* The files pattern matches, at least one; *g is freed on error. */
+static ddp_status_t expand(const char *pattern, glob_t *g) {
+  memset(g, 0, sizeof *g);
+  const int rc = glob(pattern, GLOB_ERR, NULL, g);
+  if (rc == GLOB_NOMATCH || (rc == 0 && g->gl_pathc == 0)) {
+    globfree(g);
+    DDP_FAIL(DDP_ERR_IO, "no file matches '%s'", pattern);
+  }
+  if (rc != 0) {
+    globfree(g);
+    DDP_FAIL(DDP_ERR_IO, "cannot expand '%s' (%s)", pattern,
+             rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+  }
+  return DDP_OK;
+}
+
 ddp_status_t ddp_corpus_open(ddp_corpus_t *c, const char *pattern, int seq_len) {
   if (!c || !pattern || !*pattern) DDP_FAIL(DDP_ERR_INVALID_ARG, "corpus_open: no data path");
   memset(c, 0, sizeof *c);
   glob_t g;
-  memset(&g, 0, sizeof g);
-  const int rc = glob(pattern, GLOB_ERR, NULL, &g);
-  if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
-    globfree(&g);
-    DDP_FAIL(DDP_ERR_IO, "no file matches '%s'", pattern);
-  }
-  if (rc != 0) {
-    globfree(&g);
-    DDP_FAIL(DDP_ERR_IO, "cannot expand '%s' (%s)", pattern,
-             rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
-  }
+  DDP_CHECK(expand(pattern, &g));
   const ddp_status_t st = open_paths(c, g.gl_pathv, g.gl_pathc, seq_len, pattern);
   globfree(&g);
   return st;
+}
+
+ddp_status_t ddp_shard_peek_vocab(const char *pattern, int32_t *vocab, int32_t *eot) {
+  if (!pattern || !*pattern || !vocab || !eot)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "shard_peek_vocab: NULL argument");
+  glob_t g;
+  DDP_CHECK(expand(pattern, &g));
+  /* the header checks of a full open; mapping reads no token yet */
+  ddp_token_seg_t seg;
+  const ddp_status_t st = map_shard(g.gl_pathv[0], &seg, eot, vocab);
+  globfree(&g);
+  if (st != DDP_OK) return st;
+  munmap(seg.map, seg.map_bytes);
+  free(seg.name);
+  return DDP_OK;
 }
 
 /* ---- writer ------------------------------------------------------------------ */

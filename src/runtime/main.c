@@ -33,6 +33,7 @@
 #include "runtime/self_test.h"
 #include "runtime/startup_watchdog.h"
 #include "train/consistency.h"
+#include "train/sample_tokenizer.h"
 #include "train/trainer.h"
 
 /* EXIT_PREEMPTED is EX_TEMPFAIL (sysexits.h): try again later, i.e. requeue
@@ -244,6 +245,10 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
   if (!opts.self_test) {
     const ddp_status_t valid = ddp_options_validate(&opts);
     if (valid != DDP_OK) return valid == DDP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
+    /* --tokenizer: a directory that cannot be read, or a vocabulary that is
+     * not the model's, is a bad flag as well */
+    const ddp_status_t tok = ddp_sample_tokenizer_check(&opts);
+    if (tok != DDP_OK) return tok == DDP_ERR_INVALID_ARG ? EXIT_USAGE : EXIT_RUNTIME;
   }
 
   /* Every start-up phase is bounded, from before MPI_Init until the

@@ -250,6 +250,11 @@ static const opt_row_t k_rows[] = {
      "rank 0 logs a sample of 64 tokens from the model every N steps (GPT; its own random "
      "stream, so training is unchanged); 0 = off",
      NULL, JOB},
+    /* JOB: a path that rank 0 reads; a resume may name another copy */
+    {"tokenizer", 0, OPT_STRING, OFF(tokenizer), "", 0, 0, "DIR", "Logging and evaluation",
+     "the GPT-2 tokenizer (vocab.json + merges.txt) the --data shards were made with; "
+     "--sample-every decodes with it",
+     NULL, JOB},
     {"metrics", 0, OPT_STRING, OFF(metrics), "", 0, 0, "FILE", "Logging and evaluation",
      "append JSON records to FILE: a run header, one per log line and evaluation, a final one "
      "(ddpplot plots them)",

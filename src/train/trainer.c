@@ -348,7 +348,8 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(restore_loss_scaler(tr, &scaler));
   DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
   DDP_CHECK(setup_eval(tr, mops));
-  DDP_CHECK(ddp_sample_every_init(&tr->sample_every, o, tr->dist->rank, tr->model, tr->be));
+  DDP_CHECK(ddp_sample_every_init(&tr->sample_every, o, tr->dist->rank, tr->model, tr->be,
+                                  tr->data.train.corpus.eot));
 
   int sync = 0;
   DDP_CHECK(ddp_env_get_bool(DDP_ENV_LOADER_SYNC, &sync));
