@@ -13,7 +13,12 @@
 #  - ddptrain --sample-every N logs a sample every N steps from rank 0 and
 #    trains the same bits as a run without it (cmp of the exports, fp32
 #    and bf16); a run stopped and resumed logs the same samples and ends
-#    with the same weights.
+#    with the same weights;
+#  - on BPE shards it logs text with --tokenizer, and token ids without it
+#    (saying once how to see text); a --tokenizer that is missing, not a
+#    directory, without the tokenizer's files or of another vocabulary than
+#    the model's is exit 2 naming the flag and the cause, with no
+#    checkpoint, metrics file or export written.
 # (Stopping at the end-of-text token is tests/check_generate's: a trained
 # model's choice of it cannot be forced from here.)
 . "${top_builddir:-.}/tests/env.sh"
@@ -100,6 +105,26 @@ if "$top_builddir/ddpprep" --tokenizer "$FIX" -o "$dir/bpe" "$dir/bpe.txt" > "$d
       --max-new-tokens 8 --seed 3
     head -c 11 "$dir/out.log" | grep -qx "hello world" ||
       { echo "FAIL: the BPE sample does not start with its prompt"; sed 's/^/  | /' "$dir/out.log"; fail=1; }
+    # --sample-every on these shards: text through --tokenizer (not the
+    # digits of token ids), ids without it and a hint, once
+    # shellcheck disable=SC2086
+    "$DDPTRAIN" $TRAIN --data "$dir/bpe_train_*.bin" --sample-every 10 --tokenizer "$FIX" \
+      > "$dir/bs.log" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c '| sample: ' "$dir/bs.log")" -eq 2 ] &&
+      [ "$(grep '| sample: ' "$dir/bs.log" | grep -cv '| sample: [0-9 ]*$')" -eq 2 ] &&
+      ! grep -q "give --tokenizer" "$dir/bs.log"; then
+      echo "ok: --sample-every --tokenizer logs text: $(grep -m1 '| sample: ' "$dir/bs.log" | cut -c1-90)"
+    else
+      echo "FAIL: --sample-every with --tokenizer: exit $rc, or no text samples"; sed 's/^/  | /' "$dir/bs.log"; fail=1
+    fi
+    # shellcheck disable=SC2086
+    "$DDPTRAIN" $TRAIN --data "$dir/bpe_train_*.bin" --sample-every 10 > "$dir/bi.log" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c '| sample: [0-9][0-9 ]*$' "$dir/bi.log")" -eq 2 ] &&
+      [ "$(grep -c 'samples are logged as token ids (give --tokenizer DIR to see text)' "$dir/bi.log")" -eq 1 ]; then
+      echo "ok: without --tokenizer the samples are ids, and the log says how to see text"
+    else
+      echo "FAIL: --sample-every on BPE shards without --tokenizer: exit $rc"; sed 's/^/  | /' "$dir/bi.log"; fail=1
+    fi
   else
     echo "FAIL: training on BPE shards"; sed 's/^/  | /' "$dir/bt.log"; fail=1
   fi
@@ -148,5 +173,27 @@ if cmp -s "$dir/s.st" "$dir/r.st" && cmp -s "$dir/s.samples" "$dir/r.samples"; t
 else
   echo "FAIL: a resumed run with --sample-every differs"; diff "$dir/s.samples" "$dir/r.samples"; fail=1
 fi
+
+# A bad --tokenizer is a bad flag: exit 2 before training, nothing written.
+mkdir "$dir/empty"
+# bad_tokenizer DESC TEXT DIR
+bad_tokenizer() {
+  # shellcheck disable=SC2086
+  expect_status "$1" 2 "$2" "$DDPTRAIN" $TRAIN --sample-every 5 --tokenizer "$3" \
+    --save "$dir/nw_ck" --metrics "$dir/nw.jsonl" --export "$dir/nw.st"
+  for f in nw_ck nw.jsonl nw.st; do
+    [ ! -e "$dir/$f" ] || { echo "FAIL: $1: $f was written"; rm -rf "${dir:?}/$f"; fail=1; }
+  done
+}
+bad_tokenizer "--tokenizer: a missing directory" \
+  "option --tokenizer: $dir/none: No such file or directory" "$dir/none"
+bad_tokenizer "--tokenizer: a file" "option --tokenizer: $FIX/vocab.json is not a directory" \
+  "$FIX/vocab.json"
+bad_tokenizer "--tokenizer: a directory without vocab.json" "cannot read '$dir/empty/vocab.json'" \
+  "$dir/empty"
+grep -qF "option --tokenizer: $dir/empty is not a GPT-2 tokenizer" "$dir/out.log" ||
+  { echo "FAIL: the unreadable tokenizer's error does not name the flag"; fail=1; }
+bad_tokenizer "--tokenizer of another vocabulary than the byte-level data's" \
+  "option --tokenizer: $FIX has 600 tokens, but the model's vocabulary is 257" "$FIX"
 
 exit $fail
