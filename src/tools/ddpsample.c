@@ -75,7 +75,9 @@ static const row_t k_rows[] = {
     {"num-samples", K_INT, 1, 4096, "N", "independent continuations [1]"},
     {"device", K_STR, 0, 0, "DEV", "cpu, cuda, cuda:N or auto [auto]"},
     {"threads", K_INT, 0, 4096, "N", "CPU math threads; 0: all cores [0]"},
-    {"tokenizer", K_STR, 0, 0, "DIR", "GPT-2 BPE files (builds with BPE only) [byte-level]"},
+    {"tokenizer", K_STR, 0, 0, "DIR",
+     "the GPT-2 tokenizer (vocab.json + merges.txt) the model's data was made with; a prompt needs "
+     "a build with PCRE2 [byte-level]"},
     {"help", K_FLAG, 0, 0, NULL, "print this help and exit"},
 };
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
