@@ -1083,26 +1083,27 @@ END_TEST
 
 START_TEST(test_data_builtin_is_deterministic) {
   ddp_corpus_t a, b, d, other;
-  ck_assert_int_eq(ddp_builtin_corpus(&a, 42, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
-  ck_assert_int_eq(ddp_builtin_corpus(&b, 42, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&a, 42, NULL, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&b, 42, NULL, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
   ck_assert_int_eq(a.n_tokens, b.n_tokens);
   int32_t *ta = corpus_tokens(&a), *tb = corpus_tokens(&b);
   ck_assert_int_eq(memcmp(ta, tb, (size_t)a.n_tokens * 4), 0);
   ck_assert_int_eq(memcmp(a.answer_at, b.answer_at, 500 * sizeof(int32_t)), 0);
   /* Document i does not depend on how many are made. */
-  ck_assert_int_eq(ddp_builtin_corpus(&d, 42, DDP_SPLIT_TRAIN, 200, 256, 256), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&d, 42, NULL, DDP_SPLIT_TRAIN, 200, 256, 256), DDP_OK);
   int32_t *td = corpus_tokens(&d);
   ck_assert_int_eq(memcmp(ta, td, (size_t)d.n_tokens * 4), 0);
   /* The single-document generator is the same function. */
   int32_t doc[256];
   int len, eq;
-  ck_assert_int_eq(ddp_builtin_document(42, DDP_SPLIT_TRAIN, 137, 256, doc, &len, &eq), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_document(42, NULL, DDP_SPLIT_TRAIN, 137, 256, doc, &len, &eq),
+                   DDP_OK);
   ck_assert_int_eq(a.n_windows, 500);            /* max_len <= seq_len: one window each */
   ck_assert_int_eq(len + 1, a.windows[137].len); /* and its closing EOT */
   ck_assert_int_eq(eq, a.answer_at[137]);
   ck_assert_int_eq(memcmp(doc, ta + a.windows[137].start, (size_t)len * 4), 0);
   /* Another seed, other data. */
-  ck_assert_int_eq(ddp_builtin_corpus(&other, 43, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&other, 43, NULL, DDP_SPLIT_TRAIN, 500, 256, 256), DDP_OK);
   int32_t *to = corpus_tokens(&other);
   ck_assert(other.n_tokens != a.n_tokens || memcmp(to, ta, (size_t)a.n_tokens * 4) != 0);
   free(ta);
@@ -1149,8 +1150,8 @@ static text_line_t *corpus_lines(const ddp_corpus_t *c, int64_t *count) {
 
 START_TEST(test_data_builtin_train_and_val_share_no_line) {
   ddp_corpus_t tr, va;
-  ck_assert_int_eq(ddp_builtin_corpus(&tr, 7, DDP_SPLIT_TRAIN, 4000, 256, 256), DDP_OK);
-  ck_assert_int_eq(ddp_builtin_corpus(&va, 7, DDP_SPLIT_VAL, 1000, 256, 256), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&tr, 7, NULL, DDP_SPLIT_TRAIN, 4000, 256, 256), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&va, 7, NULL, DDP_SPLIT_VAL, 1000, 256, 256), DDP_OK);
   int32_t *ttr = corpus_tokens(&tr), *tva = corpus_tokens(&va);
   ck_assert(memcmp(ttr, tva, 64 * 4) != 0);
   free(ttr);
@@ -1179,7 +1180,7 @@ START_TEST(test_data_builtin_documents_are_well_formed) {
   for (int split = 0; split < 2; ++split) {
     ddp_corpus_t c;
     /* seq_len >= max_len: every document and its closing EOT is one window */
-    expect_eq(ddp_builtin_corpus(&c, 3, split, 3000, max_len, max_len), DDP_OK);
+    expect_eq(ddp_builtin_corpus(&c, 3, NULL, split, 3000, max_len, max_len), DDP_OK);
     expect_eq(c.eot, DDP_BUILTIN_EOT);
     expect_eq(c.vocab, DDP_BUILTIN_VOCAB);
     expect_eq(c.n_docs, 3000);
@@ -1234,7 +1235,8 @@ START_TEST(test_data_builtin_lengths_are_heavy_tailed) {
   const int max_len = 256;
   const int64_t n = 5000;
   ddp_corpus_t c;
-  ck_assert_int_eq(ddp_builtin_corpus(&c, 1234, DDP_SPLIT_TRAIN, n, max_len, max_len), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&c, 1234, NULL, DDP_SPLIT_TRAIN, n, max_len, max_len),
+                   DDP_OK);
   ck_assert_int_eq(c.n_windows, n);
   int64_t *len = malloc((size_t)n * sizeof *len);
   int64_t near_max = 0, max_seen = 0;
@@ -1269,7 +1271,7 @@ static void check_task_line(const char *line, int counts[4]) {
   } else {
     const int k = (int)(eq - line - 2);
     char op[16];
-    expect(k >= 1 && k <= 8);
+    expect(k >= 1 && k <= 5); /* operands of 1..5 letters */
     memcpy(op, line + 2, (size_t)k);
     op[k] = '\0';
     char ans[16];
@@ -1299,7 +1301,7 @@ START_TEST(test_data_builtin_answers_are_correct) {
   int counts[4] = {0};
   for (int split = 0; split < 2; ++split) {
     ddp_corpus_t c;
-    ck_assert_int_eq(ddp_builtin_corpus(&c, 99, split, 2000, 256, 256), DDP_OK);
+    ck_assert_int_eq(ddp_builtin_corpus(&c, 99, NULL, split, 2000, 256, 256), DDP_OK);
     int64_t n;
     text_line_t *lines = corpus_lines(&c, &n);
     for (int64_t i = 0; i < n; ++i) check_task_line(lines[i].s, counts);
@@ -1310,22 +1312,113 @@ START_TEST(test_data_builtin_answers_are_correct) {
 }
 END_TEST
 
+/* The lines of each task in a corpus of `split` drawn with `mix`. */
+static void count_tasks(const ddp_builtin_mix_t *mix, int split, int counts[4]) {
+  ddp_corpus_t c;
+  memset(counts, 0, 4 * sizeof *counts);
+  ck_assert_int_eq(ddp_builtin_corpus(&c, 99, mix, split, 2000, 256, 256), DDP_OK);
+  int64_t n;
+  text_line_t *lines = corpus_lines(&c, &n);
+  for (int64_t i = 0; i < n; ++i) check_task_line(lines[i].s, counts);
+  free(lines);
+  ddp_corpus_destroy(&c);
+}
+
+START_TEST(test_data_builtin_mix_parse) {
+  ddp_builtin_mix_t m;
+  char why[256];
+  ck_assert_int_eq(ddp_builtin_mix_parse("copy=4,reverse,sort,add", &m, why, sizeof why), DDP_OK);
+  ck_assert(m.weight[DDP_BUILTIN_COPY] == 4 && m.weight[DDP_BUILTIN_REVERSE] == 1 &&
+            m.weight[DDP_BUILTIN_SORT] == 1 && m.weight[DDP_BUILTIN_ADD] == 1);
+  ck_assert_int_eq(ddp_builtin_mix_parse("add=7,copy=0", &m, why, sizeof why), DDP_OK);
+  ck_assert(m.weight[DDP_BUILTIN_COPY] == 0 && m.weight[DDP_BUILTIN_REVERSE] == 0 &&
+            m.weight[DDP_BUILTIN_SORT] == 0 && m.weight[DDP_BUILTIN_ADD] == 7);
+  ck_assert_int_eq(ddp_builtin_mix_parse(DDP_BUILTIN_DEFAULT_MIX, &m, NULL, 0), DDP_OK);
+  static const struct {
+    const char *text, *why;
+  } bad[] = {
+      {"", "'' is not a task"},
+      {"copy,mul", "'mul' is not a task"},
+      {"copy,", "'' is not a task"},
+      {"cop", "'cop' is not a task"},
+      {"sort,sort=2", "sort is named twice"},
+      {"copy=", "the weight of copy is not a whole number from 0 to 1000"},
+      {"copy=1001", "the weight of copy is not a whole number"},
+      {"copy=-1", "the weight of copy is not a whole number"},
+      {"copy=2x", "the weight of copy is not a whole number"},
+      {"copy=99999999999999999999", "the weight of copy is not a whole number"},
+      {"copy=0,add=0", "every weight is 0"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    why[0] = '\0';
+    m.weight[0] = 12345;
+    if (ddp_builtin_mix_parse(bad[i].text, &m, why, sizeof why) != DDP_ERR_INVALID_ARG)
+      ck_abort_msg("mix '%s' was accepted", bad[i].text);
+    if (!strstr(why, bad[i].why))
+      ck_abort_msg("mix '%s': '%s' lacks '%s'", bad[i].text, why, bad[i].why);
+    ck_assert_uint_eq(m.weight[0], 12345); /* untouched */
+  }
+}
+END_TEST
+
+/* A mix draws each task in proportion to its weight, leaves out a task of
+ * weight 0, and the equal mix is the data set NULL gives. */
+START_TEST(test_data_builtin_mix_draws_by_weight) {
+  int counts[4];
+  const ddp_builtin_mix_t copy_only = {{1, 0, 0, 0}}, heavy = {{4, 1, 1, 1}},
+                          equal = {{1, 1, 1, 1}};
+  for (int split = 0; split < 2; ++split) {
+    count_tasks(&copy_only, split, counts);
+    ck_assert_int_gt(counts[0], 1000);
+    ck_assert_int_eq(counts[1] + counts[2] + counts[3], 0);
+  }
+  count_tasks(&heavy, DDP_SPLIT_TRAIN, counts);
+  const double total = counts[0] + counts[1] + counts[2] + counts[3];
+  /* several thousand lines: the copy share is 4/7 within a few percent */
+  ck_assert_double_eq_tol(counts[0] / total, 4.0 / 7.0, 0.03);
+  for (int t = 1; t < 4; ++t) ck_assert_double_eq_tol(counts[t] / total, 1.0 / 7.0, 0.03);
+  ddp_corpus_t a, b;
+  ck_assert_int_eq(ddp_builtin_corpus(&a, 5, NULL, DDP_SPLIT_VAL, 300, 128, 128), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(&b, 5, &equal, DDP_SPLIT_VAL, 300, 128, 128), DDP_OK);
+  ck_assert_int_eq(a.n_tokens, b.n_tokens);
+  int32_t *ta = corpus_tokens(&a), *tb = corpus_tokens(&b);
+  ck_assert_int_eq(memcmp(ta, tb, (size_t)a.n_tokens * 4), 0);
+  free(ta);
+  free(tb);
+  ddp_corpus_destroy(&a);
+  ddp_corpus_destroy(&b);
+  /* a mix no parser made is checked too */
+  const ddp_builtin_mix_t none = {{0, 0, 0, 0}}, huge = {{1, 1, 1, DDP_BUILTIN_MAX_WEIGHT + 1}};
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_builtin_corpus(&a, 5, &none, DDP_SPLIT_VAL, 10, 128, 128),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_builtin_corpus(&a, 5, &huge, DDP_SPLIT_VAL, 10, 128, 128),
+                   DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "every task weight is 0");
+  ddp_assert_contains(log, "weight 1001 of add is above 1000");
+  free(log);
+}
+END_TEST
+
 START_TEST(test_data_builtin_rejects_bad_arguments) {
   ddp_corpus_t c;
   ddp_test_log_start();
-  ck_assert_int_eq(ddp_builtin_corpus(&c, 1, DDP_SPLIT_TRAIN, 10, DDP_BUILTIN_MIN_LEN - 1, 64),
+  ck_assert_int_eq(
+      ddp_builtin_corpus(&c, 1, NULL, DDP_SPLIT_TRAIN, 10, DDP_BUILTIN_MIN_LEN - 1, 64),
+      DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_builtin_corpus(&c, 1, NULL, 2, 10, 64, 64), DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_builtin_corpus(&c, 1, NULL, DDP_SPLIT_TRAIN, 0, 64, 64),
                    DDP_ERR_INVALID_ARG);
-  ck_assert_int_eq(ddp_builtin_corpus(&c, 1, 2, 10, 64, 64), DDP_ERR_INVALID_ARG);
-  ck_assert_int_eq(ddp_builtin_corpus(&c, 1, DDP_SPLIT_TRAIN, 0, 64, 64), DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
-  ddp_assert_contains(log, "max_len 20 is below 21");
+  ddp_assert_contains(log, "max_len 18 is below 19");
   ddp_assert_contains(log, "split 2 is neither train (0) nor val (1)");
   free(log);
   assert_zeroed(&c);
   /* max_len == DDP_BUILTIN_MIN_LEN works: every line fits after the EOT
    * (seq_len max_len: a document and its closing EOT are one window). */
   ck_assert_int_eq(
-      ddp_builtin_corpus(&c, 1, DDP_SPLIT_VAL, 300, DDP_BUILTIN_MIN_LEN, DDP_BUILTIN_MIN_LEN),
+      ddp_builtin_corpus(&c, 1, NULL, DDP_SPLIT_VAL, 300, DDP_BUILTIN_MIN_LEN, DDP_BUILTIN_MIN_LEN),
       DDP_OK);
   ck_assert_int_eq(c.n_windows, 300);
   ddp_corpus_destroy(&c);
@@ -1404,6 +1497,8 @@ static Suite *data_suite(void) {
   tcase_add_test(tc, test_data_builtin_lengths_are_heavy_tailed);
   tcase_add_test(tc, test_data_builtin_answers_are_correct);
   tcase_add_test(tc, test_data_builtin_rejects_bad_arguments);
+  tcase_add_test(tc, test_data_builtin_mix_parse);
+  tcase_add_test(tc, test_data_builtin_mix_draws_by_weight);
   tcase_add_test(tc, test_data_batch_init_host);
   suite_add_tcase(s, tc);
   return s;

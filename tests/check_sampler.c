@@ -54,13 +54,14 @@ static void corpus_from_lengths(ddp_corpus_t *c, const int64_t *lens, int64_t n,
 enum { TPB = 512, ROWS = 12, SEQ = 64 };
 
 static void split_corpus(ddp_corpus_t *c) {
-  ck_assert_int_eq(ddp_builtin_corpus(c, 5, DDP_SPLIT_TRAIN, 600, 160, SEQ), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(c, 5, NULL, DDP_SPLIT_TRAIN, 600, 160, SEQ), DDP_OK);
   ck_assert_int_gt(c->n_windows, c->n_docs);
 }
 
 /* Built-in documents as the trainer uses them: one window each. */
 static void whole_corpus(ddp_corpus_t *c, int64_t docs, int seq_len) {
-  ck_assert_int_eq(ddp_builtin_corpus(c, 1234, DDP_SPLIT_TRAIN, docs, seq_len, seq_len), DDP_OK);
+  ck_assert_int_eq(ddp_builtin_corpus(c, 1234, NULL, DDP_SPLIT_TRAIN, docs, seq_len, seq_len),
+                   DDP_OK);
   ck_assert_int_eq(c->n_windows, docs);
 }
 

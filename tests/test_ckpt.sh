@@ -151,6 +151,16 @@ if [ $rc -eq 1 ] && grep -q "cannot resume from .*ckpt_00000005.safetensors: --n
 else
   bad "config mismatch (exit $rc)" "$d.b.log"
 fi
+# the built-in task mix is part of the data: another one is refused too
+train 1 "$d.t.log" --resume "$d" --save "$d" --tasks copy --export "$d/x.st"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot resume from .*ckpt_00000005.safetensors: --tasks is 'copy=4,reverse,sort,add' there and 'copy' now" "$d.t.log" &&
+  [ "$(cksum < "$d/ckpt_00000005.safetensors")" = "$before" ] && [ "$(ls "$d")" = "ckpt_00000005.safetensors" ] &&
+  [ ! -e "$d/x.st" ]; then
+  ok "a different --tasks: exit 1 naming the flag, nothing written"
+else
+  bad "--tasks mismatch (exit $rc)" "$d.t.log"
+fi
 train 1 "$d.c.log" --resume "$d" --lr 1e-3 --stop-at 6
 if grep -q "resume: --lr is '0.001' now, '0.0030000000000000001' in the run" "$d.c.log"; then
   ok "a different --lr is a warning"

@@ -92,6 +92,25 @@ check1 "--min-lr above --lr" 2 "option --min-lr 0.5 exceeds --lr 0.1" \
 check1 "--val-data without --data" 2 "option --val-data needs --data" \
   "$DDPTRAIN" $TINY --val-data v.bin
 # shellcheck disable=SC2086
+check1 "--tasks with --data" 2 "option --tasks copy: the task mix is the built-in data set's" \
+  "$DDPTRAIN" $TINY --data x.bin --tasks copy
+# shellcheck disable=SC2086
+check1 "--tasks naming no task" 2 "option --tasks: task mix 'copy,mul': 'mul' is not a task" \
+  "$DDPTRAIN" $TINY --tasks copy,mul
+# shellcheck disable=SC2086
+check1 "--tasks with a bad weight" 2 "the weight of sort is not a whole number from 0 to 1000" \
+  "$DDPTRAIN" $TINY --tasks sort=-2
+# shellcheck disable=SC2086
+check1 "--tasks all zero" 2 "every weight is 0 (no task to draw)" "$DDPTRAIN" $TINY --tasks add=0
+# shellcheck disable=SC2086
+check "--tasks copy trains on copy lines only" 0 "task accuracy 0.0% on" "$DDPTRAIN" $TINY --tasks copy
+if grep -q "held-out documents (copy [0-9.]*%)$" "$out" && grep -q "summary:   copy    c:" "$out" &&
+  ! grep -q "summary:   \(reverse\|sort\|add\) " "$out"; then
+  echo "ok: --tasks copy: accuracy and the example answer are copy's alone"
+else
+  echo "FAIL: --tasks copy summary"; grep summary "$out" | sed 's/^/  | /'; fail=1
+fi
+# shellcheck disable=SC2086
 check1 "--resume auto without --save" 2 "option --resume auto needs --save DIR" \
   "$DDPTRAIN" $TINY --resume auto
 # shellcheck disable=SC2086

@@ -31,7 +31,7 @@ else
   fail=1
 fi
 # The held-out task accuracy is also given per built-in task (each task's
-# answer ends with the document's closing EOT, which the model must predict).
+# answer runs through its '\n'), with one example answer of each task.
 if grep -qE "task accuracy [0-9.]+% on [0-9]+ held-out documents \((copy|reverse|sort|add) [0-9.]+%(, (reverse|sort|add) [0-9.]+%)*\)" "$dir/out"; then
   echo "ok: task accuracy per task: $(sed -n 's/.*held-out documents //p' "$dir/out")"
 else

@@ -186,30 +186,61 @@ ddp_status_t ddp_shard_write(const char *path, const int32_t *tokens, int64_t n_
 #define DDP_BUILTIN_EOT 256
 #define DDP_BUILTIN_VOCAB 257
 /* The smallest max_len accepted: EOT plus the longest task line. */
-#define DDP_BUILTIN_MIN_LEN 21
+#define DDP_BUILTIN_MIN_LEN 19
 
 enum { DDP_SPLIT_TRAIN = 0, DDP_SPLIT_VAL = 1 };
 
 /* Documents in the built-in set's splits as the trainer uses it. */
 enum { DDP_BUILTIN_TRAIN_DOCS = 20000, DDP_BUILTIN_VAL_DOCS = 1000 };
 
-/* One document of the built-in set, a pure function of (seed, split, index):
+/* The built-in set's tasks, in the order of a mix's weights. */
+enum {
+  DDP_BUILTIN_COPY,
+  DDP_BUILTIN_REVERSE,
+  DDP_BUILTIN_SORT,
+  DDP_BUILTIN_ADD,
+  DDP_BUILTIN_TASKS
+};
+#define DDP_BUILTIN_MAX_WEIGHT 1000
+/* The trainer's default mix (--tasks): copy-heavy, so that the default job
+ * shows a model learning within a couple of minutes on two CPU cores. */
+#define DDP_BUILTIN_DEFAULT_MIX "copy=4,reverse,sort,add"
+
+/* How often each task's line is drawn: weight[k] / sum of weights. */
+typedef struct ddp_builtin_mix {
+  uint32_t weight[DDP_BUILTIN_TASKS];
+} ddp_builtin_mix_t;
+
+/* "copy", "reverse", "sort" or "add". */
+const char *ddp_builtin_task_name(int task);
+
+/* A mix from text such as "copy=4,reverse,sort,add" (NAME[=WEIGHT], comma-
+ * separated; a named task without a weight has 1, a task not named has 0).
+ * An unknown or repeated name, a weight that is not a whole number from 0 to
+ * DDP_BUILTIN_MAX_WEIGHT, or all weights 0 is DDP_ERR_INVALID_ARG, with the
+ * reason written to why (why_len bytes; may be NULL) and nothing logged. */
+ddp_status_t ddp_builtin_mix_parse(const char *text, ddp_builtin_mix_t *mix, char *why,
+                                   size_t why_len);
+
+/* One document of the built-in set, a pure function of (seed, mix, split, index):
  * EOT followed by one or more task lines (copy "c:abc=abc\n", reverse
- * "r:abc=cba\n", sort "s:cab=abc\n", add "a:12+345=357\n"); the number of
- * lines is log-normal, clipped so the document has at most max_len tokens.
+ * "r:abc=cba\n", sort "s:cab=abc\n", add "a:12+345=357\n"), each line's task
+ * drawn by the weights of `mix` (NULL: equal weights); the number of lines
+ * is log-normal, clipped so the document has at most max_len tokens.
  * out must hold max_len tokens. *len gets the length, *answer_at the offset of
  * the last line's '='. No task line of one split ever occurs in the other
  * (lines are assigned to a split by a hash of their text), so validation
  * documents are held out by construction, not by chance. */
-ddp_status_t ddp_builtin_document(uint64_t seed, int split, int64_t index, int max_len,
-                                  int32_t *out, int *len, int *answer_at);
+ddp_status_t ddp_builtin_document(uint64_t seed, const ddp_builtin_mix_t *mix, int split,
+                                  int64_t index, int max_len, int32_t *out, int *len,
+                                  int *answer_at);
 
 /* Documents 0 .. n_docs-1 of a split, indexed with seq_len, with
  * corpus->answer_at filled when max_len <= seq_len + 1 (then windows[i] is
  * document i: none is skipped or cut); longer documents leave it NULL.
  * Document i does not depend on n_docs. */
-ddp_status_t ddp_builtin_corpus(ddp_corpus_t *corpus, uint64_t seed, int split, int64_t n_docs,
-                                int max_len, int seq_len);
+ddp_status_t ddp_builtin_corpus(ddp_corpus_t *corpus, uint64_t seed, const ddp_builtin_mix_t *mix,
+                                int split, int64_t n_docs, int max_len, int seq_len);
 
 /* ---- micro-batches ------------------------------------------------------------ */
 

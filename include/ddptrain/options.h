@@ -63,6 +63,7 @@ typedef struct ddp_option_value {
 typedef struct ddp_options {
   /* data */
   char data[1024], val_data[1024];
+  char tasks[64]; /* the built-in data set's task mix (ddp_builtin_mix_parse) */
   /* model: which one (ddptrain/model.h) and the longest token row */
   char model[32];
   int64_t seq_len;

@@ -121,18 +121,22 @@ static const opt_row_t k_rows[] = {
      "training shards (llm.c .bin format); empty = the built-in task data set", NULL, 0},
     {"val-data", 0, OPT_STRING, OFF(val_data), "", 0, 0, "GLOB", "Data",
      "held-out shards; empty = the built-in validation split (or none with --data)", NULL, 0},
+    {"tasks", 0, OPT_STRING, OFF(tasks), DDP_BUILTIN_DEFAULT_MIX, 0, 0, "MIX", "Data",
+     "built-in data set: how often each task's lines are drawn, as NAME[=WEIGHT],... over copy, "
+     "reverse, sort and add (a task not named is left out)",
+     NULL, 0},
     {"model", 0, OPT_STRING, OFF(model), "gpt", 0, 0, "NAME", "Model",
      "the model to train: one of the models below (its own flags are listed under it)",
      validate_model, 0},
     {"seq-len", 0, OPT_INT, OFF(seq_len), "128", 2, 1 << 20, "T", "Model",
      "token models: maximum sequence length (longer documents are split)", NULL, 0},
-    {"tokens-per-batch", 0, OPT_INT, OFF(tokens_per_batch), "4096", 2, 1 << 30, "N", "Batching",
+    {"tokens-per-batch", 0, OPT_INT, OFF(tokens_per_batch), "1024", 2, 1 << 30, "N", "Batching",
      "token models: padded tokens per micro-batch (rows x longest row)", NULL, 0},
     {"batch-size", 0, OPT_INT, OFF(batch_size), "32", 1, 1 << 24, "N", "Batching",
      "record models (fixed-size samples): records per micro-batch on each rank", NULL, 0},
     {"accum", 0, OPT_INT, OFF(accum), "1", 1, 1 << 20, "K", "Batching",
      "micro-batches per optimizer step (gradient accumulation)", NULL, 0},
-    {"steps", 0, OPT_INT, OFF(steps), "150", 0, 1e15, "N", "Batching",
+    {"steps", 0, OPT_INT, OFF(steps), "1600", 0, 1e15, "N", "Batching",
      "optimizer steps; 0 = derive from --epochs", NULL, 0},
     {"epochs", 0, OPT_INT, OFF(epochs), "0", 0, 1e9, "E", "Batching",
      "epochs over the training data, used when --steps is 0", NULL, 0},
@@ -150,7 +154,7 @@ static const opt_row_t k_rows[] = {
      0},
     {"min-lr", 0, OPT_FLOAT, OFF(min_lr), "3e-4", 0, 1e3, "X", "Optimisation",
      "learning rate at the end of the cosine decay", NULL, 0},
-    {"warmup", 0, OPT_INT, OFF(warmup), "15", 0, 1e15, "N", "Optimisation", "linear warmup steps",
+    {"warmup", 0, OPT_INT, OFF(warmup), "50", 0, 1e15, "N", "Optimisation", "linear warmup steps",
      NULL, 0},
     {"weight-decay", 0, OPT_FLOAT, OFF(weight_decay), "0.1", 0, 10, "X", "Optimisation",
      "weight decay (2-D weights only; decoupled for adamw/lamb)", NULL, 0},
@@ -240,9 +244,9 @@ static const opt_row_t k_rows[] = {
      "read flags from FILE first, a JSON object {\"flag-name\": value} (strings, numbers, true "
      "for a flag without a value); flags on the command line override it",
      NULL, JOB},
-    {"log-every", 0, OPT_INT, OFF(log_every), "10", 1, 1e15, "N", "Logging and evaluation",
+    {"log-every", 0, OPT_INT, OFF(log_every), "100", 1, 1e15, "N", "Logging and evaluation",
      "a progress line (and metrics record) every N steps: the only host sync", NULL, 0},
-    {"eval-every", 0, OPT_INT, OFF(eval_every), "50", 0, 1e15, "N", "Logging and evaluation",
+    {"eval-every", 0, OPT_INT, OFF(eval_every), "200", 0, 1e15, "N", "Logging and evaluation",
      "validation loss every N steps; 0 = only at the end", NULL, 0},
     {"eval-tokens", 0, OPT_INT, OFF(eval_tokens), "16384", 1, 1e15, "N", "Logging and evaluation",
      "target tokens per validation pass", NULL, 0},
@@ -726,6 +730,19 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
     }
     if (o->val_data[0] && !o->data[0]) {
       USAGE_ERROR("option --val-data needs --data (the built-in data set has its own split)");
+      return DDP_ERR_INVALID_ARG;
+    }
+    char why[256];
+    ddp_builtin_mix_t mix;
+    if (ddp_builtin_mix_parse(o->tasks, &mix, why, sizeof why) != DDP_OK) {
+      USAGE_ERROR("option --tasks: %s", why);
+      return DDP_ERR_INVALID_ARG;
+    }
+    if (o->data[0] && strcmp(o->tasks, DDP_BUILTIN_DEFAULT_MIX) != 0) {
+      USAGE_ERROR(
+          "option --tasks %s: the task mix is the built-in data set's; --data trains on "
+          "shards",
+          o->tasks);
       return DDP_ERR_INVALID_ARG;
     }
   } else if (!model->load_records && !o->data[0]) {

@@ -11,12 +11,12 @@
 
 /* Flags whose change makes a checkpoint unusable: the runtime's own fix
  * which model it is, the optimizer's state and the data the sampler
- * position counts in (for token models --seq-len too: it cuts the
- * windows); the model adds the flags that fix its tensors
+ * position counts in (--data, or the built-in set's --tasks; for token
+ * models --seq-len too: it cuts the windows); the model adds the flags that fix its tensors
  * (ddp_model_ops_t.ckpt_keys). A difference is an error; any other is a
  * warning (a new --lr or --steps is a legitimate choice, though the run is
  * then no longer the uninterrupted one). */
-static const char *const k_structural[] = {"model", "data", "optimizer", NULL};
+static const char *const k_structural[] = {"model", "data", "tasks", "optimizer", NULL};
 /* Flags that are expected to change from one leg of a run to the next. */
 static const char *const k_run_control[] = {"resume", "stop-at", "save-every", "detect-anomaly",
                                             NULL};

@@ -11,23 +11,23 @@
 
 typedef struct row {
   int64_t doc;
+  int line;           /* offset of the last line's task letter */
   int prompt, answer; /* lengths in tokens */
   int ok;             /* every generated token matched so far */
-  int task;           /* index into k_tasks; -1 when the line has no known letter */
+  int task;           /* DDP_BUILTIN_COPY, ...; -1 when the line has no known letter */
 } row_t;
 
-static const struct {
-  char letter;
-  const char *name;
-} k_tasks[DDP_TASK_KINDS] = {{'c', "copy"}, {'r', "reverse"}, {'s', "sort"}, {'a', "add"}};
+/* The letter that starts a task's lines, in the order of the built-in
+ * set's tasks (DDP_BUILTIN_COPY, ...). */
+static const char k_letters[DDP_TASK_KINDS] = {'c', 'r', 's', 'a'};
 
 const char *ddp_task_name(int k) {
-  return k >= 0 && k < DDP_TASK_KINDS ? k_tasks[k].name : "?";
+  return ddp_builtin_task_name(k);
 }
 
-/* The task of document d's last line: the letter after the '\n' or EOT
- * that precedes its '=' at offset `at`. */
-static int task_of(const ddp_corpus_t *val, int64_t d, int at) {
+/* The start of document d's last line: just after the '\n' or EOT that
+ * precedes its '=' at offset `at`. */
+static int line_of(const ddp_corpus_t *val, int64_t d, int at) {
   const int64_t start = val->windows[d].start;
   int k = at;
   while (k > 0) {
@@ -35,10 +35,37 @@ static int task_of(const ddp_corpus_t *val, int64_t d, int at) {
     if (t == '\n' || t == val->eot) break;
     --k;
   }
-  const int32_t letter = ddp_corpus_token(val, start + k);
+  return k;
+}
+
+/* The task of the line starting at offset `line`: its letter. */
+static int task_of(const ddp_corpus_t *val, int64_t d, int line) {
+  const int32_t letter = ddp_corpus_token(val, val->windows[d].start + line);
   for (int i = 0; i < DDP_TASK_KINDS; ++i)
-    if (letter == k_tasks[i].letter) return i;
+    if (letter == k_letters[i]) return i;
   return -1;
+}
+
+/* tokens[from, to) as text into out (cap bytes), stopping at the first
+ * '\n' (the line's end); bytes outside printable ASCII show as '?'. */
+static void line_text(const int32_t *tokens, int from, int to, char *out, size_t cap) {
+  size_t k = 0;
+  for (int i = from; i < to && k + 1 < cap && tokens[i] != '\n'; ++i)
+    out[k++] = tokens[i] >= 32 && tokens[i] < 127 ? (char)tokens[i] : '?';
+  out[k] = '\0';
+}
+
+/* Keeps row r as its task's example when it is the task's first. */
+static void keep_example(const row_t *r, const int32_t *doc, const int32_t *guess,
+                         ddp_task_scores_t *by_task) {
+  if (r->task < 0 || by_task->example[r->task][0]) return;
+  char *ex = by_task->example[r->task];
+  line_text(doc, r->line, r->prompt, ex, DDP_TASK_EXAMPLE_LEN);
+  const size_t at = strlen(ex);
+  line_text(guess, r->prompt, r->prompt + r->answer, ex + at, DDP_TASK_EXAMPLE_LEN - at);
+  if (!r->ok)
+    line_text(doc, r->prompt, r->prompt + r->answer, by_task->expected[r->task],
+              DDP_TASK_EXAMPLE_LEN);
 }
 
 static int argmax(const float *x, int n) {
@@ -68,11 +95,12 @@ static ddp_status_t decode_group(ddp_model_t *m, const ddp_corpus_t *val, row_t 
     DDP_CHECK(m->ops->eval_forward(m, &batch));
     DDP_CHECK(m->ops->copy_outputs(m, logits, (int64_t)n * T));
     for (int r = 0; r < n; ++r) {
-      if (!rows[r].ok || s >= rows[r].answer) continue;
+      if (s >= rows[r].answer) continue;
+      /* A row that went wrong is decoded on, for its example answer. */
       const int pos = rows[r].prompt + s; /* the token being predicted */
       const int32_t *doc = docs + (size_t)r * T;
       const int guess = argmax(logits + ((size_t)r * T + pos - 1) * V, V);
-      rows[r].ok = guess == doc[pos];
+      rows[r].ok = rows[r].ok && guess == doc[pos];
       inputs[r * T + pos] = guess;
     }
   }
@@ -97,8 +125,16 @@ ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq
     const int at = val->answer_at[d];
     const int64_t len = val->windows[d].len;
     if (at < 0 || len > T_max) continue;
-    rows[n] = (row_t){
-        .doc = d, .prompt = at + 1, .answer = (int)(len - at - 1), .task = task_of(val, d, at)};
+    /* the answer runs through the line's '\n'; the EOT after it is not
+     * scored: whether a document ends after a line is drawn at random, not
+     * a function of the prompt */
+    const int closing = val->windows[d].ends_doc;
+    const int line = line_of(val, d, at);
+    rows[n] = (row_t){.doc = d,
+                      .line = line,
+                      .prompt = at + 1,
+                      .answer = (int)(len - at - 1 - closing),
+                      .task = task_of(val, d, line)};
     if (len > T) T = (int)len;
     n++;
   }
@@ -120,6 +156,8 @@ ddp_status_t ddp_task_accuracy(ddp_model_t *m, int64_t tokens_per_batch, int seq
       if (by_task && rows[r].task >= 0) {
         by_task->total[rows[r].task]++;
         by_task->solved[rows[r].task] += rows[r].ok;
+        keep_example(&rows[r], docs + (size_t)(r - first) * T, inputs + (size_t)(r - first) * T,
+                     by_task);
       }
     }
   }

@@ -1,8 +1,9 @@
 /* Held-out task accuracy (internal): on documents of the built-in data set,
  * feed the prompt of the last task line (up to and including '=') and
  * greedy-decode; a document counts as solved when every answer token,
- * through the closing '\n' and the EOT that ends the document, is
- * reproduced exactly. Scores are also kept per task (the last line's). */
+ * through the closing '\n', is reproduced exactly. The end-of-text token that follows is not
+ * scored: whether a document ends after a line is drawn at random, so no model can know it from the
+ * prompt. Scores are also kept per task (the last line's), with one example answer of each. */
 #ifndef DDPTRAIN_TRAIN_TASK_EVAL_H
 #define DDPTRAIN_TRAIN_TASK_EVAL_H
 
@@ -10,10 +11,18 @@
 #include "ddptrain/model.h"
 
 /* The built-in tasks, by the letter that starts their lines. */
-enum { DDP_TASK_KINDS = 4 };
+enum { DDP_TASK_KINDS = DDP_BUILTIN_TASKS };
+/* Room for one example line: "c:" + operand + '=' + answer, with room to
+ * spare for a wrong answer that runs long. */
+enum { DDP_TASK_EXAMPLE_LEN = 64 };
 typedef struct ddp_task_scores {
   int solved[DDP_TASK_KINDS];
   int total[DDP_TASK_KINDS];
+  /* The first scored line of each task as the model answered it
+   * ("c:abc=abc"), and the right answer when it was wrong ("" when
+   * right); empty strings for a task that did not occur. */
+  char example[DDP_TASK_KINDS][DDP_TASK_EXAMPLE_LEN];
+  char expected[DDP_TASK_KINDS][DDP_TASK_EXAMPLE_LEN];
 } ddp_task_scores_t;
 
 /* "copy", "reverse", "sort", "add" for k in [0, DDP_TASK_KINDS). */

@@ -22,9 +22,13 @@ static ddp_status_t load_tokens(const ddp_options_t *o, ddp_train_data_t *d) {
   } else {
     if (o->val_data[0])
       DDP_FAIL(DDP_ERR_INVALID_ARG, "--val-data needs --data (the built-in set has its own split)");
-    DDP_CHECK(ddp_builtin_corpus(&d->train.corpus, (uint64_t)o->seed, DDP_SPLIT_TRAIN,
+    ddp_builtin_mix_t mix;
+    char why[256];
+    if (ddp_builtin_mix_parse(o->tasks, &mix, why, sizeof why) != DDP_OK)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "--tasks: %s", why);
+    DDP_CHECK(ddp_builtin_corpus(&d->train.corpus, (uint64_t)o->seed, &mix, DDP_SPLIT_TRAIN,
                                  DDP_BUILTIN_TRAIN_DOCS, T, T));
-    DDP_CHECK(ddp_builtin_corpus(&d->val.corpus, (uint64_t)o->seed, DDP_SPLIT_VAL,
+    DDP_CHECK(ddp_builtin_corpus(&d->val.corpus, (uint64_t)o->seed, &mix, DDP_SPLIT_VAL,
                                  DDP_BUILTIN_VAL_DOCS, T, T));
     d->have_val = 1;
   }
@@ -87,9 +91,9 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
                              size_t len) {
   if (d->kind == DDP_BATCH_TOKENS) {
     const ddp_corpus_t *c = &d->train.corpus;
-    snprintf(buf, len, "%lld documents, %lld tokens, vocabulary %d (%s)", (long long)c->n_docs,
-             (long long)c->n_tokens, c->vocab,
-             o->data[0] ? o->data : "built-in tasks: copy, reverse, sort, add");
+    snprintf(buf, len, "%lld documents, %lld tokens, vocabulary %d (%s%s)", (long long)c->n_docs,
+             (long long)c->n_tokens, c->vocab, o->data[0] ? "" : "built-in tasks ",
+             o->data[0] ? o->data : o->tasks);
     return;
   }
   const ddp_records_t *r = &d->train.records;

@@ -716,6 +716,19 @@ static ddp_status_t maybe_perturb(trainer_t *tr) {
   return DDP_OK;
 }
 
+/* One held-out answer per built-in task, as the model gave it greedily:
+ * what "task accuracy" means, shown rather than told. */
+static void log_task_examples(const ddp_task_scores_t *s) {
+  for (int k = 0; k < DDP_TASK_KINDS; ++k) {
+    if (!s->example[k][0]) continue;
+    if (s->expected[k][0])
+      DDP_LOG_INFO("summary:   %-7s %s   wrong (the answer is %s)", ddp_task_name(k), s->example[k],
+                   s->expected[k]);
+    else
+      DDP_LOG_INFO("summary:   %-7s %s   right", ddp_task_name(k), s->example[k]);
+  }
+}
+
 static void print_summary(const trainer_t *tr, const totals_t *t, const eval_result_t *fe) {
   const double dt = t->t_end - t->t0, ns = (double)(t->steps ? t->steps : 1);
   const double tok_s = (double)t->useful / dt;
@@ -770,6 +783,7 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
     DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s%s",
                  tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy",
                  100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records", per_task);
+    if (tokens) log_task_examples(&fe->by_task);
   } else if (tr->val_sampler)
     DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, fe->val_loss);
   else
