@@ -34,7 +34,7 @@ for got in "$a" "$b"; do
 done
 # an empty --config is none: the defaults stand
 case "$(plan --config '')" in
-  *'"accum": 1,'*'"tokens_per_batch": 4096, "seq_len": 128,'*) ok "--config '' reads no file" ;;
+  *'"accum": 1,'*'"tokens_per_batch": 1024, "seq_len": 128,'*) ok "--config '' reads no file" ;;
   *) bad "--config ''"; dump "$dir/plan.err" ;;
 esac
 
