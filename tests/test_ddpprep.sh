@@ -212,4 +212,21 @@ if [ -e "$dir/t_train_000001.bin" ] && "$DDPTRAIN" $TINY --data "$dir/t_train_*.
 else
   echo "FAIL: training on ddpprep shards"; sed 's/^/  | /' "$dir/err" "$dir/out"; fail=1
 fi
+# ... and says which files its glob matched: how many, the first and the last
+n=$(find "$dir" -name 't_train_*.bin' | wc -l)
+last=$(find "$dir" -name 't_train_*.bin' | sort | tail -n 1)
+if [ "$n" -gt 1 ] && grep -qF -- "--data '$dir/t_train_*.bin': $n shard files, first $dir/t_train_000000.bin, last $last" "$dir/out"; then
+  echo "ok: the glob's $n shard files are logged, first and last"
+else
+  echo "FAIL: no log of the $n matched shard files"; grep -- "--data" "$dir/out" | sed 's/^/  | /'; fail=1
+fi
+# A warmup longer than the run is a warning: the peak learning rate is never reached
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TINY --data "$dir/t_train_000000.bin" --warmup 9 > "$dir/out" 2>&1
+if grep -q "WARN: --warmup 9 is longer than the run's 4 steps: the learning rate never reaches --lr" "$dir/out" &&
+  grep -qF -- "--data '$dir/t_train_000000.bin': 1 shard file, $dir/t_train_000000.bin" "$dir/out"; then
+  echo "ok: --warmup beyond --steps warns; one matched shard is logged"
+else
+  echo "FAIL: --warmup 9 with --steps 4 gave no warning"; sed 's/^/  | /' "$dir/out"; fail=1
+fi
 exit $fail

@@ -6,13 +6,26 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
+#include "ddptrain/log.h"
+
+/* Which files a --data/--val-data glob matched, so a pattern that caught
+ * too few shards (or the wrong ones) shows before hours are spent. */
+static void log_matched(const char *flag, const char *pattern, const ddp_corpus_t *c) {
+  if (c->n_segs == 1)
+    DDP_LOG_INFO("%s '%s': 1 shard file, %s", flag, pattern, c->segs[0].name);
+  else
+    DDP_LOG_INFO("%s '%s': %d shard files, first %s, last %s", flag, pattern, c->n_segs,
+                 c->segs[0].name, c->segs[c->n_segs - 1].name);
+}
 
 static ddp_status_t load_tokens(const ddp_options_t *o, ddp_train_data_t *d) {
   const int T = (int)o->seq_len;
   if (o->data[0]) {
     DDP_CHECK(ddp_corpus_open(&d->train.corpus, o->data, T));
+    log_matched("--data", o->data, &d->train.corpus);
     if (o->val_data[0]) {
       DDP_CHECK(ddp_corpus_open(&d->val.corpus, o->val_data, T));
+      log_matched("--val-data", o->val_data, &d->val.corpus);
       if (d->val.corpus.vocab != d->train.corpus.vocab || d->val.corpus.eot != d->train.corpus.eot)
         DDP_FAIL(DDP_ERR_FORMAT, "--val-data has vocabulary %d / EOT %d but --data has %d / %d",
                  d->val.corpus.vocab, d->val.corpus.eot, d->train.corpus.vocab,

@@ -338,6 +338,13 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(ddp_sampler_epoch_stats(tr->sampler, 0, &es));
   tr->steps = o->steps;
   if (tr->steps == 0) tr->steps = (o->epochs > 0 ? o->epochs : 1) * es.steps;
+  if (o->warmup > tr->steps && tr->dist->rank == 0)
+    DDP_LOG_WARN(
+        "--warmup %lld is longer than the run's %lld steps: the learning rate never "
+        "reaches --lr %g (it ends at %g, still warming up)",
+        (long long)o->warmup, (long long)tr->steps, o->lr,
+        (double)ddp_lr_schedule(tr->steps - 1, (float)o->lr, (float)o->min_lr, o->warmup,
+                                tr->steps));
   DDP_CHECK(ddp_amp_setup(&tr->amp, o, tr->dist->rank));
   DDP_CHECK(setup_model(tr, mops));
   DDP_CHECK(setup_optimizer(tr));
