@@ -10,7 +10,8 @@
 #   facts      the GPU, driver, nvcc, PyTorch, where cuDNN and NCCL were found;
 #   build      .device/build.sh for sm_90 only (the host's chip), then the
 #              test programs;
-#   tests      the GPU suites (GPU_TESTS in Makefile.am and tests/test_gpu*.sh);
+#   tests      the GPU suites (GPU_TESTS in Makefile.am and tests/test_gpu*.sh),
+#              and test_sample.sh and test_trace.sh, which run on the GPU there;
 #   sanitizer  a tiny bf16 training run under compute-sanitizer memcheck;
 #   profile    GPT-2 124M, two bf16 steps under Nsight Compute: device time
 #              per kernel name;
@@ -88,10 +89,15 @@ say "commit: ${DDP_COMMIT:-unknown}"
 
 if has tests; then
   t0=$SECONDS
+  # test_sample.sh and test_trace.sh choose --device auto, so on this host
+  # they run ddpsample's KV-cache decoding and --trace's event-timed device
+  # spans on the GPU, which no other suite does
   G="$(sed -n 's/^GPU_TESTS *+*= *//p' Makefile.am | tr '\n' ' ') $(ls tests/test_gpu*.sh | tr '\n' ' ')"
+  G="$G tests/test_sample.sh tests/test_trace.sh"
   tmo=$(($(left) > 400 ? 170 : 120))
   timeout -k 10 $tmo make -j8 check TESTS="$G" > "$W/logs/check.log" 2>&1
-  pkill -f 'tests/(check_gpu|test_gpu)' 2> /dev/null; pkill -x ddptrain 2> /dev/null # after a timeout
+  pkill -f 'tests/(check_gpu|test_gpu|test_sample|test_trace)' 2> /dev/null
+  pkill -x ddptrain 2> /dev/null; pkill -x ddpsample 2> /dev/null # after a timeout
   say "GPU suites ($((SECONDS - t0)) s, limit $tmo s):"
   grep -E '^(PASS|FAIL|SKIP|ERROR|XPASS):' "$W/logs/check.log" | tee -a "$S"
   cp tests/*.log "$W/logs/" 2> /dev/null
