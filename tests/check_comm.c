@@ -313,6 +313,45 @@ START_TEST(test_comm_allgather_orders_blocks_by_rank) {
 }
 END_TEST
 
+/* Integer-valued inputs keep every sum exact. Each send element names its
+ * rank and its block, so a rank that received another block, or a sum that
+ * missed a rank, shows up as a wrong value. */
+START_TEST(test_comm_reduce_scatter_sums_each_rank_block) {
+  ddp_comm_t *c = open_comm(_i, 0);
+  if (!c) return;
+  enum { C = 257, CH = 5 };
+  const int w = g_dist.world, r = g_dist.rank;
+  float *send = malloc(sizeof(float) * C * (size_t)w), recv[C];
+  uint16_t *send_bf = malloc(sizeof(uint16_t) * CH * (size_t)w), recv_bf[CH];
+  for (int q = 0; q < w; ++q) {
+    for (int j = 0; j < C; ++j)
+      send[(size_t)q * C + (size_t)j] = (float)((r + 1) * 1000 + q * C + j);
+    for (int j = 0; j < CH; ++j)
+      send_bf[(size_t)q * CH + (size_t)j] = ddp_f32_to_bf16((float)(r + q + j));
+  }
+  for (int j = 0; j < C; ++j) recv[j] = -1.0f;
+  ddp_comm_handle_t h[2];
+  ddp_status_t st[3], wst[2];
+  st[0] = ddp_comm_reduce_scatter(c, send, recv, C, DDP_DTYPE_F32, NULL, &h[0]);
+  st[1] = ddp_comm_reduce_scatter(c, send_bf, recv_bf, CH, DDP_DTYPE_BF16, NULL, &h[1]);
+  /* Waited in reverse order; an empty collective may name no buffers. */
+  for (int k = 1; k >= 0; --k) wst[k] = st[k] == DDP_OK ? ddp_comm_wait(c, h[k]) : st[k];
+  st[2] = ddp_comm_reduce_scatter(c, NULL, NULL, 0, DDP_DTYPE_F32, NULL, NULL);
+  close_comm();
+  for (int k = 0; k < 2; ++k) {
+    ck_assert_int_eq(st[k], DDP_OK);
+    ck_assert_int_eq(wst[k], DDP_OK);
+  }
+  ck_assert_int_eq(st[2], DDP_OK);
+  for (int j = 0; j < C; ++j)
+    ck_assert_float_eq(recv[j], (float)(1000 * w * (w + 1) / 2 + w * (r * C + j)));
+  for (int j = 0; j < CH; ++j)
+    ck_assert_float_eq(ddp_bf16_to_f32(recv_bf[j]), (float)(w * (w - 1) / 2 + w * (r + j)));
+  free(send);
+  free(send_bf);
+}
+END_TEST
+
 /* Rank 0 arrives late; nobody may leave the barrier before it came. On one
  * node CLOCK_MONOTONIC is one clock for all processes, so that is checked
  * exactly: rank 0 broadcasts when it entered, every rank compares with when
@@ -375,6 +414,9 @@ START_TEST(test_comm_stats_count_calls_and_bytes) {
   if (st == DDP_OK) st = ddp_comm_allreduce_sum(c, b, 10, DDP_DTYPE_BF16, NULL, NULL);
   if (st == DDP_OK) st = ddp_comm_broadcast(c, bc, 50, 0, NULL, NULL);
   if (st == DDP_OK) st = ddp_comm_allgather(c, send, recv, 8, NULL, NULL);
+  float *rs_send = calloc((size_t)w, 4 * sizeof(float)), rs_recv[4];
+  if (st == DDP_OK) st = ddp_comm_reduce_scatter(c, rs_send, rs_recv, 4, DDP_DTYPE_F32, NULL, NULL);
+  free(rs_send);
   if (st == DDP_OK) st = ddp_comm_barrier(c);
   if (st == DDP_OK) st = ddp_comm_allreduce_sum(c, big, 1 << 16, DDP_DTYPE_F32, NULL, NULL);
   ddp_comm_get_stats(c, &s1);
@@ -391,12 +433,14 @@ START_TEST(test_comm_stats_count_calls_and_bytes) {
   ck_assert_int_eq(s1.n_broadcast, 1);
   ck_assert_int_eq(s1.n_allgather, 1);
   ck_assert_int_eq(s1.n_barrier, 1);
-  ck_assert_int_eq(s1.bytes, 3 * 400 + 20 + 50 + 8 * w + 4 * (1 << 16));
+  ck_assert_int_eq(s1.n_reduce_scatter, 1);
+  ck_assert_int_eq(s1.bytes, 3 * 400 + 20 + 50 + 8 * w + 16 * w + 4 * (1 << 16));
   ck_assert(s1.wait_ms >= 0.0);
   ck_assert(s1.comm_ms >= 0.0);
   /* Moving 256 KiB between processes takes measurable time. */
   if (w > 1) ck_assert(s1.comm_ms > 0.0);
   ck_assert_int_eq(s2.n_allreduce + s2.n_broadcast + s2.n_allgather + s2.n_barrier, 0);
+  ck_assert_int_eq(s2.n_reduce_scatter, 0);
   ck_assert_int_eq(s2.bytes, 0);
   ck_assert(s2.comm_ms == 0.0 && s2.wait_ms == 0.0);
 }
@@ -499,6 +543,11 @@ START_TEST(test_comm_bad_arguments_are_clear_errors) {
       ddp_comm_broadcast(c, NULL, 4, 0, NULL, NULL),
       ddp_comm_allgather(c, NULL, buf, 4, NULL, NULL),
       ddp_comm_allgather(c, buf + 1, buf, 16, NULL, NULL), /* overlaps, not in place */
+      ddp_comm_reduce_scatter(c, NULL, buf, 4, DDP_DTYPE_F32, NULL, &h),
+      ddp_comm_reduce_scatter(c, buf, buf + 4, 1, (ddp_dtype_t)99, NULL, NULL),
+      ddp_comm_reduce_scatter(NULL, buf, buf + 4, 1, DDP_DTYPE_F32, NULL, NULL),
+      /* No in-place form: recv inside send, even at the rank's own block. */
+      ddp_comm_reduce_scatter(c, buf, buf + (size_t)g_dist.rank * 4, 1, DDP_DTYPE_F32, NULL, NULL),
       ddp_comm_barrier(NULL),
   };
   char *log = ddp_test_log_stop();
@@ -510,11 +559,16 @@ START_TEST(test_comm_bad_arguments_are_clear_errors) {
     ck_assert_msg(e[k] == DDP_ERR_INVALID_ARG, "call %zu returned %s", k, ddp_status_name(e[k]));
   ck_assert_int_eq(h, DDP_COMM_HANDLE_NONE);
   ck_assert_int_eq(s.n_allreduce + s.n_broadcast + s.n_allgather + s.n_barrier, 0);
+  ck_assert_int_eq(s.n_reduce_scatter, 0);
   ddp_assert_contains(log, "comm allreduce_sum: NULL buffer with count 3");
   ddp_assert_contains(log, "comm allreduce_sum: invalid dtype 99");
   ddp_assert_contains(log, "comm broadcast: root -1 outside [0, ");
   ddp_assert_contains(log, "comm allgather: NULL send buffer");
   ddp_assert_contains(log, "comm allgather: send overlaps recv");
+  ddp_assert_contains(log, "comm reduce_scatter: NULL send buffer with count 4 per rank");
+  ddp_assert_contains(log, "comm reduce_scatter: invalid dtype 99");
+  ddp_assert_contains(log, "comm reduce_scatter: NULL communicator");
+  ddp_assert_contains(log, "comm reduce_scatter: recv overlaps send");
   free(log);
 }
 END_TEST
@@ -1326,6 +1380,7 @@ static Suite *comm_suite(void) {
   tcase_add_loop_test(tc, test_comm_test_polls_to_completion, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_broadcast_from_last_rank, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_allgather_orders_blocks_by_rank, 0, N_CONFIGS);
+  tcase_add_loop_test(tc, test_comm_reduce_scatter_sums_each_rank_block, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_barrier_waits_for_every_rank, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_stats_count_calls_and_bytes, 0, N_CONFIGS);
   tcase_add_loop_test(tc, test_comm_destroy_completes_outstanding_work, 0, N_CONFIGS);

@@ -215,6 +215,62 @@ START_TEST(test_gpu_nccl_broadcast_and_in_place_allgather_keep_the_data) {
 }
 END_TEST
 
+/* One rank: the reduce-scatter is a copy of the send buffer on the comm
+ * stream (ncclReduceScatter), for a 4-byte and a 2-byte dtype; a host
+ * receive buffer is refused before anything is issued. */
+START_TEST(test_gpu_nccl_reduce_scatter_every_width_and_host_refused) {
+  open_nccl(0, 0);
+  static const size_t counts[] = {1, 7, 262144 + 5};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; ++k) {
+    const size_t n = counts[k];
+    float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+    uint16_t *in16 = malloc(n * sizeof(uint16_t)), *out16 = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = (float)(i % 1000) - 500.0f;
+      in16[i] = ddp_f32_to_bf16((float)(i % 200));
+    }
+    float *send = dev_alloc(n * sizeof(float)), *recv = dev_alloc(n * sizeof(float));
+    uint16_t *send16 = dev_alloc(n * sizeof(uint16_t)), *recv16 = dev_alloc(n * sizeof(uint16_t));
+    to_dev(send, in, n * sizeof(float));
+    to_dev(send16, in16, n * sizeof(uint16_t));
+    ddp_comm_handle_t h, h16;
+    ck_assert_int_eq(ddp_comm_reduce_scatter(g_comm, send, recv, n, DDP_DTYPE_F32, NULL, &h),
+                     DDP_OK);
+    ck_assert_int_eq(ddp_comm_reduce_scatter(g_comm, send16, recv16, n, DDP_DTYPE_BF16, NULL, &h16),
+                     DDP_OK);
+    ck_assert_int_eq(ddp_comm_wait(g_comm, h16), DDP_OK);
+    ck_assert_int_eq(ddp_comm_wait(g_comm, h), DDP_OK);
+    to_host(out, recv, n * sizeof(float));
+    to_host(out16, recv16, n * sizeof(uint16_t));
+    ck_assert_int_eq(memcmp(in, out, n * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(in16, out16, n * sizeof(uint16_t)), 0);
+    ddp_backend_free(g_be, send);
+    ddp_backend_free(g_be, recv);
+    ddp_backend_free(g_be, send16);
+    ddp_backend_free(g_be, recv16);
+    free(in);
+    free(out);
+    free(in16);
+    free(out16);
+  }
+  float host[8] = {0};
+  float *d = dev_alloc(sizeof host);
+  ddp_test_log_start();
+  const ddp_status_t e_host =
+      ddp_comm_reduce_scatter(g_comm, d, host, 8, DDP_DTYPE_F32, NULL, NULL);
+  char *log = ddp_test_log_stop();
+  ddp_comm_stats_t s;
+  ddp_comm_get_stats(g_comm, &s);
+  ddp_backend_free(g_be, d);
+  close_comm();
+  ck_assert_int_eq(e_host, DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(s.n_reduce_scatter, 6);
+  ddp_assert_contains(log, "comm nccl reduce_scatter: the receive buffer");
+  ddp_assert_contains(log, "is host memory; the NCCL communicator reads GPU memory only");
+  free(log);
+}
+END_TEST
+
 /* The collective runs after the work queued on the compute stream before
  * it, and what stream_wait() orders after it cannot overtake it: fills on
  * the compute stream around an out-of-place allgather (a 64 MiB copy on the
@@ -416,6 +472,7 @@ static Suite *nccl_suite(void) {
   tcase_add_test(tc, test_gpu_nccl_selected_by_capability);
   tcase_add_test(tc, test_gpu_nccl_allreduce_every_dtype_in_place);
   tcase_add_test(tc, test_gpu_nccl_broadcast_and_in_place_allgather_keep_the_data);
+  tcase_add_test(tc, test_gpu_nccl_reduce_scatter_every_width_and_host_refused);
   tcase_add_test(tc, test_gpu_nccl_stream_order_fill_gather_wait);
   tcase_add_test(tc, test_gpu_nccl_test_polls_to_completion);
   suite_add_tcase(s, tc);

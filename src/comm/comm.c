@@ -131,6 +131,9 @@ static ddp_status_t issue(ddp_comm_t *c, ddp_comm_slot_t *s, size_t bytes, void 
     case DDP_COMM_OP_BARRIER:
       ++c->stats.n_barrier;
       break;
+    case DDP_COMM_OP_REDUCE_SCATTER:
+      ++c->stats.n_reduce_scatter;
+      break;
   }
   c->stats.bytes += (int64_t)bytes;
   if (h) {
@@ -383,6 +386,39 @@ ddp_status_t ddp_comm_allgather(ddp_comm_t *c, const void *send, void *recv, siz
   s->buf = recv;
   s->send = in_place ? NULL : send;
   s->count = bytes_per_rank;
+  return issue(c, s, total, stream, h);
+}
+
+ddp_status_t ddp_comm_reduce_scatter(ddp_comm_t *c, const void *send, void *recv,
+                                     size_t count_per_rank, ddp_dtype_t dtype, void *stream,
+                                     ddp_comm_handle_t *h) {
+  if (h) *h = DDP_COMM_HANDLE_NONE;
+  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm reduce_scatter: NULL communicator");
+  const size_t elem = ddp_dtype_size(dtype);
+  if (elem == 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm reduce_scatter: invalid dtype %d", (int)dtype);
+  if ((!send || !recv) && count_per_rank > 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "comm reduce_scatter: NULL %s buffer with count %zu per rank",
+             send ? "receive" : "send", count_per_rank);
+  if (count_per_rank > SIZE_MAX / elem / (size_t)c->world)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "comm reduce_scatter: count %zu per rank x %d ranks overflows a byte size",
+             count_per_rank, c->world);
+  const size_t block = count_per_rank * elem, total = block * (size_t)c->world;
+  /* MPI's in-place form leaves the result at the start of the buffer and
+   * NCCL's at the rank's own block: no one convention maps onto both, so
+   * aliasing is refused rather than half supported. */
+  const uintptr_t s0 = (uintptr_t)send, r0 = (uintptr_t)recv;
+  if (count_per_rank > 0 && s0 < r0 + block && r0 < s0 + total)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "comm reduce_scatter: recv overlaps send (no in-place form: pass a separate "
+             "receive buffer of count_per_rank elements)");
+  ddp_comm_slot_t *s = NULL;
+  DDP_CHECK(slot_acquire(c, "reduce_scatter", &s));
+  s->op = DDP_COMM_OP_REDUCE_SCATTER;
+  s->buf = recv;
+  s->send = send;
+  s->count = count_per_rank;
+  s->dtype = dtype;
   return issue(c, s, total, stream, h);
 }
 

@@ -73,8 +73,10 @@ typedef int32_t ddp_comm_handle_t;
 
 typedef struct ddp_comm_stats {
   int64_t n_allreduce, n_broadcast, n_allgather, n_barrier; /* issued since reset */
+  int64_t n_reduce_scatter;
   /* Payload bytes: allreduce count x element size, broadcast bytes,
-   * allgather bytes_per_rank x world (the gathered buffer). */
+   * allgather bytes_per_rank x world (the gathered buffer), reduce_scatter
+   * count_per_rank x world x element size (the buffer that is reduced). */
   int64_t bytes;
   /* Wall time spent inside the collectives: the progress thread's blocking
    * calls ("thread"), or every MPI call the caller made: issue, test, wait
@@ -154,6 +156,14 @@ ddp_status_t ddp_comm_broadcast(ddp_comm_t *c, void *buf, size_t bytes, int root
  * overlap is an error. */
 ddp_status_t ddp_comm_allgather(ddp_comm_t *c, const void *send, void *recv, size_t bytes_per_rank,
                                 void *stream, ddp_comm_handle_t *h);
+/* SUM over all ranks, scattered: send holds world blocks of count_per_rank
+ * elements, and rank r receives in recv the sum of every rank's block r
+ * (MPI_Reduce_scatter_block). Same dtypes and rounding as allreduce_sum.
+ * There is no in-place form: recv must not overlap send. count_per_rank 0 is
+ * a valid (empty) collective and the buffers may then be NULL. */
+ddp_status_t ddp_comm_reduce_scatter(ddp_comm_t *c, const void *send, void *recv,
+                                     size_t count_per_rank, ddp_dtype_t dtype, void *stream,
+                                     ddp_comm_handle_t *h);
 /* Blocking. Ordered with the queued collectives like any other ("nccl": a
  * one-element all-reduce on the comm stream, then a host wait). */
 ddp_status_t ddp_comm_barrier(ddp_comm_t *c);

@@ -24,7 +24,8 @@ typedef enum ddp_comm_op {
   DDP_COMM_OP_ALLREDUCE = 0,
   DDP_COMM_OP_BROADCAST = 1,
   DDP_COMM_OP_ALLGATHER = 2,
-  DDP_COMM_OP_BARRIER = 3
+  DDP_COMM_OP_BARRIER = 3,
+  DDP_COMM_OP_REDUCE_SCATTER = 4
 } ddp_comm_op_t;
 
 /* One collective in flight. comm.c fills the description before start() and
@@ -35,9 +36,10 @@ typedef struct ddp_comm_slot {
   uint16_t gen; /* bumped at each acquire; part of the handle */
   int in_use;
   ddp_comm_op_t op;
-  void *buf;        /* allreduce and broadcast data; allgather receive buffer */
-  const void *send; /* allgather send block; NULL when in place */
-  size_t count;     /* allreduce elements; broadcast bytes; allgather bytes per rank */
+  void *buf;        /* allreduce and broadcast data; allgather, reduce_scatter receive buffer */
+  const void *send; /* allgather send block (NULL when in place); reduce_scatter send buffer */
+  size_t count;     /* allreduce elements; broadcast bytes; allgather bytes per rank;
+                       reduce_scatter elements per rank */
   ddp_dtype_t dtype;
   int root;
   int done;

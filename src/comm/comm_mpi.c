@@ -8,9 +8,10 @@
  *     on our communicator is issued by that one thread, in issue order.
  *     Needs MPI_THREAD_MULTIPLE (the caller may use MPI_COMM_WORLD at the
  *     same time, e.g. ddp_dist_agree_u64).
- *   - "test": MPI_Iallreduce/Ibcast/Iallgather, advanced by MPI_Testsome from
- *     ddp_comm_progress() and test(), and finished by MPI_Wait. No thread;
- *     data moves only when the caller calls in.
+ *   - "test": MPI_Iallreduce/Ibcast/Iallgather/Ireduce_scatter_block,
+ *     advanced by MPI_Testsome from ddp_comm_progress() and test(), and
+ *     finished by MPI_Wait. No thread; data moves only when the caller
+ *     calls in.
  * Both run on a duplicate of MPI_COMM_WORLD, so these collectives can never
  * match someone else's on the world communicator.
  *
@@ -129,11 +130,16 @@ static ddp_status_t mpi_type_of(const mpi_impl_t *m, ddp_dtype_t dtype, MPI_Data
   DDP_FAIL(DDP_ERR_UNSUPPORTED, "comm mpi: no MPI sum for dtype %s", ddp_dtype_name(dtype));
 }
 
+/* Collectives that add elements of s->dtype (the others move bytes). */
+static int summed(const ddp_comm_slot_t *s) {
+  return s->op == DDP_COMM_OP_ALLREDUCE || s->op == DDP_COMM_OP_REDUCE_SCATTER;
+}
+
 /* MPI counts are int; comm.c has checked everything else already. */
 static ddp_status_t check_count(const ddp_comm_slot_t *s) {
   if (s->count > INT_MAX)
     DDP_FAIL(DDP_ERR_UNSUPPORTED, "comm mpi: %zu %s in one collective exceeds MPI's int count",
-             s->count, s->op == DDP_COMM_OP_ALLREDUCE ? "elements" : "bytes");
+             s->count, summed(s) ? "elements" : "bytes");
   return DDP_OK;
 }
 
@@ -226,6 +232,13 @@ static ddp_status_t run_blocking(const mpi_impl_t *m, const ddp_comm_slot_t *s) 
     case DDP_COMM_OP_BARRIER:
       DDP_MPI_CHECK(MPI_Barrier(m->comm));
       return DDP_OK;
+    case DDP_COMM_OP_REDUCE_SCATTER: {
+      MPI_Datatype type;
+      MPI_Op op;
+      DDP_CHECK(mpi_type_of(m, s->dtype, &type, &op));
+      DDP_MPI_CHECK(MPI_Reduce_scatter_block(s->send, s->buf, n, type, op, m->comm));
+      return DDP_OK;
+    }
   }
   return DDP_ERR_INTERNAL;
 }
@@ -301,7 +314,7 @@ static ddp_status_t thread_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream
   (void)stream;
   mpi_impl_t *m = c->impl;
   DDP_CHECK(check_count(s));
-  if (s->op == DDP_COMM_OP_ALLREDUCE) {
+  if (summed(s)) {
     MPI_Datatype type;
     MPI_Op op;
     DDP_CHECK(mpi_type_of(m, s->dtype, &type, &op));
@@ -404,6 +417,14 @@ static ddp_status_t test_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) 
         st = DDP_FOREIGN_STATUS(ddp_mpi_status_, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
                                                                 s->buf, n, MPI_BYTE, m->comm, req));
       break;
+    case DDP_COMM_OP_REDUCE_SCATTER: {
+      MPI_Datatype type;
+      MPI_Op op;
+      DDP_CHECK(mpi_type_of(m, s->dtype, &type, &op));
+      st = DDP_FOREIGN_STATUS(
+          ddp_mpi_status_, MPI_Ireduce_scatter_block(s->send, s->buf, n, type, op, m->comm, req));
+      break;
+    }
     case DDP_COMM_OP_BARRIER:
       st = DDP_ERR_INTERNAL;
       break; /* blocking only */

@@ -95,6 +95,8 @@ static const char *op_name(ddp_comm_op_t op) {
       return "allgather";
     case DDP_COMM_OP_BARRIER:
       return "barrier";
+    case DDP_COMM_OP_REDUCE_SCATTER:
+      return "reduce_scatter";
   }
   return "collective";
 }
@@ -110,6 +112,8 @@ static size_t op_bytes(const ddp_comm_t *c, const ddp_comm_slot_t *s) {
       return s->count * (size_t)c->world;
     case DDP_COMM_OP_BARRIER:
       return sizeof(int32_t);
+    case DDP_COMM_OP_REDUCE_SCATTER:
+      return s->count * ddp_dtype_size(s->dtype) * (size_t)c->world;
   }
   return 0;
 }
@@ -328,11 +332,13 @@ static ddp_status_t issue_on_stream(ddp_comm_t *c, ddp_comm_slot_t *s, cudaStrea
   if (m->aborted) return refuse(c, op_name(s->op));
   ncclDataType_t type = ncclUint8;
   size_t count = s->count;
-  if (s->op == DDP_COMM_OP_ALLREDUCE || s->op == DDP_COMM_OP_BARRIER)
+  const int gathers_or_scatters =
+      s->op == DDP_COMM_OP_ALLGATHER || s->op == DDP_COMM_OP_REDUCE_SCATTER;
+  if (s->op == DDP_COMM_OP_ALLREDUCE || s->op == DDP_COMM_OP_BARRIER ||
+      s->op == DDP_COMM_OP_REDUCE_SCATTER)
     DDP_CHECK(nccl_type_of(s->dtype, &type));
   if (count > 0) {
-    DDP_CHECK(
-        check_device_buffer(c, s, s->buf, s->op == DDP_COMM_OP_ALLGATHER ? "receive" : "data"));
+    DDP_CHECK(check_device_buffer(c, s, s->buf, gathers_or_scatters ? "receive" : "data"));
     if (s->send) DDP_CHECK(check_device_buffer(c, s, s->send, "send"));
   }
   const int i = s->index;
@@ -368,6 +374,10 @@ static ddp_status_t issue_on_stream(ddp_comm_t *c, ddp_comm_slot_t *s, cudaStrea
         r = ncclAllGather(send, s->buf, count, ncclUint8, m->comm, m->stream);
         break;
       }
+      case DDP_COMM_OP_REDUCE_SCATTER:
+        /* comm.c refused aliasing, so send is always a separate buffer. */
+        r = ncclReduceScatter(s->send, s->buf, count, type, ncclSum, m->comm, m->stream);
+        break;
     }
   }
   if (r != ncclSuccess && r != ncclInProgress) {

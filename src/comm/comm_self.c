@@ -1,9 +1,10 @@
 /* The communicator of a single rank: every collective is complete when issued.
  *
  * A sum over one rank is the rank's own data, a broadcast from rank 0 to
- * itself moves nothing, and an allgather is one copy. Handles still come from
- * the pool and must still be waited for (comm.c does that bookkeeping), so a
- * one-process run enforces the same rules as a multi-rank one. */
+ * itself moves nothing, and an allgather or a reduce-scatter is one copy.
+ * Handles still come from the pool and must still be waited for (comm.c does
+ * that bookkeeping), so a one-process run enforces the same rules as a
+ * multi-rank one. */
 #include <config.h>
 
 #include <stdio.h>
@@ -29,9 +30,13 @@ static void self_shutdown(ddp_comm_t *c) {
 
 static ddp_status_t self_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) {
   (void)stream;
-  if (s->op == DDP_COMM_OP_ALLGATHER && s->send) {
+  /* comm.c rejected overlapping buffers. */
+  const size_t bytes = s->op == DDP_COMM_OP_ALLGATHER        ? s->count
+                       : s->op == DDP_COMM_OP_REDUCE_SCATTER ? s->count * ddp_dtype_size(s->dtype)
+                                                             : 0;
+  if (s->send && bytes > 0) {
     const int64_t t0 = ddp_clock_ns();
-    memcpy(s->buf, s->send, s->count); /* comm.c rejected overlapping buffers */
+    memcpy(s->buf, s->send, bytes);
     ddp_comm_add_time(c, ddp_clock_ns() - t0);
   }
   s->done = 1;
