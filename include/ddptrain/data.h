@@ -214,6 +214,9 @@ typedef struct ddp_builtin_mix {
 /* "copy", "reverse", "sort" or "add". */
 const char *ddp_builtin_task_name(int task);
 
+/* The task whose lines start with `letter` ('c', 'r', 's', 'a'), or -1. */
+int ddp_builtin_task_of_letter(int32_t letter);
+
 /* A mix from text such as "copy=4,reverse,sort,add" (NAME[=WEIGHT], comma-
  * separated; a named task without a weight has 1, a task not named has 0).
  * An unknown or repeated name, a weight that is not a whole number from 0 to

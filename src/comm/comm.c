@@ -326,12 +326,21 @@ const char *ddp_comm_progress_mode(const ddp_comm_t *c) {
   return c && c->ops->mode ? c->ops->mode : "none";
 }
 
+/* The checks every summing collective starts with: a communicator, and a
+ * dtype whose element size (*elem) it can add. */
+static ddp_status_t reduction_elem(const ddp_comm_t *c, ddp_dtype_t dtype, const char *what,
+                                   size_t *elem) {
+  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm %s: NULL communicator", what);
+  *elem = ddp_dtype_size(dtype);
+  if (*elem == 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm %s: invalid dtype %d", what, (int)dtype);
+  return DDP_OK;
+}
+
 ddp_status_t ddp_comm_allreduce_sum(ddp_comm_t *c, void *buf, size_t count, ddp_dtype_t dtype,
                                     void *stream, ddp_comm_handle_t *h) {
   if (h) *h = DDP_COMM_HANDLE_NONE;
-  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm allreduce_sum: NULL communicator");
-  const size_t elem = ddp_dtype_size(dtype);
-  if (elem == 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm allreduce_sum: invalid dtype %d", (int)dtype);
+  size_t elem;
+  DDP_CHECK(reduction_elem(c, dtype, "allreduce_sum", &elem));
   if (!buf && count > 0)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "comm allreduce_sum: NULL buffer with count %zu", count);
   if (count > SIZE_MAX / elem)
@@ -393,9 +402,8 @@ ddp_status_t ddp_comm_reduce_scatter(ddp_comm_t *c, const void *send, void *recv
                                      size_t count_per_rank, ddp_dtype_t dtype, void *stream,
                                      ddp_comm_handle_t *h) {
   if (h) *h = DDP_COMM_HANDLE_NONE;
-  if (!c) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm reduce_scatter: NULL communicator");
-  const size_t elem = ddp_dtype_size(dtype);
-  if (elem == 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "comm reduce_scatter: invalid dtype %d", (int)dtype);
+  size_t elem;
+  DDP_CHECK(reduction_elem(c, dtype, "reduce_scatter", &elem));
   if ((!send || !recv) && count_per_rank > 0)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "comm reduce_scatter: NULL %s buffer with count %zu per rank",
              send ? "receive" : "send", count_per_rank);

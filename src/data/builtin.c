@@ -90,9 +90,17 @@ static int cmp_char(const void *a, const void *b) {
 }
 
 static const char *const k_task_names[DDP_BUILTIN_TASKS] = {"copy", "reverse", "sort", "add"};
+/* The letter that starts each task's lines ("c:abc=abc"). */
+static const char k_task_letters[DDP_BUILTIN_TASKS] = {'c', 'r', 's', 'a'};
 
 const char *ddp_builtin_task_name(int task) {
   return task >= 0 && task < DDP_BUILTIN_TASKS ? k_task_names[task] : "?";
+}
+
+int ddp_builtin_task_of_letter(int32_t letter) {
+  for (int k = 0; k < DDP_BUILTIN_TASKS; ++k)
+    if (letter == k_task_letters[k]) return k;
+  return -1;
 }
 
 /* Writes why a mix is refused, for the caller to report (options.c makes
@@ -168,10 +176,9 @@ static void make_line(const ddp_rng_t *r, const ddp_builtin_mix_t *mix, uint64_t
     ln->len = ln->eq +
               snprintf(ln->text + ln->eq, sizeof ln->text - (size_t)ln->eq, "=%ld\n", v[0] + v[1]);
   } else {
-    static const char k_tag[3] = {'c', 'r', 's'};
     const int k = 1 + (int)ddp_rng_below(r, d++, MAX_LETTERS);
     char *p = ln->text;
-    *p++ = k_tag[task];
+    *p++ = k_task_letters[task];
     *p++ = ':';
     char *operand = p;
     for (int i = 0; i < k; ++i) *p++ = (char)('a' + ddp_rng_below(r, d++, 26));

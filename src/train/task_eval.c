@@ -17,14 +17,6 @@ typedef struct row {
   int task;           /* DDP_BUILTIN_COPY, ...; -1 when the line has no known letter */
 } row_t;
 
-/* The letter that starts a task's lines, in the order of the built-in
- * set's tasks (DDP_BUILTIN_COPY, ...). */
-static const char k_letters[DDP_TASK_KINDS] = {'c', 'r', 's', 'a'};
-
-const char *ddp_task_name(int k) {
-  return ddp_builtin_task_name(k);
-}
-
 /* The start of document d's last line: just after the '\n' or EOT that
  * precedes its '=' at offset `at`. */
 static int line_of(const ddp_corpus_t *val, int64_t d, int at) {
@@ -40,10 +32,7 @@ static int line_of(const ddp_corpus_t *val, int64_t d, int at) {
 
 /* The task of the line starting at offset `line`: its letter. */
 static int task_of(const ddp_corpus_t *val, int64_t d, int line) {
-  const int32_t letter = ddp_corpus_token(val, val->windows[d].start + line);
-  for (int i = 0; i < DDP_TASK_KINDS; ++i)
-    if (letter == k_letters[i]) return i;
-  return -1;
+  return ddp_builtin_task_of_letter(ddp_corpus_token(val, val->windows[d].start + line));
 }
 
 /* tokens[from, to) as text into out (cap bytes), stopping at the first

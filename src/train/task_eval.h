@@ -10,23 +10,18 @@
 #include "ddptrain/data.h"
 #include "ddptrain/model.h"
 
-/* The built-in tasks, by the letter that starts their lines. */
-enum { DDP_TASK_KINDS = DDP_BUILTIN_TASKS };
 /* Room for one example line: "c:" + operand + '=' + answer, with room to
  * spare for a wrong answer that runs long. */
 enum { DDP_TASK_EXAMPLE_LEN = 64 };
 typedef struct ddp_task_scores {
-  int solved[DDP_TASK_KINDS];
-  int total[DDP_TASK_KINDS];
+  int solved[DDP_BUILTIN_TASKS];
+  int total[DDP_BUILTIN_TASKS];
   /* The first scored line of each task as the model answered it
    * ("c:abc=abc"), and the right answer when it was wrong ("" when
    * right); empty strings for a task that did not occur. */
-  char example[DDP_TASK_KINDS][DDP_TASK_EXAMPLE_LEN];
-  char expected[DDP_TASK_KINDS][DDP_TASK_EXAMPLE_LEN];
+  char example[DDP_BUILTIN_TASKS][DDP_TASK_EXAMPLE_LEN];
+  char expected[DDP_BUILTIN_TASKS][DDP_TASK_EXAMPLE_LEN];
 } ddp_task_scores_t;
-
-/* "copy", "reverse", "sort", "add" for k in [0, DDP_TASK_KINDS). */
-const char *ddp_task_name(int k);
 
 /* Evaluates up to max_docs documents of `val` that carry an answer and fit
  * in seq_len tokens, through the token model's eval_forward and

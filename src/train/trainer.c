@@ -726,13 +726,13 @@ static ddp_status_t maybe_perturb(trainer_t *tr) {
 /* One held-out answer per built-in task, as the model gave it greedily:
  * what "task accuracy" means, shown rather than told. */
 static void log_task_examples(const ddp_task_scores_t *s) {
-  for (int k = 0; k < DDP_TASK_KINDS; ++k) {
+  for (int k = 0; k < DDP_BUILTIN_TASKS; ++k) {
     if (!s->example[k][0]) continue;
     if (s->expected[k][0])
-      DDP_LOG_INFO("summary:   %-7s %s   wrong (the answer is %s)", ddp_task_name(k), s->example[k],
-                   s->expected[k]);
+      DDP_LOG_INFO("summary:   %-7s %s   wrong (the answer is %s)", ddp_builtin_task_name(k),
+                   s->example[k], s->expected[k]);
     else
-      DDP_LOG_INFO("summary:   %-7s %s   right", ddp_task_name(k), s->example[k]);
+      DDP_LOG_INFO("summary:   %-7s %s   right", ddp_builtin_task_name(k), s->example[k]);
   }
 }
 
@@ -780,10 +780,10 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
     char per_task[160] = "";
     if (tokens) { /* " (copy 61.0%, reverse 12.5%, ...)" for the tasks that occurred */
       size_t at = 0;
-      for (int k = 0; k < DDP_TASK_KINDS && at < sizeof per_task; ++k)
+      for (int k = 0; k < DDP_BUILTIN_TASKS && at < sizeof per_task; ++k)
         if (fe->by_task.total[k])
           at += (size_t)snprintf(per_task + at, sizeof per_task - at, "%s%s %.1f%%",
-                                 at ? ", " : " (", ddp_task_name(k),
+                                 at ? ", " : " (", ddp_builtin_task_name(k),
                                  100.0 * fe->by_task.solved[k] / fe->by_task.total[k]);
       if (at && at < sizeof per_task) snprintf(per_task + at, sizeof per_task - at, ")");
     }
