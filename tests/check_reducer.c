@@ -22,6 +22,7 @@
 #include "comm/comm.h"
 #include "optim/optim.h"
 #include "runtime/dist.h"
+#include "train/bucket_plan.h"
 #include "train/reducer.h"
 
 /* What MPI_Init and MPI_Finalize allocate and never free is not this
@@ -89,6 +90,30 @@ START_TEST(test_reducer_buckets_tile_the_buffer_with_a_small_first_one) {
   }
   ck_assert_uint_eq(next, N_ELEMS);
   ddp_reducer_destroy(r);
+}
+END_TEST
+
+START_TEST(test_bucket_plan_is_the_reducers_cut_without_a_communicator) {
+  ddp_bucket_span_t spans[N_TENSORS];
+  int bucket_of[N_TENSORS];
+  ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, N_TENSORS, 5200, 600, spans, bucket_of), 3);
+  ddp_reducer_t *r = make(600, 5200);
+  for (int i = 0; i < 3; ++i) {
+    size_t off, cnt;
+    ddp_reducer_bucket(r, i, &off, &cnt);
+    ck_assert_uint_eq(spans[i].offset, off);
+    ck_assert_uint_eq(spans[i].count, cnt);
+  }
+  ddp_reducer_destroy(r);
+  const int want_of[N_TENSORS] = {0, 0, 1, 1, 2, 2};
+  for (int i = 0; i < N_TENSORS; ++i) ck_assert_int_eq(bucket_of[i], want_of[i]);
+  ck_assert_int_eq(spans[1].first_tensor, 2);
+  ck_assert_int_eq(spans[1].n_tensors, 2);
+  /* unusable arguments cut nothing */
+  ck_assert_int_eq(ddp_bucket_plan_cut(NULL, N_TENSORS, 5200, 600, spans, NULL), 0);
+  ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, 0, 5200, 600, spans, NULL), 0);
+  ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, N_TENSORS, 0, 600, spans, NULL), 0);
+  ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, N_TENSORS, 5200, NAN, spans, NULL), 0);
 }
 END_TEST
 
@@ -437,6 +462,7 @@ int main(int argc, char **argv) {
   TCase *tc = tcase_create("reducer");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_reducer_buckets_tile_the_buffer_with_a_small_first_one);
+  tcase_add_test(tc, test_bucket_plan_is_the_reducers_cut_without_a_communicator);
   tcase_add_test(tc, test_reducer_tensor_larger_than_the_cap_is_its_own_bucket);
   tcase_add_test(tc, test_reducer_launches_complete_buckets_in_order_only);
   tcase_add_test(tc, test_reducer_finish_names_a_tensor_never_marked);

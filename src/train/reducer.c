@@ -22,6 +22,7 @@
 #include "core/clock.h"
 #include "optim/optim.h"
 #include "trace/timeline.h"
+#include "train/bucket_plan.h"
 
 typedef struct bucket {
   size_t offset, count;
@@ -121,21 +122,21 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
       return st;
     }
   }
-  /* Cut buckets: close one when adding the next tensor would pass the cap. */
-  double cap = cfg->first_bucket_bytes;
-  bucket_t *b = NULL;
-  for (int i = 0; i < n; ++i) {
-    const double bytes = (double)r->tensors[i].count * sizeof(float);
-    if (!b || (double)b->count * sizeof(float) + bytes > cap) {
-      if (b) cap = cfg->bucket_bytes;
-      b = &r->buckets[r->n_buckets++];
-      *b = (bucket_t){
-          .offset = r->tensors[i].offset, .first_tensor = i, .handle = DDP_COMM_HANDLE_NONE};
-    }
-    b->count += r->tensors[i].count;
-    b->n_tensors++;
-    r->bucket_of[i] = r->n_buckets - 1;
+  /* Cut buckets (train/bucket_plan.h), at most one per tensor. */
+  ddp_bucket_span_t *spans = malloc((size_t)n * sizeof *spans);
+  if (!spans) {
+    ddp_reducer_destroy(r);
+    DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
   }
+  r->n_buckets = ddp_bucket_plan_cut(r->tensors, n, cfg->bucket_bytes, cfg->first_bucket_bytes,
+                                     spans, r->bucket_of);
+  for (int i = 0; i < r->n_buckets; ++i)
+    r->buckets[i] = (bucket_t){.offset = spans[i].offset,
+                               .count = spans[i].count,
+                               .first_tensor = spans[i].first_tensor,
+                               .n_tensors = spans[i].n_tensors,
+                               .handle = DDP_COMM_HANDLE_NONE};
+  free(spans);
   if (r->dtype != DDP_DTYPE_F32) {
     const ddp_status_t st =
         ddp_backend_alloc(r->be, (size_t)r->n_buckets * sizeof *r->partials, (void **)&r->partials);
