@@ -93,8 +93,10 @@ extern "C" ddp_status_t ddp_cuda_grad_epilogue(float *dst, const void *src, ddp_
       return launch<DDP_DTYPE_BF16>(dst, src, n, scale, partial, stream);
     case DDP_DTYPE_F16:
       return launch<DDP_DTYPE_F16>(dst, src, n, scale, partial, stream);
+    case DDP_DTYPE_F32: /* --zero 1's fp32 shard, in place (dst == src) */
+      return launch<DDP_DTYPE_F32>(dst, src, n, scale, partial, stream);
     default:
-      DDP_FAIL(DDP_ERR_INVALID_ARG, "grad_epilogue: %s is not a half type",
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "grad_epilogue: %s is not a gradient type",
                ddp_dtype_name(src_dtype));
   }
 }

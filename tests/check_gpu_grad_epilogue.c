@@ -124,6 +124,34 @@ START_TEST(test_gpu_grad_epilogue_matches_cpu) {
 }
 END_TEST
 
+/* --zero 1's fp32 shard: in place (dst == src) on both backends, the
+ * same element bits and the partial within double rounding. */
+START_TEST(test_gpu_grad_epilogue_fp32_in_place_matches_cpu) {
+  for (size_t k = 0; k < sizeof k_sizes / sizeof k_sizes[0]; ++k) {
+    const size_t n = k_sizes[k];
+    twin_t in = twin_input(DDP_DTYPE_F32, n, 0.0f, 1024.0f);
+    double *pg = poisoned_double(twin_gpu), *pc = poisoned_double(twin_cpu);
+    ck_assert_int_eq(
+        ddp_optim_grad_epilogue(twin_gpu, in.gpu, in.gpu, DDP_DTYPE_F32, n, 0.3f, pg, NULL),
+        DDP_OK);
+    ck_assert_int_eq(
+        ddp_optim_grad_epilogue(twin_cpu, in.cpu, in.cpu, DDP_DTYPE_F32, n, 0.3f, pc, NULL),
+        DDP_OK);
+    ck_assert_int_eq(ddp_backend_sync(twin_gpu, NULL), DDP_OK);
+    float *g = twin_fetch(&in, twin_gpu), *h = twin_fetch(&in, twin_cpu);
+    ck_assert_msg(memcmp(g, h, n * sizeof(float)) == 0, "fp32 n=%zu: elements differ", n);
+    const double a = read_double(twin_gpu, pg), b = read_double(twin_cpu, pc);
+    ck_assert_msg(b > 0.0 && fabs(a - b) <= 1e-9 * b, "fp32 n=%zu: partial gpu %.17g cpu %.17g", n,
+                  a, b);
+    free(g);
+    free(h);
+    ddp_backend_free(twin_gpu, pg);
+    ddp_backend_free(twin_cpu, pc);
+    twin_free(&in);
+  }
+}
+END_TEST
+
 START_TEST(test_gpu_grad_epilogue_nonfinite_reaches_the_norm) {
   const size_t n = 10007;
   const float bad[] = {INFINITY, -INFINITY, NAN};
@@ -275,6 +303,7 @@ int main(void) {
   TCase *tc = tcase_create("twin");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_gpu_grad_epilogue_matches_cpu);
+  tcase_add_test(tc, test_gpu_grad_epilogue_fp32_in_place_matches_cpu);
   tcase_add_test(tc, test_gpu_grad_epilogue_nonfinite_reaches_the_norm);
   tcase_add_test(tc, test_gpu_sum_partials_matches_cpu_in_order);
   tcase_add_test(tc, test_gpu_grad_epilogue_two_runs_bit_identical);

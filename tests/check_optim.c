@@ -856,6 +856,43 @@ START_TEST(test_optim_plan_counts_skipped_steps) {
 }
 END_TEST
 
+/* --zero 1's fp32 shard: the epilogue in place (dst == src) scales each
+ * gradient and takes the sum of squares exactly as ddp_optim_grad_sumsq_cpu
+ * does (same lanes: the same bits), and out of place gives the same. */
+START_TEST(test_optim_grad_epilogue_fp32_in_place) {
+  const size_t sizes[] = {1, 63, 64, 65, 1000, 4099};
+  const float scales[] = {1.0f, 1.0f / 1024.0f, 0.3f};
+  enum { MAXN = 4099 };
+  static float g[MAXN], orig[MAXN], out[MAXN];
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k)
+    for (int c = 0; c < 3; ++c) {
+      const size_t n = sizes[k];
+      ddp_rng_t rng;
+      ddp_rng_init(&rng, 500 + k, 3);
+      ddp_rng_fill_normal(&rng, 0, 0.0f, 1024.0f, orig, n);
+      float sumsq = -1.0f;
+      ck_assert_int_eq(ddp_optim_grad_sumsq_cpu(g_be, &sumsq, orig, n, scales[c], NULL), DDP_OK);
+      memcpy(g, orig, n * sizeof(float));
+      if (n < MAXN) g[n] = 12345.0f;
+      double partial = NAN, partial2 = NAN;
+      ck_assert_int_eq(
+          ddp_optim_grad_epilogue(g_be, g, g, DDP_DTYPE_F32, n, scales[c], &partial, NULL), DDP_OK);
+      ck_assert_int_eq(
+          ddp_optim_grad_epilogue(g_be, out, orig, DDP_DTYPE_F32, n, scales[c], &partial2, NULL),
+          DDP_OK);
+      for (size_t i = 0; i < n; ++i) {
+        const float want = scales[c] * orig[i];
+        ck_assert_msg(memcmp(&g[i], &want, sizeof want) == 0, "n=%zu: element %zu", n, i);
+      }
+      ck_assert(memcmp(g, out, n * sizeof(float)) == 0);
+      ck_assert(memcmp(&partial, &partial2, sizeof partial) == 0);
+      ck_assert_msg(memcmp(&(float){(float)partial}, &sumsq, sizeof sumsq) == 0,
+                    "n=%zu: partial %.17g vs grad_sumsq %.9g", n, partial, (double)sumsq);
+      if (n < MAXN) ck_assert_float_eq(g[n], 12345.0f); /* nothing past n */
+    }
+}
+END_TEST
+
 /* ---- the half all-reduce's fused epilogue -------------------------------- */
 
 /* n random N(0, 1) gradients as a loss-scaled half reduction would hold
@@ -1000,7 +1037,8 @@ START_TEST(test_optim_grad_epilogue_rejects_bad_input) {
     ck_assert_int_eq(epi(g_be, NULL, bits, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL), E);
     ck_assert_int_eq(epi(g_be, dst, NULL, DDP_DTYPE_BF16, N, 1.0f, &partial, NULL), E);
     ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_BF16, N, 1.0f, NULL, NULL), E);
-    ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F32, N, 1.0f, &partial, NULL), E);
+    /* fp32 runs in place only exactly: dst == src */
+    ck_assert_int_eq(epi(g_be, dst + 1, dst, DDP_DTYPE_F32, N - 1, 1.0f, &partial, NULL), E);
     ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_I32, N, 1.0f, &partial, NULL), E);
     ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F16, N, NAN, &partial, NULL), E);
     ck_assert_int_eq(epi(g_be, dst, bits, DDP_DTYPE_F16, N, INFINITY, &partial, NULL), E);
@@ -1015,8 +1053,9 @@ START_TEST(test_optim_grad_epilogue_rejects_bad_input) {
     ddp_assert_contains(log, "optim_grad_epilogue: NULL dst");
     ddp_assert_contains(log, "optim_grad_epilogue: NULL src");
     ddp_assert_contains(log, "optim_grad_epilogue: NULL partial");
-    ddp_assert_contains(log, "the reduced gradients are fp32; the epilogue widens bf16 or fp16");
-    ddp_assert_contains(log, "the reduced gradients are int32");
+    ddp_assert_contains(log,
+                        "the reduced gradients are int32; the epilogue reads bf16, fp16 or fp32");
+    ddp_assert_contains(log, "only fp32 runs in place, with dst == src");
     ddp_assert_contains(log, "optim_grad_epilogue: scale nan");
     ddp_assert_contains(log, "optim_grad_epilogue: scale inf");
     ddp_assert_contains(log, "dst and src overlap");
@@ -1071,6 +1110,7 @@ static Suite *optim_suite(void) {
   tcase_add_test(tc, test_optim_plan_rejects_bad_input);
   tcase_add_test(tc, test_optim_plan_counts_skipped_steps);
   tcase_add_test(tc, test_optim_grad_epilogue_equals_convert_scale_sumsq);
+  tcase_add_test(tc, test_optim_grad_epilogue_fp32_in_place);
   tcase_add_test(tc, test_optim_grad_epilogue_nonfinite_reaches_the_norm);
   tcase_add_test(tc, test_optim_sum_partials_adds_in_bucket_order);
   tcase_add_test(tc, test_optim_grad_epilogue_rejects_bad_input);

@@ -24,6 +24,7 @@
 #include "runtime/dist.h"
 #include "train/bucket_plan.h"
 #include "train/reducer.h"
+#include "train/zero_layout.h"
 
 /* What MPI_Init and MPI_Finalize allocate and never free is not this
  * suite's leak (see tests/check_comm.c). */
@@ -114,6 +115,94 @@ START_TEST(test_bucket_plan_is_the_reducers_cut_without_a_communicator) {
   ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, 0, 5200, 600, spans, NULL), 0);
   ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, N_TENSORS, 0, 600, spans, NULL), 0);
   ck_assert_int_eq(ddp_bucket_plan_cut(k_tensors, N_TENSORS, 5200, NAN, spans, NULL), 0);
+}
+END_TEST
+
+/* --zero 1's layout over the test table for 1..5 ranks and several caps:
+ * every element of [0, n) is owned by exactly one rank; every bucket but
+ * the tail is world whole blocks starting on a multiple of world x
+ * DDP_ZERO_ALIGN; each rank's pieces tile its shard with the tensors'
+ * decay flags, its padding undecayed; a tensor's bucket range covers
+ * exactly the buckets it overlaps. */
+START_TEST(test_zero_layout_owns_every_element_once) {
+  ddp_param_t t[N_TENSORS];
+  memcpy(t, k_tensors, sizeof t);
+  for (int i = 0; i < N_TENSORS; ++i) t[i].decay = i % 2;
+  const double caps[][2] = {{600, 5200}, {4, 4}, {1e9, 1e9}};
+  static int owner[N_ELEMS];
+  for (int world = 1; world <= 5; ++world)
+    for (int c = 0; c < 3; ++c) {
+      for (int e = 0; e < N_ELEMS; ++e) owner[e] = -1;
+      for (int rank = 0; rank < world; ++rank) {
+        ddp_zero_layout_t l;
+        ck_assert_int_eq(
+            ddp_zero_layout_create(t, N_TENSORS, N_ELEMS, world, rank, caps[c][1], caps[c][0], &l),
+            DDP_OK);
+        size_t next = 0, local = 0;
+        for (int k = 0; k < l.n_buckets; ++k) {
+          const ddp_zero_bucket_t *b = &l.buckets[k];
+          ck_assert_uint_eq(b->offset, next);
+          ck_assert_uint_eq(b->local, local);
+          ck_assert_uint_eq(b->offset % ((size_t)world * DDP_ZERO_ALIGN), 0);
+          if (b->padded) {
+            ck_assert_int_eq(k, l.n_buckets - 1);
+            ck_assert_uint_gt((size_t)world * b->block, b->count);
+          } else {
+            ck_assert_uint_eq((size_t)world * b->block, b->count);
+          }
+          size_t lo, hi;
+          ddp_zero_layout_owned(&l, k, rank, &lo, &hi);
+          for (size_t e = lo; e < hi; ++e) {
+            ck_assert_int_eq(owner[e], -1);
+            owner[e] = rank;
+          }
+          next = b->offset + b->count;
+          local += b->block;
+        }
+        ck_assert_uint_eq(next, N_ELEMS);
+        ck_assert_uint_eq(l.shard, local);
+        /* pieces tile the shard; decay follows the tensor, padding has none */
+        size_t at = 0;
+        for (int p = 0; p < l.n_pieces; ++p) {
+          ck_assert_uint_eq(l.pieces[p].offset, at);
+          ck_assert_uint_gt(l.pieces[p].count, 0);
+          at += l.pieces[p].count;
+        }
+        ck_assert_uint_eq(at, l.shard);
+        for (int k = 0; k < l.n_buckets; ++k) {
+          size_t lo, hi;
+          ddp_zero_layout_owned(&l, k, rank, &lo, &hi);
+          for (size_t e = lo; e < hi; ++e) {
+            /* shard position of e, and the piece holding it */
+            const size_t pos = l.buckets[k].local + (e - lo);
+            int p = 0;
+            while (l.pieces[p].offset + l.pieces[p].count <= pos) ++p;
+            int ti = 0;
+            while (t[ti].offset + t[ti].count <= e) ++ti;
+            ck_assert_int_eq(l.pieces[p].decay, t[ti].decay);
+            ck_assert_int_le(l.first_bucket[ti], k);
+            ck_assert_int_ge(l.last_bucket[ti], k);
+          }
+        }
+        ddp_zero_layout_destroy(&l);
+      }
+      for (int e = 0; e < N_ELEMS; ++e)
+        ck_assert_msg(owner[e] >= 0, "world %d caps %d: element %d has no owner", world, c, e);
+    }
+  /* a bad world, rank or table is refused */
+  ddp_zero_layout_t l;
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_zero_layout_create(t, N_TENSORS, N_ELEMS, 0, 0, 1e9, 1e9, &l),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_zero_layout_create(t, N_TENSORS, N_ELEMS, 2, 2, 1e9, 1e9, &l),
+                   DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(ddp_zero_layout_create(t, N_TENSORS, N_ELEMS + 1, 2, 0, 1e9, 1e9, &l),
+                   DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "zero layout: rank 0 of 0 ranks");
+  ddp_assert_contains(log, "zero layout: rank 2 of 2 ranks");
+  ddp_assert_contains(log, "the tensors cover 1490 of 1491 parameters");
+  free(log);
 }
 END_TEST
 
@@ -401,7 +490,7 @@ START_TEST(test_reducer_epilogue_state_and_errors) {
   ddp_test_log_start();
   ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
-  ddp_assert_contains(log, "an fp32 reduction has no fused epilogue");
+  ddp_assert_contains(log, "an fp32 all-reduce has no fused epilogue");
   free(log);
   ddp_reducer_destroy(r);
 
@@ -463,6 +552,7 @@ int main(int argc, char **argv) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_reducer_buckets_tile_the_buffer_with_a_small_first_one);
   tcase_add_test(tc, test_bucket_plan_is_the_reducers_cut_without_a_communicator);
+  tcase_add_test(tc, test_zero_layout_owns_every_element_once);
   tcase_add_test(tc, test_reducer_tensor_larger_than_the_cap_is_its_own_bucket);
   tcase_add_test(tc, test_reducer_launches_complete_buckets_in_order_only);
   tcase_add_test(tc, test_reducer_finish_names_a_tensor_never_marked);

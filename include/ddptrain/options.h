@@ -77,6 +77,7 @@ typedef struct ddp_options {
   int64_t warmup, nesterov;
   /* data parallelism */
   double bucket_mb, first_bucket_mb;
+  int64_t zero; /* --zero: 1 shards the optimizer state across the ranks (train/zero.h) */
   char comm_progress[16];
   int64_t check_replicas;
   double heartbeat_timeout;

@@ -190,15 +190,20 @@ ddp_status_t ddp_optim_check_grad_epilogue(const float *dst, const void *src, dd
              !dst   ? "dst"
              : !src ? "src"
                     : "partial");
-  if (src_dtype != DDP_DTYPE_BF16 && src_dtype != DDP_DTYPE_F16)
+  if (src_dtype != DDP_DTYPE_BF16 && src_dtype != DDP_DTYPE_F16 && src_dtype != DDP_DTYPE_F32)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "optim_grad_epilogue: the reduced gradients are %s; the epilogue widens bf16 or fp16",
+             "optim_grad_epilogue: the reduced gradients are %s; the epilogue reads bf16, fp16 "
+             "or fp32",
              ddp_dtype_name(src_dtype));
   if (!isfinite(scale))
     DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_grad_epilogue: scale %g", (double)scale);
-  if (ranges_overlap(dst, n * sizeof(float), src, n * ddp_dtype_size(src_dtype)))
+  /* fp32 may run in place (each element is read before it is written);
+   * a widening may not, and neither may a partial overlap */
+  const int in_place = src_dtype == DDP_DTYPE_F32 && (const void *)dst == src;
+  if (!in_place && ranges_overlap(dst, n * sizeof(float), src, n * ddp_dtype_size(src_dtype)))
     DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "optim_grad_epilogue: dst and src overlap (the widening cannot run in place)");
+             "optim_grad_epilogue: dst and src overlap (only fp32 runs in place, with dst == "
+             "src)");
   return DDP_OK;
 }
 

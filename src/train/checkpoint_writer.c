@@ -157,23 +157,36 @@ static void wait_idle(ddp_ckpt_writer_t *w) {
   pthread_mutex_unlock(&w->mu);
 }
 
-ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const float *params,
-                                  const float *state, const ddp_ckpt_meta_t *meta,
-                                  double *pause_ms) {
-  const double t0 = ddp_clock_seconds();
+ddp_status_t ddp_ckpt_writer_stage(ddp_ckpt_writer_t *w, float **params, float **state) {
   wait_idle(w);
-  const size_t n = w->img.n_params;
-  DDP_CHECK(ddp_backend_copy(be, w->img.params, params, n * sizeof(float),
-                             DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
-  if (w->img.n_slots)
-    DDP_CHECK(ddp_backend_copy(be, w->img.state, state, (size_t)w->img.n_slots * n * sizeof(float),
-                               DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
-  DDP_CHECK(ddp_backend_sync(be, NULL));
+  *params = w->img.params;
+  *state = w->img.n_slots ? w->img.state : NULL;
+  return DDP_OK;
+}
+
+ddp_status_t ddp_ckpt_writer_commit(ddp_ckpt_writer_t *w, const ddp_ckpt_meta_t *meta) {
   pthread_mutex_lock(&w->mu);
   w->img.meta = *meta;
   w->busy = 1;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const float *params,
+                                  const float *state, const ddp_ckpt_meta_t *meta,
+                                  double *pause_ms) {
+  const double t0 = ddp_clock_seconds();
+  float *hp, *hs;
+  DDP_CHECK(ddp_ckpt_writer_stage(w, &hp, &hs));
+  const size_t n = w->img.n_params;
+  DDP_CHECK(
+      ddp_backend_copy(be, hp, params, n * sizeof(float), DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  if (hs)
+    DDP_CHECK(ddp_backend_copy(be, hs, state, (size_t)w->img.n_slots * n * sizeof(float),
+                               DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  DDP_CHECK(ddp_backend_sync(be, NULL));
+  DDP_CHECK(ddp_ckpt_writer_commit(w, meta));
   if (pause_ms) *pause_ms = 1e3 * (ddp_clock_seconds() - t0);
   return DDP_OK;
 }

@@ -34,6 +34,14 @@ ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const
                                   const float *state, const ddp_ckpt_meta_t *meta,
                                   double *pause_ms);
 
+/* The same in two halves, for a caller that fills the staging buffers
+ * itself (--zero 1 gathers the sharded state into them): stage waits for
+ * the previous write and gives the host buffers (params: n_params floats,
+ * state: n_slots x n_params, NULL without slots); commit hands them to the
+ * thread with meta. */
+ddp_status_t ddp_ckpt_writer_stage(ddp_ckpt_writer_t *w, float **params, float **state);
+ddp_status_t ddp_ckpt_writer_commit(ddp_ckpt_writer_t *w, const ddp_ckpt_meta_t *meta);
+
 /* Waits until the thread is idle; returns the status of the last write. */
 ddp_status_t ddp_ckpt_writer_flush(ddp_ckpt_writer_t *w);
 

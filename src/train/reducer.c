@@ -23,9 +23,12 @@
 #include "optim/optim.h"
 #include "trace/timeline.h"
 #include "train/bucket_plan.h"
+#include "train/zero_layout.h"
 
 typedef struct bucket {
   size_t offset, count;
+  size_t block, local; /* --zero 1: elements per rank, this rank's place in the shard */
+  int padded;          /* --zero 1's tail: reduce-scattered from a zero-padded copy */
   int first_tensor, n_tensors;
   int ready; /* tensors marked this step */
   ddp_comm_handle_t handle;
@@ -39,9 +42,16 @@ struct ddp_reducer {
   ddp_backend_t *be;
   uint16_t *staging; /* half dtype: the buffer's elements in that type */
   size_t base;       /* offset of the first tensor (staging index 0) */
-  double *partials;  /* half dtype: per bucket, its sum of squares (backend memory) */
-  float scale;       /* the epilogue's factor (ddp_reducer_set_scale) */
-  int norm_ready;    /* the partials describe the gradients finish() left */
+  double *partials;  /* half dtype or zero: per bucket, its sum of squares (backend memory) */
+  /* --zero 1 */
+  const ddp_zero_layout_t *zero;
+  float *shard_grads;   /* this rank's reduced gradients (borrowed) */
+  uint16_t *half_recv;  /* half dtype: the shard's sums before widening */
+  float *tail;          /* fp32: the tail bucket, padded with zeros */
+  double *all_partials; /* every rank's partials, rank after rank */
+  int *last_bucket;     /* per tensor: the last bucket it overlaps (first: bucket_of) */
+  float scale;          /* the epilogue's factor (ddp_reducer_set_scale) */
+  int norm_ready;       /* the partials describe the gradients finish() left */
   void *stream;
   const ddp_param_t *tensors; /* borrowed: the caller's table */
   int n_tensors;
@@ -56,6 +66,10 @@ void ddp_reducer_destroy(ddp_reducer_t *r) {
   if (!r) return;
   if (r->staging) ddp_backend_free(r->be, r->staging);
   if (r->partials) ddp_backend_free(r->be, r->partials);
+  if (r->half_recv) ddp_backend_free(r->be, r->half_recv);
+  if (r->tail) ddp_backend_free(r->be, r->tail);
+  if (r->all_partials) ddp_backend_free(r->be, r->all_partials);
+  free(r->last_bucket);
 
   free(r->bucket_of);
   free(r->marked);
@@ -72,6 +86,58 @@ void ddp_reducer_bucket(const ddp_reducer_t *r, int i, size_t *offset, size_t *c
   *count = r->buckets[i].count;
 }
 
+/* --zero 1: the layout's buckets, and for each tensor the range of buckets
+ * that wait for it (one that straddles a boundary counts in both). */
+static void zero_buckets(ddp_reducer_t *r, const ddp_zero_layout_t *l) {
+  r->n_buckets = l->n_buckets;
+  for (int k = 0; k < l->n_buckets; ++k) {
+    const ddp_zero_bucket_t *z = &l->buckets[k];
+    r->buckets[k] = (bucket_t){.offset = z->offset,
+                               .count = z->count,
+                               .block = z->block,
+                               .local = z->local,
+                               .padded = z->padded,
+                               .first_tensor = z->last_tensor - z->n_overlap + 1,
+                               .n_tensors = z->n_overlap,
+                               .handle = DDP_COMM_HANDLE_NONE};
+  }
+  for (int t = 0; t < r->n_tensors; ++t) {
+    r->bucket_of[t] = l->first_bucket[t];
+    r->last_bucket[t] = l->last_bucket[t];
+  }
+}
+
+/* Backend buffers: the half staging (zero: with the tail's padding, zeroed
+ * once), zero's receive and tail buffers, and the partials. */
+static ddp_status_t alloc_buffers(ddp_reducer_t *r, size_t n_elems) {
+  const ddp_zero_layout_t *z = r->zero;
+  const bucket_t *tail = &r->buckets[r->n_buckets - 1];
+  const size_t padded_end =
+      z && tail->padded ? tail->offset + (size_t)z->world * tail->block : n_elems;
+  if (r->dtype != DDP_DTYPE_F32) {
+    DDP_CHECK(ddp_backend_alloc(r->be, (padded_end - r->base) * sizeof *r->staging,
+                                (void **)&r->staging));
+    if (padded_end > n_elems)
+      DDP_CHECK(r->be->ops->fill(r->be, r->staging + (n_elems - r->base), r->dtype, 0.0f,
+                                 padded_end - n_elems, NULL));
+  }
+  if (z && r->dtype != DDP_DTYPE_F32)
+    DDP_CHECK(ddp_backend_alloc(r->be, z->shard * sizeof *r->half_recv, (void **)&r->half_recv));
+  if (z && r->dtype == DDP_DTYPE_F32 && tail->padded) {
+    const size_t q = (size_t)z->world * tail->block;
+    DDP_CHECK(ddp_backend_alloc(r->be, q * sizeof *r->tail, (void **)&r->tail));
+    DDP_CHECK(r->be->ops->fill(r->be, r->tail, DDP_DTYPE_F32, 0.0f, q, NULL));
+  }
+  if (r->dtype != DDP_DTYPE_F32 || z)
+    DDP_CHECK(ddp_backend_alloc(r->be, (size_t)r->n_buckets * sizeof *r->partials,
+                                (void **)&r->partials));
+  if (z && z->world > 1)
+    DDP_CHECK(ddp_backend_alloc(r->be,
+                                (size_t)z->world * (size_t)r->n_buckets * sizeof *r->all_partials,
+                                (void **)&r->all_partials));
+  return DDP_OK;
+}
+
 ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cfg,
                                 ddp_reducer_t **out) {
   if (!comm || !cfg || !out || !cfg->grads || !cfg->tensors || cfg->n_tensors < 1)
@@ -86,6 +152,9 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
   if (cfg->dtype != DDP_DTYPE_F32 && !cfg->be)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: a %s reduction needs the backend",
              ddp_dtype_name(cfg->dtype));
+  if (cfg->zero && (!cfg->be || !cfg->shard_grads))
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "reducer: --zero 1 needs the backend and a shard gradient buffer");
   const int n = cfg->n_tensors;
   size_t expect = cfg->tensors[0].offset;
   for (int i = 0; i < n; ++i) {
@@ -96,6 +165,9 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
                i, cfg->tensors[i].offset, cfg->tensors[i].count, expect);
     expect += cfg->tensors[i].count;
   }
+  if (cfg->zero && (cfg->tensors[0].offset != 0 || cfg->zero->n != expect))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer: the --zero layout is of %zu parameters, not these %zu",
+             cfg->zero->n, expect);
   ddp_reducer_t *r = calloc(1, sizeof *r);
   if (!r) DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory");
   r->comm = comm;
@@ -103,10 +175,14 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
   r->stream = cfg->stream;
   r->n_tensors = n;
   r->tensors = cfg->tensors;
+  r->zero = cfg->zero;
+  r->shard_grads = cfg->shard_grads;
   r->bucket_of = malloc((size_t)n * sizeof *r->bucket_of);
   r->marked = calloc((size_t)n, 1);
-  r->buckets = calloc((size_t)n, sizeof *r->buckets); /* at most one per tensor */
-  if (!r->bucket_of || !r->marked || !r->buckets) {
+  /* at most one per tensor, and zero's tail */
+  r->buckets = calloc((size_t)n + 1, sizeof *r->buckets);
+  if (r->zero) r->last_bucket = malloc((size_t)n * sizeof *r->last_bucket);
+  if (!r->bucket_of || !r->marked || !r->buckets || (r->zero && !r->last_bucket)) {
     ddp_reducer_destroy(r);
     DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
   }
@@ -114,36 +190,29 @@ ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cf
   r->be = cfg->be;
   r->base = cfg->tensors[0].offset;
   r->scale = 1.0f;
-  if (r->dtype != DDP_DTYPE_F32) {
-    const ddp_status_t st =
-        ddp_backend_alloc(r->be, (expect - r->base) * sizeof *r->staging, (void **)&r->staging);
-    if (st != DDP_OK) {
+  if (r->zero) {
+    zero_buckets(r, r->zero);
+  } else {
+    /* Cut buckets (train/bucket_plan.h), at most one per tensor. */
+    ddp_bucket_span_t *spans = malloc((size_t)n * sizeof *spans);
+    if (!spans) {
       ddp_reducer_destroy(r);
-      return st;
+      DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
     }
+    r->n_buckets = ddp_bucket_plan_cut(r->tensors, n, cfg->bucket_bytes, cfg->first_bucket_bytes,
+                                       spans, r->bucket_of);
+    for (int i = 0; i < r->n_buckets; ++i)
+      r->buckets[i] = (bucket_t){.offset = spans[i].offset,
+                                 .count = spans[i].count,
+                                 .first_tensor = spans[i].first_tensor,
+                                 .n_tensors = spans[i].n_tensors,
+                                 .handle = DDP_COMM_HANDLE_NONE};
+    free(spans);
   }
-  /* Cut buckets (train/bucket_plan.h), at most one per tensor. */
-  ddp_bucket_span_t *spans = malloc((size_t)n * sizeof *spans);
-  if (!spans) {
+  const ddp_status_t st = alloc_buffers(r, expect);
+  if (st != DDP_OK) {
     ddp_reducer_destroy(r);
-    DDP_FAIL(DDP_ERR_OOM, "reducer: out of memory for %d tensors", n);
-  }
-  r->n_buckets = ddp_bucket_plan_cut(r->tensors, n, cfg->bucket_bytes, cfg->first_bucket_bytes,
-                                     spans, r->bucket_of);
-  for (int i = 0; i < r->n_buckets; ++i)
-    r->buckets[i] = (bucket_t){.offset = spans[i].offset,
-                               .count = spans[i].count,
-                               .first_tensor = spans[i].first_tensor,
-                               .n_tensors = spans[i].n_tensors,
-                               .handle = DDP_COMM_HANDLE_NONE};
-  free(spans);
-  if (r->dtype != DDP_DTYPE_F32) {
-    const ddp_status_t st =
-        ddp_backend_alloc(r->be, (size_t)r->n_buckets * sizeof *r->partials, (void **)&r->partials);
-    if (st != DDP_OK) {
-      ddp_reducer_destroy(r);
-      return st;
-    }
+    return st;
   }
   *out = r;
   return DDP_OK;
@@ -162,13 +231,36 @@ static int find_tensor(const ddp_reducer_t *r, size_t offset) {
   return -1;
 }
 
+/* --zero 1: the bucket's world blocks summed, this rank's block into its
+ * shard. The send side is the gradients themselves, their half copy, or
+ * for the tail a zero-padded copy (so the blocks are whole). */
+static ddp_status_t launch_reduce_scatter(ddp_reducer_t *r, bucket_t *b) {
+  const ddp_stream_t s = (ddp_stream_t)r->stream;
+  const void *send = r->grads + b->offset;
+  void *recv = r->shard_grads + b->local;
+  if (r->staging) {
+    uint16_t *h = r->staging + (b->offset - r->base);
+    DDP_CHECK(
+        r->be->ops->convert(r->be, h, r->dtype, r->grads + b->offset, DDP_DTYPE_F32, b->count, s));
+    send = h;
+    recv = r->half_recv + b->local;
+  } else if (b->padded) {
+    DDP_CHECK(ddp_backend_copy(r->be, r->tail, r->grads + b->offset, b->count * sizeof(float),
+                               DDP_COPY_KIND_DEVICE_TO_DEVICE, s));
+    send = r->tail;
+  }
+  return ddp_comm_reduce_scatter(r->comm, send, recv, b->block, r->dtype, r->stream, &b->handle);
+}
+
 /* Starts complete buckets in order. */
 static ddp_status_t launch_ready(ddp_reducer_t *r) {
   while (r->next_launch < r->n_buckets) {
     bucket_t *b = &r->buckets[r->next_launch];
     if (b->ready < b->n_tensors) break;
     if (ddp_timeline_on) b->launched_s = ddp_clock_seconds(), b->done_s = 0.0;
-    if (r->staging) {
+    if (r->zero) {
+      DDP_CHECK(launch_reduce_scatter(r, b));
+    } else if (r->staging) {
       uint16_t *h = r->staging + (b->offset - r->base);
       DDP_CHECK(r->be->ops->convert(r->be, h, r->dtype, r->grads + b->offset, DDP_DTYPE_F32,
                                     b->count, (ddp_stream_t)r->stream));
@@ -206,7 +298,8 @@ ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t coun
     DDP_FAIL(DDP_ERR_INTERNAL, "reducer: tensor %d (offset %zu) marked ready twice in a step", t,
              offset);
   r->marked[t] = 1;
-  r->buckets[r->bucket_of[t]].ready++;
+  const int last = r->last_bucket ? r->last_bucket[t] : r->bucket_of[t];
+  for (int k = r->bucket_of[t]; k <= last; ++k) r->buckets[k].ready++;
   DDP_CHECK(launch_ready(r));
   ddp_comm_progress(r->comm);
   if (ddp_timeline_on) note_completions(r);
@@ -236,10 +329,17 @@ ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms) {
     b->handle = DDP_COMM_HANDLE_NONE;
     /* Widen the half sums back into the fp32 gradients, scaled, with the
      * bucket's sum of squares (the fused epilogue). */
-    if (st == DDP_OK && r->staging)
+    if (st == DDP_OK && r->zero) {
+      /* the shard's block: widened (half) or scaled in place (fp32) */
+      float *dst = r->shard_grads + b->local;
+      const void *src = r->staging ? (const void *)(r->half_recv + b->local) : dst;
+      st = ddp_optim_grad_epilogue(r->be, dst, src, r->staging ? r->dtype : DDP_DTYPE_F32, b->block,
+                                   r->scale, r->partials + i, (ddp_stream_t)r->stream);
+    } else if (st == DDP_OK && r->staging) {
       st = ddp_optim_grad_epilogue(r->be, r->grads + b->offset, r->staging + (b->offset - r->base),
                                    r->dtype, b->count, r->scale, r->partials + i,
                                    (ddp_stream_t)r->stream);
+    }
   }
   if (exposed_ms) *exposed_ms = (1e3 * ddp_clock_seconds()) - t0;
   const int incomplete = r->next_launch;
@@ -279,11 +379,21 @@ ddp_status_t ddp_reducer_grad_sumsq(ddp_reducer_t *r, float *sumsq) {
     DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_grad_sumsq: NULL %s", !r ? "reducer" : "sumsq");
   if (!r->partials)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "reducer: an fp32 reduction has no fused epilogue; take the gradient norm with "
+             "reducer: an fp32 all-reduce has no fused epilogue; take the gradient norm with "
              "ddp_optim_grad_sumsq");
   if (!r->norm_ready)
     DDP_FAIL(DDP_ERR_INTERNAL,
              "reducer: no finished step to take the gradient norm of (finish() failed or has not "
              "run since the step's first mark_ready)");
-  return ddp_optim_sum_partials(r->be, sumsq, r->partials, r->n_buckets, (ddp_stream_t)r->stream);
+  if (!r->all_partials)
+    return ddp_optim_sum_partials(r->be, sumsq, r->partials, r->n_buckets, (ddp_stream_t)r->stream);
+  /* --zero 1 on several ranks: each holds the partials of its blocks only;
+   * every rank adds all of them in the same order, so all get the same bits
+   * (and so the same clipping factor and the same overflow decision) */
+  ddp_comm_handle_t h;
+  DDP_CHECK(ddp_comm_allgather(r->comm, r->partials, r->all_partials,
+                               (size_t)r->n_buckets * sizeof *r->partials, r->stream, &h));
+  DDP_CHECK(ddp_comm_stream_wait(r->comm, h, r->stream));
+  return ddp_optim_sum_partials(r->be, sumsq, r->all_partials, r->zero->world * r->n_buckets,
+                                (ddp_stream_t)r->stream);
 }

@@ -63,6 +63,17 @@ typedef struct ddp_reducer_config {
   void *stream;      /* the compute stream gradients are produced on (NULL on CPU) */
   ddp_dtype_t dtype; /* type on the wire: fp32 (0, the default), bf16 or fp16 */
   ddp_backend_t *be; /* owns grads; needed for a half dtype (staging buffer, conversion) */
+  /* --zero 1 (train/zero_layout.h), or NULL: the buckets are the layout's,
+   * each is reduce-scattered instead of all-reduced, and this rank's block
+   * of the sum lands in shard_grads (backend memory, layout->shard floats)
+   * at the block's place in the shard; grads itself is left as backward
+   * wrote it. Every bucket then has the epilogue (fp32 in place), so
+   * ddp_reducer_grad_sumsq gives the norm of the whole reduced gradient:
+   * its partials are all-gathered across the ranks and added in rank, then
+   * bucket order, the same bits on every rank. Needs be. Both pointers
+   * are borrowed for the reducer's life. */
+  const struct ddp_zero_layout *zero;
+  float *shard_grads;
 } ddp_reducer_config_t;
 
 ddp_status_t ddp_reducer_create(ddp_comm_t *comm, const ddp_reducer_config_t *cfg,
@@ -83,8 +94,8 @@ ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t coun
  * Resets for the next step. */
 ddp_status_t ddp_reducer_finish(ddp_reducer_t *r, double *exposed_ms);
 
-/* 1 when finish() runs the fused epilogue (a bf16 or fp16 reduce dtype),
- * 0 for fp32. */
+/* 1 when finish() runs the fused epilogue (a bf16 or fp16 reduce dtype, or
+ * --zero 1), 0 for an fp32 all-reduce. */
 int ddp_reducer_fused_epilogue(const ddp_reducer_t *r);
 
 /* The factor the fused epilogue multiplies the widened sums by, from the

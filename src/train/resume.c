@@ -18,8 +18,8 @@
  * then no longer the uninterrupted one). */
 static const char *const k_structural[] = {"model", "data", "tasks", "optimizer", NULL};
 /* Flags that are expected to change from one leg of a run to the next. */
-static const char *const k_run_control[] = {"resume", "stop-at", "save-every", "detect-anomaly",
-                                            NULL};
+static const char *const k_run_control[] = {"resume",         "stop-at", "save-every",
+                                            "detect-anomaly", "zero",    NULL};
 
 static int listed(const char *const *list, const char *name) {
   for (int i = 0; list[i]; ++i)

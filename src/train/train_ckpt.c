@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
+#include "core/clock.h"
 #include "train/resume.h"
+#include "train/zero.h"
 
 static ddp_status_t make_layout(ddp_train_ckpt_t *tc, const ddp_optim_config_t *ocfg) {
   tc->config = ddp_ckpt_config_json(tc->o);
@@ -71,26 +73,52 @@ ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
   return DDP_OK;
 }
 
+void ddp_train_ckpt_set_zero(ddp_train_ckpt_t *tc, ddp_zero_t *zero, float *shard_state,
+                             ddp_comm_t *grad_comm) {
+  tc->zero = zero;
+  tc->state = shard_state;
+  tc->grad_comm = grad_comm;
+}
+
+/* --zero 1: every rank takes part; rank 0's writer gets the whole image. */
+static ddp_status_t save_sharded(ddp_train_ckpt_t *tc, const ddp_ckpt_meta_t *meta,
+                                 double *pause_ms) {
+  const double t0 = ddp_clock_seconds();
+  float *hp = NULL, *hs = NULL;
+  if (tc->writer) DDP_CHECK(ddp_ckpt_writer_stage(tc->writer, &hp, &hs));
+  DDP_CHECK(ddp_zero_gather_masters(tc->zero, tc->grad_comm));
+  if (hp)
+    DDP_CHECK(ddp_backend_copy(tc->be, hp, tc->model->params, tc->model->n_params * sizeof(float),
+                               DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  DDP_CHECK(ddp_zero_gather_state(tc->zero, tc->grad_comm, tc->state, hs));
+  if (tc->writer) DDP_CHECK(ddp_ckpt_writer_commit(tc->writer, meta));
+  *pause_ms = 1e3 * (ddp_clock_seconds() - t0);
+  return DDP_OK;
+}
+
 int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done) {
   return tc->o->save_every > 0 && done % tc->o->save_every == 0;
 }
 
 ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
                                  const ddp_ckpt_scaler_t *scaler, int wait) {
-  if (!tc->writer) return DDP_OK;
+  if (!tc->writer && !(tc->zero && tc->o->save[0])) return DDP_OK;
   if (done != tc->last_saved) {
     ddp_ckpt_meta_t meta = tc->layout.meta;
     meta.step = done;
     meta.scaler = *scaler;
     double pause_ms = 0.0;
-    DDP_CHECK(
-        ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state, &meta, &pause_ms));
+    if (tc->zero)
+      DDP_CHECK(save_sharded(tc, &meta, &pause_ms));
+    else
+      DDP_CHECK(
+          ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state, &meta, &pause_ms));
     tc->last_saved = done;
     DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
                  (long long)done, pause_ms);
   }
   /* A failed write was reported by the writer and is not fatal. */
-  if (wait) (void)ddp_ckpt_writer_flush(tc->writer);
+  if (wait && tc->writer) (void)ddp_ckpt_writer_flush(tc->writer);
   return DDP_OK;
 }
 
@@ -98,6 +126,7 @@ ddp_status_t ddp_train_ckpt_save_final(ddp_train_ckpt_t *tc, int64_t done,
                                        const ddp_ckpt_scaler_t *scaler,
                                        ddp_train_ckpt_outcome_t *outcome) {
   int32_t v = DDP_TRAIN_CKPT_NO_SAVE; /* rank 0's answer; the others add 0 */
+  if (tc->zero && !tc->writer) DDP_CHECK(ddp_train_ckpt_save(tc, done, scaler, 0));
   if (tc->writer) {
     DDP_CHECK(ddp_train_ckpt_save(tc, done, scaler, 0));
     /* the status of the last write, which is this step's (or, when nothing

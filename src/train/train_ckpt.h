@@ -22,6 +22,10 @@ typedef struct ddp_train_ckpt {
   char *config;
   ddp_ckpt_writer_t *writer; /* rank 0 with --save */
   int64_t last_saved;        /* steps of the last checkpoint handed to the writer */
+  /* --zero 1: the state is sharded (state is this rank's shard) and every
+   * rank takes part in a save, which gathers it into rank 0's staging */
+  struct ddp_zero *zero;
+  ddp_comm_t *grad_comm; /* the communicator of backend memory */
 } ddp_train_ckpt_t;
 
 /* Sets up saving and, with --resume, loads the checkpoint on every rank:
@@ -32,13 +36,20 @@ ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
                                  ddp_model_t *model, float *state, const ddp_optim_config_t *ocfg,
                                  int64_t *start_step, ddp_ckpt_scaler_t *scaler);
 
+/* --zero 1, after init: from now on state is this rank's shard (the
+ * state a resume loaded into the full buffer given to init has been taken
+ * out by the caller), and saves gather it over grad_comm. */
+void ddp_train_ckpt_set_zero(ddp_train_ckpt_t *tc, struct ddp_zero *zero, float *shard_state,
+                             ddp_comm_t *grad_comm);
+
 /* Whether a checkpoint is due after `done` steps (--save-every). */
 int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done);
 
 /* Rank 0 with --save hands the state after `done` steps to the writer; with
  * wait it also waits for the file and returns the write's status (the end
  * of a run); without, a failed write is only the writer's warning. Other
- * ranks and runs without --save do nothing. */
+ * ranks and runs without --save do nothing, except under --zero 1, where
+ * every rank sends its shard (collective: every rank calls it alike). */
 ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
                                  const ddp_ckpt_scaler_t *scaler, int wait);
 

@@ -45,6 +45,7 @@
 #include "train/task_eval.h"
 #include "train/train_ckpt.h"
 #include "train/train_data.h"
+#include "train/zero.h"
 
 enum { TASK_EVAL_DOCS = 128, LOADER_DEPTH = 3 };
 
@@ -75,7 +76,8 @@ typedef struct trainer {
   ddp_status_t hook_status; /* first reducer error raised inside backward */
   ddp_optim_config_t ocfg;
   ddp_optim_plan_t *optim_plan; /* made once, before the step loop */
-  float *state, *grad_sumsq;    /* backend memory */
+  float *state, *grad_sumsq;    /* backend memory (--zero 1: state is this rank's shard) */
+  ddp_zero_t zero;              /* --zero 1: the shard (zero.be is NULL without) */
   float *host_params;           /* --check-replicas */
   ddp_metrics_t metrics;
   double peak_gflops;
@@ -148,11 +150,23 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
                                   .momentum = (float)o->momentum,
                                   .nesterov = (int)o->nesterov,
                                   .max_grad_norm = (float)o->grad_clip};
-  const ddp_model_t *m = tr->model;
-  const size_t n = m->n_params;
-  /* the model's parameter table is the optimizer's tensor list as it is */
-  DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, m->tensors, m->n_tensors, n, &tr->optim_plan));
-  const size_t state_n = n * ddp_optim_state_per_param(&tr->ocfg);
+  ddp_model_t *m = tr->model;
+  size_t n = m->n_params;
+  const size_t spp = ddp_optim_state_per_param(&tr->ocfg);
+  if (o->zero) {
+    /* --zero 1: the optimizer sees this rank's shard, as a table of the
+     * tensor pieces that fall in it (train/zero_layout.h) */
+    DDP_CHECK(ddp_zero_create(&tr->zero, tr->be, m, tr->dist->world, tr->dist->rank,
+                              o->bucket_mb * 1048576.0, o->first_bucket_mb * 1048576.0, spp));
+    n = tr->zero.layout.shard;
+    DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, tr->zero.layout.pieces,
+                                    tr->zero.layout.n_pieces, n, &tr->optim_plan));
+  } else {
+    /* the model's parameter table is the optimizer's tensor list as it is */
+    DDP_CHECK(
+        ddp_optim_plan_create(tr->be, &tr->ocfg, m->tensors, m->n_tensors, n, &tr->optim_plan));
+  }
+  const size_t state_n = n * spp;
   if (state_n) {
     DDP_CHECK(ddp_backend_alloc(tr->be, state_n * sizeof(float), (void **)&tr->state));
     DDP_CHECK(tr->be->ops->fill(tr->be, tr->state, DDP_DTYPE_F32, 0.0f, state_n, NULL));
@@ -178,6 +192,7 @@ static void take_comm_stats(trainer_t *tr, ddp_comm_stats_t *cs) {
   cs->n_allreduce += g.n_allreduce;
   cs->n_broadcast += g.n_broadcast;
   cs->n_allgather += g.n_allgather;
+  cs->n_reduce_scatter += g.n_reduce_scatter;
   cs->n_barrier += g.n_barrier;
   cs->bytes += g.bytes;
   cs->comm_ms += g.comm_ms;
@@ -203,7 +218,9 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
                              .bucket_bytes = o->bucket_mb * 1048576.0,
                              .first_bucket_bytes = o->first_bucket_mb * 1048576.0,
                              .dtype = tr->amp.reduce_dtype,
-                             .be = tr->be};
+                             .be = tr->be,
+                             .zero = o->zero ? &tr->zero.layout : NULL,
+                             .shard_grads = o->zero ? tr->zero.grads : NULL};
   DDP_CHECK(ddp_reducer_create(grad_comm(tr), &rc, &tr->reducer));
   if (ddp_reducer_fused_epilogue(tr->reducer)) {
     size_t first_off, first_n, last_off, last_n;
@@ -237,6 +254,15 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
         "(first %.2f MiB, then <= %.1f MiB)",
         tr->dist->world, ddp_comm_name(grad_comm(tr)), ddp_comm_progress_mode(grad_comm(tr)), host,
         ddp_reducer_num_buckets(tr->reducer), (double)cnt * 4 / 1048576.0, o->bucket_mb);
+  }
+  if (o->zero) {
+    const double mib = 1.0 / 1048576.0, spp = (double)ddp_optim_state_per_param(&tr->ocfg);
+    const double shard = (double)tr->zero.layout.shard, full = (double)tr->model->n_params;
+    DDP_LOG_INFO(
+        "--zero 1: this rank owns %.0f of %.0f parameters; fp32 master weights and optimizer "
+        "state %.1f MiB per rank (%.1f MiB unsharded); gradients are reduce-scattered, weights "
+        "all-gathered after each step",
+        shard, full, shard * (1.0 + spp) * 4.0 * mib, full * spp * 4.0 * mib);
   }
   return DDP_OK;
 }
@@ -315,6 +341,32 @@ static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
   return mops->init_weights(tr->model, (uint64_t)o->seed);
 }
 
+/* Resuming and saving. A checkpoint always holds whole tensors (§5.5), so
+ * under --zero 1 a resume loads the full optimizer state into a buffer that
+ * lives only until this rank has taken its shard out of it; that is also
+ * what lets a checkpoint of N ranks resume on M, sharded or not. */
+static ddp_status_t setup_checkpoints(trainer_t *tr, ddp_ckpt_scaler_t *scaler) {
+  const ddp_options_t *o = tr->o;
+  float *full_state = tr->state;
+  const size_t full_n = tr->model->n_params * ddp_optim_state_per_param(&tr->ocfg);
+  if (o->zero) {
+    full_state = NULL;
+    if (o->resume[0] && full_n) {
+      DDP_CHECK(ddp_backend_alloc(tr->be, full_n * sizeof(float), (void **)&full_state));
+      DDP_CHECK(tr->be->ops->fill(tr->be, full_state, DDP_DTYPE_F32, 0.0f, full_n, NULL));
+    }
+  }
+  ddp_status_t st = ddp_train_ckpt_init(&tr->ckpt, o, tr->dist, tr->comm, tr->be, tr->model,
+                                        full_state, &tr->ocfg, &tr->start_step, scaler);
+  if (st == DDP_OK) st = restore_loss_scaler(tr, scaler);
+  if (st == DDP_OK && o->zero) {
+    st = ddp_zero_load(&tr->zero, full_state, tr->state);
+    ddp_train_ckpt_set_zero(&tr->ckpt, &tr->zero, tr->state, grad_comm(tr));
+  }
+  if (o->zero && full_state) ddp_backend_free(tr->be, full_state);
+  return st;
+}
+
 static ddp_status_t setup(trainer_t *tr) {
   const ddp_options_t *o = tr->o;
   /* the combination rules live in one place (ddp_options_validate); ddp_main
@@ -350,9 +402,7 @@ static ddp_status_t setup(trainer_t *tr) {
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
   ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
-  DDP_CHECK(ddp_train_ckpt_init(&tr->ckpt, o, tr->dist, tr->comm, tr->be, tr->model, tr->state,
-                                &tr->ocfg, &tr->start_step, &scaler));
-  DDP_CHECK(restore_loss_scaler(tr, &scaler));
+  DDP_CHECK(setup_checkpoints(tr, &scaler));
   DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
   DDP_CHECK(setup_eval(tr, mops));
   DDP_CHECK(ddp_sample_every_init(&tr->sample_every, o, tr->dist->rank, tr->model, tr->be,
@@ -555,23 +605,26 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const int checked_later = tr->be->ops->kind != DDP_DEVICE_KIND_CPU && !tr->anomaly.detect;
   if (!tr->amp.scaler.enabled && !checked_later)
     DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
+  /* --zero 1: the step updates this rank's shard only */
+  const int zero = tr->zero.be != NULL;
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
-                             .params = m->params,
-                             .grads = m->grads,
+                             .params = zero ? tr->zero.master : m->params,
+                             .grads = zero ? tr->zero.grads : m->grads,
                              .state = tr->state,
-                             .tensors = m->tensors,
-                             .n_tensors = m->n_tensors,
-                             .n = n,
+                             .tensors = zero ? tr->zero.layout.pieces : m->tensors,
+                             .n_tensors = zero ? tr->zero.layout.n_pieces : m->n_tensors,
+                             .n = zero ? tr->zero.layout.shard : n,
                              .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,
                              .grad_scale = fused ? 1.0f : unscale, /* fused: unscaled */
                              .grad_sumsq = tr->grad_sumsq,
-                             .compute_params = m->compute_params,
+                             .compute_params = zero ? tr->zero.compute : m->compute_params,
                              .compute_dtype = m->precision,
                              .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
   DDP_SPAN_BEGIN(DDP_SPAN_OPTIMIZER, -1, "optimizer");
   DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
   DDP_SPAN_END();
+  if (zero) DDP_CHECK(ddp_zero_gather_weights(&tr->zero, grad_comm(tr)));
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
@@ -697,6 +750,7 @@ static ddp_status_t write_eval_record(trainer_t *tr, int64_t step, const eval_re
 
 static ddp_status_t check_replicas(trainer_t *tr, int64_t step) {
   uint64_t h;
+  if (tr->zero.be) DDP_CHECK(ddp_zero_gather_masters(&tr->zero, grad_comm(tr)));
   DDP_CHECK(ddp_train_params_hash(tr->model, tr->host_params, &h));
   char what[96];
   snprintf(what, sizeof what, "the parameters after step %lld (--check-replicas)",
@@ -937,6 +991,8 @@ static ddp_status_t run(trainer_t *tr) {
   if (o->dump_batches[0])
     DDP_CHECK(ddp_train_dump_batches(o->dump_batches, tr->dist, o->accum, tr->steps * o->accum,
                                      &tr->data, tr->sampler, o));
+  if (o->export_path[0] && tr->zero.be)
+    DDP_CHECK(ddp_zero_gather_masters(&tr->zero, grad_comm(tr)));
   if (o->export_path[0] && tr->dist->rank == 0) {
     DDP_CHECK(ddp_model_export(tr->model, o->export_path));
     DDP_LOG_INFO("exported %zu parameters to %s", tr->model->n_params, o->export_path);
@@ -970,6 +1026,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_backend_free(be, tr.grad_sumsq);
   ddp_backend_free(be, tr.state);
   ddp_optim_plan_destroy(tr.optim_plan);
+  ddp_zero_destroy(&tr.zero);
   ddp_model_destroy(tr.model);
   ddp_sampler_destroy(tr.sampler);
   ddp_sampler_destroy(tr.val_sampler);
