@@ -36,6 +36,7 @@
 #include "gpu_twin.h"
 #include "optim/optim.h"
 #include "train/reducer.h"
+#include "train/zero_layout.h"
 
 enum { TAIL = 8 }; /* floats past n that must stay poisoned */
 
@@ -274,6 +275,74 @@ static void reduce_on(ddp_backend_t *be, ddp_dtype_t dt, const float *g0, float 
   ddp_backend_free(be, sq);
 }
 
+/* --zero 1's reducer on one rank (a "self" communicator made for the
+ * backend, whose reduce-scatter is a device copy): the shard's gradients,
+ * scaled, and their norm, on each backend. */
+static void reduce_zero_on(ddp_backend_t *be, ddp_dtype_t dt, const float *g0, float scale,
+                           float *out, float *norm, size_t *shard) {
+  ddp_dist_t one = {.rank = 0, .world = 1, .local_rank = 0, .local_size = 1};
+  ddp_comm_config_t cc = {.kind = "self", .be = be};
+  ddp_comm_t *comm = NULL;
+  ck_assert_int_eq(ddp_comm_create(&one, &cc, &comm), DDP_OK);
+  ddp_zero_layout_t l;
+  ck_assert_int_eq(ddp_zero_layout_create(k_tensors, N_TENSORS, N_ELEMS, 1, 0, 1e6, 4e4, &l),
+                   DDP_OK);
+  float *g = twin_dev_alloc(be, N_ELEMS * sizeof(float));
+  float *sg = twin_dev_alloc(be, l.shard * sizeof(float));
+  float *sq = twin_dev_alloc(be, sizeof(float));
+  twin_upload(be, g, g0, N_ELEMS * sizeof(float));
+  ddp_reducer_config_t cfg = {.grads = g,
+                              .tensors = k_tensors,
+                              .n_tensors = N_TENSORS,
+                              .bucket_bytes = 1e6,
+                              .first_bucket_bytes = 4e4,
+                              .dtype = dt,
+                              .be = be,
+                              .zero = &l,
+                              .shard_grads = sg};
+  ddp_reducer_t *r = NULL;
+  ck_assert_int_eq(ddp_reducer_create(comm, &cfg, &r), DDP_OK);
+  ck_assert_int_eq(ddp_reducer_set_scale(r, scale), DDP_OK);
+  for (int t = 0; t < N_TENSORS; ++t)
+    ck_assert_int_eq(ddp_reducer_mark_ready(r, k_tensors[t].offset, k_tensors[t].count), DDP_OK);
+  ck_assert_int_eq(ddp_reducer_finish(r, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, sq), DDP_OK);
+  *shard = l.shard;
+  twin_download(be, out, sg, l.shard * sizeof(float));
+  twin_download(be, norm, sq, sizeof(float));
+  ddp_reducer_destroy(r);
+  ddp_comm_destroy(comm);
+  ddp_zero_layout_destroy(&l);
+  ddp_backend_free(be, g);
+  ddp_backend_free(be, sg);
+  ddp_backend_free(be, sq);
+}
+
+START_TEST(test_gpu_zero_reducer_matches_cpu) {
+  const ddp_dtype_t dts[] = {DDP_DTYPE_F32, DDP_DTYPE_BF16, DDP_DTYPE_F16};
+  float *g0 = malloc(N_ELEMS * sizeof(float)), *gg = malloc((N_ELEMS + 64) * sizeof(float)),
+        *gc = malloc((N_ELEMS + 64) * sizeof(float));
+  ck_assert(g0 && gg && gc);
+  for (int d = 0; d < 3; ++d) {
+    ddp_rng_fill_normal(&twin_rng, twin_off, 0.0f, 4096.0f, g0, N_ELEMS);
+    twin_off += N_ELEMS;
+    float ng = NAN, nc = NAN;
+    size_t sg = 0, sc = 0;
+    reduce_zero_on(twin_gpu, dts[d], g0, 1.0f / 4096.0f, gg, &ng, &sg);
+    reduce_zero_on(twin_cpu, dts[d], g0, 1.0f / 4096.0f, gc, &nc, &sc);
+    ck_assert_uint_eq(sg, sc);
+    ck_assert_uint_ge(sg, N_ELEMS);
+    ck_assert_msg(memcmp(gg, gc, sg * sizeof(float)) == 0, "%s: shard gradients differ",
+                  ddp_dtype_name(dts[d]));
+    ck_assert_msg(isfinite(ng) && fabs((double)ng - (double)nc) <= 1e-6 * (double)nc,
+                  "%s: norm gpu %.9g cpu %.9g", ddp_dtype_name(dts[d]), (double)ng, (double)nc);
+  }
+  free(g0);
+  free(gg);
+  free(gc);
+}
+END_TEST
+
 START_TEST(test_gpu_reducer_fused_epilogue_matches_cpu) {
   float *g0 = malloc(N_ELEMS * sizeof(float)), *gg = malloc(N_ELEMS * sizeof(float)),
         *gc = malloc(N_ELEMS * sizeof(float));
@@ -308,6 +377,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_sum_partials_matches_cpu_in_order);
   tcase_add_test(tc, test_gpu_grad_epilogue_two_runs_bit_identical);
   tcase_add_test(tc, test_gpu_reducer_fused_epilogue_matches_cpu);
+  tcase_add_test(tc, test_gpu_zero_reducer_matches_cpu);
   suite_add_tcase(s, tc);
   return twin_run_suite(s);
 }

@@ -471,6 +471,89 @@ START_TEST(test_reducer_fused_epilogue_over_the_job) {
 }
 END_TEST
 
+/* --zero 1 over the job's communicator (2 ranks under test_reducer_mpi.sh,
+ * else one): rank r's gradient i is (i % 7) + r + 1, so every sum is an
+ * exact integer in fp32 and bf16. Each rank's shard gets the sum of its
+ * owned elements, times the scale, and zeros in the tail's padding; the
+ * norm is that of the whole reduced gradient, the same bits on every rank;
+ * the model's gradient buffer is left as backward wrote it. */
+static void check_zero_over(ddp_comm_t *c, const ddp_dist_t *d, ddp_dtype_t dt) {
+  ddp_backend_t *be = ddp_test_cpu_backend();
+  const int W = d->world;
+  ddp_zero_layout_t l;
+  ck_assert_int_eq(ddp_zero_layout_create(k_tensors, N_TENSORS, N_ELEMS, W, d->rank, 2000, 600, &l),
+                   DDP_OK);
+  float *shard = malloc(l.shard * sizeof *shard);
+  ck_assert_ptr_nonnull(shard);
+  for (size_t i = 0; i < l.shard; ++i) shard[i] = NAN;
+  for (int i = 0; i < N_ELEMS; ++i) grads[i] = (float)(i % 7 + d->rank + 1);
+  ddp_reducer_config_t cfg = {.grads = grads,
+                              .tensors = k_tensors,
+                              .n_tensors = N_TENSORS,
+                              .bucket_bytes = 2000,
+                              .first_bucket_bytes = 600,
+                              .dtype = dt,
+                              .be = be,
+                              .zero = &l,
+                              .shard_grads = shard};
+  ddp_reducer_t *r = NULL;
+  ck_assert_int_eq(ddp_reducer_create(c, &cfg, &r), DDP_OK);
+  ck_assert(ddp_reducer_fused_epilogue(r));
+  ck_assert_int_eq(ddp_reducer_num_buckets(r), l.n_buckets);
+  ck_assert_int_eq(ddp_reducer_set_scale(r, 0.5f), DDP_OK);
+  /* backward order, but the last tensor first: a straddling bucket must
+   * still wait for every tensor it overlaps */
+  ck_assert_int_eq(
+      ddp_reducer_mark_ready(r, k_tensors[N_TENSORS - 1].offset, k_tensors[N_TENSORS - 1].count),
+      DDP_OK);
+  for (int t = 0; t < N_TENSORS - 1; ++t)
+    ck_assert_int_eq(ddp_reducer_mark_ready(r, k_tensors[t].offset, k_tensors[t].count), DDP_OK);
+  ck_assert_int_eq(ddp_reducer_finish(r, NULL), DDP_OK);
+  float norm = NAN;
+  ck_assert_int_eq(ddp_reducer_grad_sumsq(r, &norm), DDP_OK);
+  double want_norm = 0.0;
+  for (int i = 0; i < N_ELEMS; ++i) {
+    const double v = 0.5 * (W * (i % 7 + 1) + W * (W - 1) / 2);
+    want_norm += v * v;
+  }
+  for (int k = 0; k < l.n_buckets; ++k) {
+    size_t lo, hi;
+    ddp_zero_layout_owned(&l, k, d->rank, &lo, &hi);
+    for (size_t e = lo; e < hi; ++e) {
+      const float want = 0.5f * (float)(W * ((int)e % 7 + 1) + W * (W - 1) / 2);
+      ck_assert_msg(shard[l.buckets[k].local + (e - lo)] == want, "%s rank %d element %zu: %g",
+                    ddp_dtype_name(dt), d->rank, e, (double)shard[l.buckets[k].local + (e - lo)]);
+    }
+    for (size_t p = l.buckets[k].local + (hi - lo); p < l.buckets[k].local + l.buckets[k].block;
+         ++p)
+      ck_assert_msg(shard[p] == 0.0f, "padding at shard %zu: %g", p, (double)shard[p]);
+  }
+  ck_assert_msg(fabs((double)norm - want_norm) <= 1e-6 * want_norm, "norm %.9g, want %.9g",
+                (double)norm, want_norm);
+  for (int i = 0; i < N_ELEMS; ++i) ck_assert_float_eq(grads[i], (float)(i % 7 + d->rank + 1));
+  /* the same bits on every rank */
+  float agree = norm;
+  ck_assert_int_eq(ddp_comm_allreduce_sum(c, &agree, 1, DDP_DTYPE_F32, NULL, NULL), DDP_OK);
+  ck_assert_msg(agree == norm * (float)W, "rank %d: norms differ across ranks", d->rank);
+  ddp_reducer_destroy(r);
+  ddp_zero_layout_destroy(&l);
+  free(shard);
+  ddp_backend_destroy(be);
+}
+
+START_TEST(test_reducer_zero_reduce_scatters_into_the_shard) {
+  check_zero_over(comm, &dist, DDP_DTYPE_F32);
+  check_zero_over(comm, &dist, DDP_DTYPE_BF16);
+  ddp_comm_config_t cfg = {.kind = strcmp(ddp_dist_library(), "none") ? "mpi" : "self"};
+  ddp_comm_t *c = NULL;
+  ck_assert_int_eq(ddp_comm_create(&g_job, &cfg, &c), DDP_OK);
+  check_zero_over(c, &g_job, DDP_DTYPE_F32);
+  check_zero_over(c, &g_job, DDP_DTYPE_BF16);
+  check_zero_over(c, &g_job, DDP_DTYPE_F16);
+  ddp_comm_destroy(c);
+}
+END_TEST
+
 /* The epilogue's contract at the edges: fp32 has none (the sums untouched
  * bit for bit whatever the scale, and no norm to ask for); the norm is
  * refused before a finish, after a new step's first mark and after a failed
@@ -562,6 +645,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_reducer_fused_epilogue_matches_the_old_path);
   tcase_add_test(tc, test_reducer_fused_epilogue_over_the_job);
   tcase_add_test(tc, test_reducer_epilogue_state_and_errors);
+  tcase_add_test(tc, test_reducer_zero_reduce_scatters_into_the_shard);
   suite_add_tcase(s, tc);
   LSAN_DISABLE();
   const ddp_status_t init = ddp_dist_init(&argc, &argv, &g_job);

@@ -7,6 +7,7 @@
 #    the same, and the norm rounds to the same fp32);
 #  - checkpoints: the file a sharded run writes equals the unsharded one, and
 #    it resumes on another world size with or without --zero, 2 -> 3 -> 2;
+#  - a NaN gradient stops every rank, naming the step and the tensor;
 #  - the start-up line shows each rank's share, and bad combinations exit 2
 #    with one line.
 . "${top_builddir:-.}/tests/env.sh"
@@ -80,6 +81,21 @@ same "3 -> 2 ranks, --zero 1 equals --zero 0" "$dir/back1.st" "$dir/back0.st" 0
 if grep -q "WARN.*--zero" "$dir/b1.log" "$dir/b0.log"; then
   echo "FAIL: a resume warned about --zero"; fail=1
 else echo "ok: resuming across --zero settings is silent"; fi
+
+# A NaN gradient at step 3: every rank sees the same non-finite norm (its
+# partials are all-gathered), stops before the optimizer, and names the
+# tensor; checkpoints of steps 1 and 2 only.
+DDPTRAIN_FAULT_NAN_STEP=3 timeout 120 "$MPIRUN" --oversubscribe -x DDPTRAIN_FAULT_NAN_STEP -np 2 \
+  "$DDPTRAIN" $MODEL --steps 10 --zero 1 --save "$dir/nan" --save-every 1 > "$dir/nan.log" 2>&1
+rc=$?
+named=$(grep -c "step 3: the gradient is not finite .* transformer.h.0.mlp.c_fc.weight" "$dir/nan.log")
+if [ $rc -ne 0 ] && [ "$named" -eq 2 ] &&
+  [ "$(ls "$dir/nan" | tr '\n' ' ')" = "ckpt_00000001.safetensors ckpt_00000002.safetensors " ]; then
+  echo "ok: a NaN gradient under --zero 1 stops both ranks naming step 3 and the tensor"
+else
+  echo "FAIL: NaN gradient under --zero 1 (exit $rc, named by $named ranks, $(ls "$dir/nan" | tr '\n' ' '))"
+  sed 's/^/  | /' "$dir/nan.log"; fail=1
+fi
 
 # Bad input: one line, exit 2, before any rank trains.
 bad() { # bad PATTERN ARGS...

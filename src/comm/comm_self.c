@@ -1,7 +1,9 @@
 /* The communicator of a single rank: every collective is complete when issued.
  *
  * A sum over one rank is the rank's own data, a broadcast from rank 0 to
- * itself moves nothing, and an allgather or a reduce-scatter is one copy.
+ * itself moves nothing, and an allgather or a reduce-scatter is one copy
+ * (a host memcpy, or a device copy when the communicator was created for a
+ * device backend).
  * Handles still come from the pool and must still be waited for (comm.c does
  * that bookkeeping), so a one-process run enforces the same rules as a
  * multi-rank one. */
@@ -29,14 +31,19 @@ static void self_shutdown(ddp_comm_t *c) {
 }
 
 static ddp_status_t self_start(ddp_comm_t *c, ddp_comm_slot_t *s, void *stream) {
-  (void)stream;
   /* comm.c rejected overlapping buffers. */
   const size_t bytes = s->op == DDP_COMM_OP_ALLGATHER        ? s->count
                        : s->op == DDP_COMM_OP_REDUCE_SCATTER ? s->count * ddp_dtype_size(s->dtype)
                                                              : 0;
   if (s->send && bytes > 0) {
     const int64_t t0 = ddp_clock_ns();
-    memcpy(s->buf, s->send, bytes);
+    /* created for a device backend (the gradient communicator of a
+     * one-GPU run): the buffers are device memory, copied on the stream */
+    if (c->be && c->be->ops->kind != DDP_DEVICE_KIND_CPU)
+      s->status = ddp_backend_copy(c->be, s->buf, s->send, bytes, DDP_COPY_KIND_DEVICE_TO_DEVICE,
+                                   (ddp_stream_t)stream);
+    else
+      memcpy(s->buf, s->send, bytes);
     ddp_comm_add_time(c, ddp_clock_ns() - t0);
   }
   s->done = 1;

@@ -129,7 +129,8 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
 
 /* The gradient epilogue of a half-precision all-reduce (the reducer's
  * finish(), one bucket per call), fused so that the widened gradients are
- * written, unscaled and squared in a single pass:
+ * written, unscaled and squared in a single pass (also for fp32, in place
+ * with dst == src: --zero 1's reduced shard blocks):
  *   dst[i] = (float)src[i] * scale     (the half value widened exactly, then
  *                                       one fp32 multiply, rounded)
  *   *partial = sum over i < n of (double)dst[i]^2
@@ -138,10 +139,11 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
  * fp32 equals ddp_optim_grad_sumsq_cpu on the widened buffer, bit for bit).
  * An inf or NaN anywhere makes *partial non-finite (squares are never
  * negative, so nothing cancels it): the loss scaler's overflow flag survives.
- * src holds n uint16 bit patterns of src_dtype (bf16 or fp16); partial is
- * one double of backend memory, overwritten. Rejects (DDP_ERR_INVALID_ARG,
- * nothing written) NULL pointers, another src_dtype, a non-finite scale and
- * dst overlapping src; refuses a non-CPU backend (DDP_ERR_UNSUPPORTED). */
+ * src holds n elements of src_dtype (bf16 or fp16 bit patterns, or fp32);
+ * partial is one double of backend memory, overwritten. Rejects
+ * (DDP_ERR_INVALID_ARG, nothing written) NULL pointers, another src_dtype, a
+ * non-finite scale and dst overlapping src (except fp32 with dst == src);
+ * refuses a non-CPU backend (DDP_ERR_UNSUPPORTED). */
 ddp_status_t ddp_optim_grad_epilogue_cpu(ddp_backend_t *be, float *dst, const void *src,
                                          ddp_dtype_t src_dtype, size_t n, float scale,
                                          double *partial, ddp_stream_t s);

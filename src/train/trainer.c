@@ -212,6 +212,12 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
    * takes the same branch (the launcher put every rank on the same kind of
    * backend: ddp_comm_choose), and creation is collective. */
   DDP_CHECK(ddp_comm_create_for_backend(tr->dist, tr->be, tr->comm, &tr->grad_comm));
+  /* --zero 1 on one GPU: the reduce-scatter and all-gathers are copies of
+   * device memory, which the host communicator would do with memcpy */
+  if (o->zero && !tr->grad_comm && tr->be->ops->kind != DDP_DEVICE_KIND_CPU) {
+    const ddp_comm_config_t sc = {.kind = "self", .be = tr->be};
+    DDP_CHECK(ddp_comm_create(tr->dist, &sc, &tr->grad_comm));
+  }
   ddp_reducer_config_t rc = {.grads = tr->model->grads,
                              .tensors = tr->model->tensors,
                              .n_tensors = tr->model->n_tensors,
