@@ -1,6 +1,6 @@
-/* Optimizer kernels: the global gradient norm and the multi-tensor AdamW /
- * SGD / LAMB step (launchers in kernels/optim.h; CPU twins in
- * src/backend/cpu/cpu_optim.c).
+/* Optimizer kernels: the global gradient norm, the multi-tensor AdamW /
+ * SGD / LAMB step, and LAMB's three parts over a shard (launchers in
+ * kernels/optim.h; CPU twins in src/backend/cpu/cpu_optim.c).
  *
  * The per-element arithmetic is the CPU twin's, operation for operation,
  * with the rounding made explicit (__fmul_rn and friends): nvcc would
@@ -142,6 +142,13 @@ __device__ __forceinline__ float lamb_r(const ddp_cuda_optim_coef_t &c, float p,
   return add(dvd(dvd(m, c.bc1), add(t, c.eps)), mul(wd, p));
 }
 
+/* lr x trust from a tensor's squared norms, the CPU twin's expression. */
+__device__ __forceinline__ float lamb_ratio(float lr, double pp, double rr) {
+  const double pn = sqrt(pp), rn = sqrt(rr);
+  const double trust = pn > 0.0 && rn > 0.0 ? pn / rn : 1.0;
+  return (float)((double)lr * trust);
+}
+
 /* LAMB pass 1: moments, and per chunk ||p||^2 and ||r||^2 (double). */
 static __global__ void lamb_norms_kernel(ddp_cuda_optim_coef_t c, const float *p, const float *g,
                                          float *state, size_t n, const float *sumsq,
@@ -186,9 +193,40 @@ static __global__ void lamb_ratio_kernel(ddp_cuda_optim_coef_t c, const float *s
     pp += partials[2 * (size_t)k];
     rr += partials[2 * (size_t)k + 1];
   }
-  const double pn = sqrt(pp), rn = sqrt(rr);
-  const double trust = pn > 0.0 && rn > 0.0 ? pn / rn : 1.0;
-  ratio[s] = (float)((double)c.lr * trust);
+  ratio[s] = lamb_ratio(c.lr, pp, rr);
+}
+
+/* LAMB over a shard, part 1 after pass 1: per segment (piece) its squared
+ * norms from its chunks, in order, into sums[2s], sums[2s + 1]. */
+static __global__ void lamb_seg_sums_kernel(ddp_cuda_optim_coef_t c, const float *sumsq,
+                                            const int32_t *seg_chunk_begin, int n_segs,
+                                            const double *partials, double *sums) {
+  float gmul;
+  if (!step_gmul(c, sumsq, &gmul)) return;
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n_segs) return;
+  double pp = 0.0, rr = 0.0;
+  for (int k = seg_chunk_begin[s]; k < seg_chunk_begin[s + 1]; ++k) {
+    pp += partials[2 * (size_t)k];
+    rr += partials[2 * (size_t)k + 1];
+  }
+  sums[2 * (size_t)s] = pp;
+  sums[2 * (size_t)s + 1] = rr;
+}
+
+/* LAMB over a shard, part 2: per piece its tensor's sums over the group, in
+ * the group's order (the CPU twin's loop, so the same bits). */
+static __global__ void lamb_group_ratio_kernel(float lr, const double *all_sums,
+                                               const int32_t *begin, const int32_t *index,
+                                               int n_segs, float *ratio) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n_segs) return;
+  double pp = 0.0, rr = 0.0;
+  for (int k = begin[s]; k < begin[s + 1]; ++k) {
+    pp += all_sums[2 * (size_t)index[k]];
+    rr += all_sums[2 * (size_t)index[k] + 1];
+  }
+  ratio[s] = lamb_ratio(lr, pp, rr);
 }
 
 /* LAMB pass 3: p -= ratio * r. */
@@ -240,7 +278,81 @@ ddp_status_t launch(const ddp_cuda_optim_coef_t *c, float *params, const float *
   return DDP_OK;
 }
 
+template <int CDT>
+ddp_status_t launch_lamb_apply(const ddp_cuda_optim_coef_t *c, float *params, const float *state,
+                               size_t n, void *compute, const float *sumsq,
+                               const ddp_cuda_optim_chunk_t *chunks, int n_chunks,
+                               const int32_t *seg_decay, const float *ratio, int64_t *skipped,
+                               cudaStream_t stream) {
+  lamb_apply_kernel<CDT><<<(unsigned)n_chunks, kThreads, 0, stream>>>(
+      *c, params, state, n, compute, sumsq, chunks, seg_decay, ratio, skipped);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
 }  // namespace
+
+extern "C" ddp_status_t ddp_cuda_optim_lamb_sums(const ddp_cuda_optim_coef_t *c,
+                                                 const float *params, const float *grads,
+                                                 float *state, size_t n, const float *sumsq,
+                                                 const ddp_cuda_optim_chunk_t *chunks,
+                                                 int n_chunks, const int32_t *seg_decay,
+                                                 const int32_t *seg_chunk_begin, int n_segs,
+                                                 double *partials, double *sums,
+                                                 cudaStream_t stream) {
+  if (!c || !params || !grads || !state || !chunks || !seg_decay || !seg_chunk_begin ||
+      !partials || !sums || n_chunks < 1 || n_segs < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_sums: NULL pointer or empty plan");
+  if (c->use_sumsq && !sumsq) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_sums: NULL sumsq");
+  lamb_norms_kernel<<<(unsigned)n_chunks, kThreads, 0, stream>>>(*c, params, grads, state, n,
+                                                                   sumsq, chunks, seg_decay,
+                                                                   partials);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  lamb_seg_sums_kernel<<<(unsigned)((n_segs + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      *c, sumsq, seg_chunk_begin, n_segs, partials, sums);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_optim_lamb_ratios(float lr, const double *all_sums,
+                                                   const int32_t *begin, const int32_t *index,
+                                                   int n_segs, float *ratio, cudaStream_t stream) {
+  if (!all_sums || !begin || !index || !ratio || n_segs < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_ratios: NULL pointer or empty plan");
+  lamb_group_ratio_kernel<<<(unsigned)((n_segs + kThreads - 1) / kThreads), kThreads, 0,
+                            stream>>>(lr, all_sums, begin, index, n_segs, ratio);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_optim_lamb_apply(const ddp_cuda_optim_coef_t *c, float *params,
+                                                  const float *state, size_t n, void *compute,
+                                                  ddp_dtype_t cdt, const float *sumsq,
+                                                  const ddp_cuda_optim_chunk_t *chunks,
+                                                  int n_chunks, const int32_t *seg_decay,
+                                                  const float *ratio, int64_t *skipped,
+                                                  cudaStream_t stream) {
+  if (!c || !params || !state || !chunks || !seg_decay || !ratio || n_chunks < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_apply: NULL pointer or empty plan");
+  if (c->use_sumsq && !sumsq) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_apply: NULL sumsq");
+  if (!compute)
+    return launch_lamb_apply<-1>(c, params, state, n, NULL, sumsq, chunks, n_chunks, seg_decay,
+                                 ratio, skipped, stream);
+  switch (cdt) {
+    case DDP_DTYPE_F32:
+      return launch_lamb_apply<DDP_DTYPE_F32>(c, params, state, n, compute, sumsq, chunks,
+                                              n_chunks, seg_decay, ratio, skipped, stream);
+    case DDP_DTYPE_BF16:
+      return launch_lamb_apply<DDP_DTYPE_BF16>(c, params, state, n, compute, sumsq, chunks,
+                                               n_chunks, seg_decay, ratio, skipped, stream);
+    case DDP_DTYPE_F16:
+      return launch_lamb_apply<DDP_DTYPE_F16>(c, params, state, n, compute, sumsq, chunks,
+                                              n_chunks, seg_decay, ratio, skipped, stream);
+    default:
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_apply: compute dtype %s is not a float type",
+               ddp_dtype_name(cdt));
+  }
+}
 
 extern "C" ddp_status_t ddp_cuda_grad_sumsq(float *out, const float *g, size_t n, float scale,
                                             cudaStream_t stream) {

@@ -72,6 +72,29 @@ ddp_status_t ddp_cuda_optim_update(const ddp_cuda_optim_coef_t *c, float *params
                                    int n_segs, double *lamb_partials, float *lamb_ratio,
                                    int64_t *skipped, cudaStream_t stream);
 
+/* LAMB over a shard (optim/optim.h, ddp_optim_lamb_*), on the layout of
+ * ddp_cuda_optim_update. lamb_sums: moments, and per segment j
+ * sums[2j] = ||p_j||^2, sums[2j + 1] = ||r_j||^2 (its chunks' partials in
+ * order; partials is the plan's 2 x n_chunks scratch). lamb_ratios: per
+ * segment, the sums of all_sums at the group's indices (begin: n_segs + 1,
+ * index: device arrays), added in order, to lr x trust in ratio. lamb_apply:
+ * p -= ratio[seg] r, the compute copy and the skipped count as in
+ * ddp_cuda_optim_update. Enqueued on stream; no host sync. */
+ddp_status_t ddp_cuda_optim_lamb_sums(const ddp_cuda_optim_coef_t *c, const float *params,
+                                      const float *grads, float *state, size_t n,
+                                      const float *sumsq, const ddp_cuda_optim_chunk_t *chunks,
+                                      int n_chunks, const int32_t *seg_decay,
+                                      const int32_t *seg_chunk_begin, int n_segs, double *partials,
+                                      double *sums, cudaStream_t stream);
+ddp_status_t ddp_cuda_optim_lamb_ratios(float lr, const double *all_sums, const int32_t *begin,
+                                        const int32_t *index, int n_segs, float *ratio,
+                                        cudaStream_t stream);
+ddp_status_t ddp_cuda_optim_lamb_apply(const ddp_cuda_optim_coef_t *c, float *params,
+                                       const float *state, size_t n, void *compute, ddp_dtype_t cdt,
+                                       const float *sumsq, const ddp_cuda_optim_chunk_t *chunks,
+                                       int n_chunks, const int32_t *seg_decay, const float *ratio,
+                                       int64_t *skipped, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

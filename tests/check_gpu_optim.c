@@ -29,7 +29,11 @@
  *     to nearest even (ddp_convert_host on the host gives the same bits);
  *   - skip_nonfinite with an inf gradient leaves weights, state and copy as
  *     they were;
- *   - two GPU runs are bit-identical.
+ *   - two GPU runs are bit-identical;
+ *   - LAMB over a shard (ddp_optim_lamb_*): the ratios from the same
+ *     exchanged sums are the same bits on both backends, and the three
+ *     parts on a table of pieces (segments cut as --zero 1 cuts them) stay
+ *     within 1e-6 of the CPU, skip included.
  *
  * Exit 77 (SKIP) without a usable CUDA device. In process (CK_NOFORK). */
 #include <config.h>
@@ -316,6 +320,169 @@ START_TEST(test_gpu_optim_sumsq_sizes) {
 }
 END_TEST
 
+/* ---- LAMB over a shard (ddp_optim_lamb_*) ---------------------------------- */
+
+/* The test layout cut into pieces as --zero 1 cuts tensors at bucket and
+ * block boundaries: the 40000-element segment into three (the middle one
+ * longer than a chunk), two small ones in two; one rank, so the groups are
+ * the pieces of the same segment. */
+enum { MAX_PIECES = N_SEG + 8 };
+static ddp_param_t g_pieces[MAX_PIECES];
+static int g_piece_seg[MAX_PIECES], g_n_pieces;
+static int32_t g_begin[MAX_PIECES + 1], g_index[MAX_PIECES * 4];
+
+static void make_pieces(void) {
+  g_n_pieces = 0;
+  for (int k = 0; k < N_SEG; ++k) {
+    size_t cuts[2] = {0, 0};
+    int nc = 0;
+    if (k == 7) cuts[0] = 10000, cuts[1] = 30000, nc = 2;
+    if (k == 3 || k == 12) cuts[0] = g_segs[k].count / 3, nc = 1;
+    size_t at = 0;
+    for (int c = 0; c <= nc; ++c) {
+      const size_t end = c < nc ? cuts[c] : g_segs[k].count;
+      g_piece_seg[g_n_pieces] = k;
+      g_pieces[g_n_pieces++] = (ddp_param_t){
+          .offset = g_segs[k].offset + at, .count = end - at, .decay = g_segs[k].decay};
+      at = end;
+    }
+  }
+  int n = 0;
+  for (int j = 0; j < g_n_pieces; ++j) {
+    g_begin[j] = n;
+    for (int i = 0; i < g_n_pieces; ++i)
+      if (g_piece_seg[i] == g_piece_seg[j]) g_index[n++] = i;
+  }
+  g_begin[g_n_pieces] = n;
+}
+
+static ddp_optim_plan_t *lamb_plan(ddp_backend_t *be, const ddp_optim_config_t *cfg) {
+  ddp_optim_plan_t *plan = NULL;
+  ck_assert_int_eq(ddp_optim_plan_create(be, cfg, g_pieces, g_n_pieces, g_n, &plan), DDP_OK);
+  const ddp_optim_lamb_groups_t gr = {
+      .n_ranks = 1, .rank = 0, .stride = g_n_pieces, .begin = g_begin, .index = g_index};
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plan, &gr), DDP_OK);
+  return plan;
+}
+
+/* The ratios from the same exchanged sums: the same bits on both backends
+ * (the same doubles added in the same order, one correctly rounded sqrt
+ * and division each), zero norms (trust 1) included. Three ranks' rows. */
+START_TEST(test_gpu_optim_lamb_ratios_bit_identical) {
+  const ddp_optim_config_t cfg = config(3);
+  const int W = 3, S = N_SEG;
+  ddp_optim_plan_t *plans[2];
+  int32_t begin[N_SEG + 1], index[3 * N_SEG];
+  for (int j = 0; j < S; ++j) {
+    begin[j] = 3 * j;
+    for (int q = 0; q < W; ++q) index[3 * j + q] = q * S + j; /* ascending */
+  }
+  begin[S] = 3 * S;
+  const ddp_optim_lamb_groups_t gr = {
+      .n_ranks = W, .rank = 1, .stride = S, .begin = begin, .index = index};
+  const size_t nd = 2 * (size_t)W * S;
+  float *x = random_vector(nd, 1.0f);
+  double *all = malloc(nd * sizeof *all);
+  for (size_t i = 0; i < nd; ++i) all[i] = (double)x[i] * x[i] * 1e3 + 1e-3 * fabs((double)x[i]);
+  for (int q = 0; q < W; ++q) all[2 * ((size_t)q * S + 5)] = 0.0; /* ||p|| = 0: trust 1 */
+  float got[2][N_SEG];
+  ddp_backend_t *bes[2] = {twin_cpu, twin_gpu};
+  for (int b = 0; b < 2; ++b) {
+    ck_assert_int_eq(ddp_optim_plan_create(bes[b], &cfg, g_segs, N_SEG, g_n, &plans[b]), DDP_OK);
+    ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plans[b], &gr), DDP_OK);
+    double *dall = twin_dev_alloc(bes[b], nd * sizeof(double));
+    float *dr = twin_dev_alloc(bes[b], S * sizeof(float));
+    twin_upload(bes[b], dall, all, nd * sizeof(double));
+    ck_assert_int_eq(ddp_optim_lamb_ratios(bes[b], plans[b], 0.01f, dall, dr, NULL), DDP_OK);
+    twin_download(bes[b], got[b], dr, S * sizeof(float));
+    ddp_backend_free(bes[b], dall), ddp_backend_free(bes[b], dr);
+    ddp_optim_plan_destroy(plans[b]);
+  }
+  ck_assert_float_eq(got[1][5], 0.01f);
+  ck_assert_msg(memcmp(got[0], got[1], sizeof got[0]) == 0, "ratios differ between backends");
+  free(x), free(all);
+}
+END_TEST
+
+/* The three parts on pieces, five steps with a bf16 copy, the third
+ * skipped (an inf norm), with the CPU's norm on both sides: weights and
+ * state within 1e-6 of the CPU (the per-piece norms are summed in another
+ * order, as in the unsharded step), the copy the GPU's weights rounded, the
+ * skip counted once and changing nothing. */
+START_TEST(test_gpu_optim_lamb_parts_match_cpu) {
+  const ddp_optim_config_t cfg = config(3);
+  make_pieces();
+  float *p0 = random_vector(g_n, 0.5f);
+  run_t r[2] = {run_open(twin_cpu, &cfg, DDP_DTYPE_BF16, p0),
+                run_open(twin_gpu, &cfg, DDP_DTYPE_BF16, p0)};
+  ddp_optim_plan_t *plan[2];
+  double *sums[2];
+  float *ratio[2];
+  float *before = NULL;
+  for (int b = 0; b < 2; ++b) {
+    plan[b] = lamb_plan(r[b].be, &cfg);
+    sums[b] = twin_dev_alloc(r[b].be, 2 * (size_t)g_n_pieces * sizeof(double));
+    ratio[b] = twin_dev_alloc(r[b].be, (size_t)g_n_pieces * sizeof(float));
+  }
+  for (int64_t t = 1; t <= 5; ++t) {
+    float *g = random_vector(g_n, 1.0f), sumsq;
+    twin_upload(twin_cpu, r[0].g, g, g_n * sizeof(float));
+    twin_upload(twin_gpu, r[1].g, g, g_n * sizeof(float));
+    ck_assert_int_eq(ddp_optim_grad_sumsq(twin_cpu, r[0].sumsq, r[0].g, g_n, 0.5f, NULL), DDP_OK);
+    twin_download(twin_cpu, &sumsq, r[0].sumsq, sizeof sumsq);
+    if (t == 3) {
+      sumsq = INFINITY;
+      twin_upload(twin_cpu, r[0].sumsq, &sumsq, sizeof sumsq);
+      before = fetch(twin_gpu, r[1].p, g_n * 4);
+    }
+    twin_upload(twin_gpu, r[1].sumsq, &sumsq, sizeof sumsq);
+    for (int b = 0; b < 2; ++b) {
+      const ddp_optim_step_args_t a = {.cfg = &cfg,
+                                       .params = r[b].p,
+                                       .grads = r[b].g,
+                                       .state = r[b].state,
+                                       .tensors = g_pieces,
+                                       .n_tensors = g_n_pieces,
+                                       .n = g_n,
+                                       .t = t,
+                                       .lr = 0.01f,
+                                       .grad_scale = 0.5f,
+                                       .grad_sumsq = r[b].sumsq,
+                                       .compute_params = r[b].copy,
+                                       .compute_dtype = DDP_DTYPE_BF16,
+                                       .skip_nonfinite = 1};
+      ck_assert_int_eq(ddp_optim_lamb_sums(r[b].be, plan[b], &a, sums[b], NULL), DDP_OK);
+      ck_assert_int_eq(ddp_optim_lamb_ratios(r[b].be, plan[b], a.lr, sums[b], ratio[b], NULL),
+                       DDP_OK);
+      ck_assert_int_eq(ddp_optim_lamb_apply(r[b].be, plan[b], &a, ratio[b], NULL), DDP_OK);
+    }
+    if (t == 3) {
+      float *after = fetch(twin_gpu, r[1].p, g_n * 4);
+      ck_assert_msg(memcmp(before, after, g_n * 4) == 0, "a skipped step changed the weights");
+      free(before), free(after);
+    }
+    free(g);
+  }
+  float *pc = fetch(twin_cpu, r[0].p, g_n * 4), *pg = fetch(twin_gpu, r[1].p, g_n * 4);
+  float *sc = fetch(twin_cpu, r[0].state, 2 * g_n * 4),
+        *sg = fetch(twin_gpu, r[1].state, 2 * g_n * 4);
+  ck_assert_msg(normwise(pg, pc, g_n) <= 1e-6, "weights: error %.3g", normwise(pg, pc, g_n));
+  ck_assert_msg(normwise(sg, sc, 2 * g_n) <= 1e-6, "state: error %.3g", normwise(sg, sc, 2 * g_n));
+  uint16_t *copy = fetch(twin_gpu, r[1].copy, g_n * 2), *want = malloc(g_n * 2);
+  ck_assert_int_eq(ddp_convert_host(want, DDP_DTYPE_BF16, pg, DDP_DTYPE_F32, g_n), DDP_OK);
+  ck_assert_msg(memcmp(copy, want, g_n * 2) == 0, "the compute copy is not the weights rounded");
+  int64_t skipped = -1;
+  ck_assert_int_eq(ddp_optim_plan_skipped_steps(plan[1], &skipped), DDP_OK);
+  ck_assert_int_eq(skipped, 1);
+  for (int b = 0; b < 2; ++b) {
+    ddp_optim_plan_destroy(plan[b]);
+    ddp_backend_free(r[b].be, sums[b]), ddp_backend_free(r[b].be, ratio[b]);
+    run_close(&r[b]);
+  }
+  free(p0), free(pc), free(pg), free(sc), free(sg), free(copy), free(want);
+}
+END_TEST
+
 int main(void) {
   twin_start(); /* exits 77 without a usable CUDA device */
   make_segments();
@@ -326,6 +493,8 @@ int main(void) {
   tcase_add_test(tc, test_gpu_optim_matches_cpu);
   tcase_add_test(tc, test_gpu_optim_skip_on_inf);
   tcase_add_test(tc, test_gpu_optim_two_runs_bit_identical);
+  tcase_add_test(tc, test_gpu_optim_lamb_ratios_bit_identical);
+  tcase_add_test(tc, test_gpu_optim_lamb_parts_match_cpu);
   suite_add_tcase(s, tc);
   return twin_run_suite(s);
 }

@@ -1084,6 +1084,382 @@ START_TEST(test_optim_grad_epilogue_rejects_bad_input) {
 }
 END_TEST
 
+/* ---- LAMB over a shard (--zero 1) ------------------------------------------
+ * A simulation of --zero 1 in one process: the test table cut into pieces
+ * (at `cuts`, flat element indices inside tensors), the pieces dealt to
+ * `world` ranks in contiguous runs, each rank with its own plan, state and
+ * groups; every step runs the three parts on every rank, with the exchange
+ * an array all ranks write their rows into. */
+#define MAX_PIECES 32
+#define MAX_WORLD 4
+
+typedef struct lamb_shards {
+  int world, stride;
+  int n_pieces;                  /* over all ranks, in flat order */
+  ddp_param_t piece[MAX_PIECES]; /* flat offsets */
+  int tensor[MAX_PIECES];        /* its tensor */
+  int rank_first[MAX_WORLD + 1]; /* rank r holds pieces [rank_first[r], rank_first[r+1]) */
+  ddp_param_t local[MAX_WORLD][MAX_PIECES]; /* each rank's table (shard offsets) */
+  size_t base[MAX_WORLD], n_local[MAX_WORLD];
+  int32_t begin[MAX_WORLD][MAX_PIECES + 1], index[MAX_WORLD][MAX_PIECES * MAX_PIECES];
+} lamb_shards_t;
+
+static void lamb_shards_make(lamb_shards_t *sh, const ddp_param_t *segs, int n_seg, int world,
+                             const size_t *cuts, int n_cuts) {
+  memset(sh, 0, sizeof *sh);
+  sh->world = world;
+  for (int t = 0; t < n_seg; ++t) {
+    size_t at = segs[t].offset, end = segs[t].offset + segs[t].count;
+    for (int c = 0; c < n_cuts; ++c)
+      if (cuts[c] > at && cuts[c] < end) {
+        sh->tensor[sh->n_pieces] = t;
+        sh->piece[sh->n_pieces++] =
+            (ddp_param_t){.offset = at, .count = cuts[c] - at, .decay = segs[t].decay};
+        at = cuts[c];
+      }
+    sh->tensor[sh->n_pieces] = t;
+    sh->piece[sh->n_pieces++] =
+        (ddp_param_t){.offset = at, .count = end - at, .decay = segs[t].decay};
+  }
+  ck_assert_int_le(sh->n_pieces, MAX_PIECES);
+  for (int r = 0; r <= world; ++r) sh->rank_first[r] = r * sh->n_pieces / world;
+  for (int r = 0; r < world; ++r) {
+    const int first = sh->rank_first[r], np = sh->rank_first[r + 1] - first;
+    if (np > sh->stride) sh->stride = np;
+    sh->base[r] = sh->piece[first].offset;
+    for (int j = 0; j < np; ++j) {
+      sh->local[r][j] = sh->piece[first + j];
+      sh->local[r][j].offset -= sh->base[r];
+      sh->n_local[r] += sh->piece[first + j].count;
+    }
+  }
+  /* groups: the pieces of the same tensor, by global index r x stride + j */
+  for (int r = 0; r < world; ++r) {
+    int k = 0;
+    for (int j = 0; j < sh->rank_first[r + 1] - sh->rank_first[r]; ++j) {
+      sh->begin[r][j] = k;
+      for (int q = 0; q < world; ++q)
+        for (int i = sh->rank_first[q]; i < sh->rank_first[q + 1]; ++i)
+          if (sh->tensor[i] == sh->tensor[sh->rank_first[r] + j])
+            sh->index[r][k++] = q * sh->stride + (i - sh->rank_first[q]);
+      sh->begin[r][j + 1] = k;
+    }
+  }
+}
+
+static ddp_optim_lamb_groups_t lamb_shards_groups(const lamb_shards_t *sh, int r) {
+  return (ddp_optim_lamb_groups_t){.n_ranks = sh->world,
+                                   .rank = r,
+                                   .stride = sh->stride,
+                                   .begin = sh->begin[r],
+                                   .index = sh->index[r]};
+}
+
+/* Five LAMB steps with clipping, grad_scale and a bf16 compute copy, the
+ * third skipped (an inf norm), sharded as sh and unsharded; returns the
+ * worst normwise relative difference of the weights over the tensors and
+ * checks what must be exact: the moments, the compute copy as the rounding
+ * of the sharded weights and the skip; *ratios_agree tells whether each
+ * tensor's ratio was the same bits on every rank holding a piece of it. */
+static double lamb_sharded_vs_step(const lamb_shards_t *sh, const ddp_param_t *segs, int n_seg,
+                                   size_t n, int *ratios_agree) {
+  ddp_optim_config_t cfg = lamb_config();
+  cfg.max_grad_norm = 1.0f;
+  float *p = malloc(n * sizeof *p), *p_ref = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+  float *st_ref = calloc(2 * n, sizeof *st_ref), *st[MAX_WORLD];
+  uint16_t *cp = calloc(n, sizeof *cp), *cp_ref = calloc(n, sizeof *cp);
+  double *all = calloc(2 * (size_t)sh->stride * (size_t)sh->world, sizeof *all);
+  float ratio[MAX_WORLD][MAX_PIECES];
+  *ratios_agree = 1;
+  ddp_optim_plan_t *plan[MAX_WORLD], *ref_plan = NULL;
+  fill_uniform(p, n, 11, -1.0f, 1.0f);
+  memcpy(p_ref, p, n * sizeof *p);
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, segs, n_seg, n, &ref_plan), DDP_OK);
+  for (int r = 0; r < sh->world; ++r) {
+    const int np = sh->rank_first[r + 1] - sh->rank_first[r];
+    st[r] = calloc(2 * sh->n_local[r], sizeof(float));
+    ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, sh->local[r], np, sh->n_local[r], &plan[r]),
+                     DDP_OK);
+    ddp_optim_lamb_groups_t gr = lamb_shards_groups(sh, r);
+    ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plan[r], &gr), DDP_OK);
+  }
+  for (int64_t t = 1; t <= 5; ++t) {
+    float sumsq;
+    fill_uniform(g, n, 50 + (uint64_t)t, -3.0f, 3.0f);
+    ck_assert_int_eq(ddp_optim_grad_sumsq(g_be, &sumsq, g, n, 0.5f, NULL), DDP_OK);
+    if (t == 3) sumsq = INFINITY;
+    const float lr = ddp_lr_schedule(t - 1, 0.05f, 0.005f, 2, 5);
+    ddp_optim_step_args_t a = step_args(&cfg, p_ref, g, st_ref, segs, n_seg, n, t, lr);
+    a.grad_scale = 0.5f;
+    a.grad_sumsq = &sumsq;
+    a.skip_nonfinite = 1;
+    a.compute_params = cp_ref;
+    a.compute_dtype = DDP_DTYPE_BF16;
+    ck_assert_int_eq(ddp_optim_step(g_be, ref_plan, &a, NULL), DDP_OK);
+    ddp_optim_step_args_t ra[MAX_WORLD];
+    for (int r = 0; r < sh->world; ++r) {
+      ra[r] = a;
+      ra[r].params = p + sh->base[r];
+      ra[r].grads = g + sh->base[r];
+      ra[r].state = st[r];
+      ra[r].tensors = sh->local[r];
+      ra[r].n_tensors = sh->rank_first[r + 1] - sh->rank_first[r];
+      ra[r].n = sh->n_local[r];
+      ra[r].compute_params = cp + sh->base[r];
+      ck_assert_int_eq(
+          ddp_optim_lamb_sums(g_be, plan[r], &ra[r], all + 2 * (size_t)r * sh->stride, NULL),
+          DDP_OK);
+    }
+    for (int r = 0; r < sh->world; ++r) {
+      ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, plan[r], lr, all, ratio[r], NULL), DDP_OK);
+      ck_assert_int_eq(ddp_optim_lamb_apply(g_be, plan[r], &ra[r], ratio[r], NULL), DDP_OK);
+    }
+    /* a tensor's ratio is the same bits on every rank (non-skipped steps) */
+    for (int i = 0; i < sh->n_pieces && t != 3; ++i)
+      for (int k = 0; k < sh->n_pieces; ++k) {
+        if (sh->tensor[i] != sh->tensor[k]) continue;
+        int ri = 0, rk = 0;
+        while (i >= sh->rank_first[ri + 1]) ri++;
+        while (k >= sh->rank_first[rk + 1]) rk++;
+        const float a_i = ratio[ri][i - sh->rank_first[ri]],
+                    a_k = ratio[rk][k - sh->rank_first[rk]];
+        if (memcmp(&a_i, &a_k, sizeof a_i) != 0) *ratios_agree = 0;
+      }
+  }
+  /* the moments do not depend on the ratios: exact; so is the skip count */
+  for (int r = 0; r < sh->world; ++r) {
+    const size_t b = sh->base[r], nl = sh->n_local[r];
+    ck_assert_mem_eq(st[r], st_ref + b, nl * sizeof(float));
+    ck_assert_mem_eq(st[r] + nl, st_ref + n + b, nl * sizeof(float));
+    int64_t skipped = -1;
+    ck_assert_int_eq(ddp_optim_plan_skipped_steps(plan[r], &skipped), DDP_OK);
+    ck_assert_int_eq(skipped, 1);
+  }
+  uint16_t *want = malloc(n * sizeof *want);
+  ck_assert_int_eq(ddp_convert_host(want, DDP_DTYPE_BF16, p, DDP_DTYPE_F32, n), DDP_OK);
+  ck_assert_mem_eq(cp, want, n * sizeof *cp);
+  double worst = 0.0;
+  for (int t = 0; t < n_seg; ++t) {
+    double d = 0.0, ref = 0.0;
+    for (size_t i = segs[t].offset; i < segs[t].offset + segs[t].count; ++i) {
+      d += ((double)p[i] - p_ref[i]) * ((double)p[i] - p_ref[i]);
+      ref += (double)p_ref[i] * p_ref[i];
+    }
+    if (ref > 0) worst = fmax(worst, sqrt(d / ref));
+  }
+  for (int r = 0; r < sh->world; ++r) {
+    ddp_optim_plan_destroy(plan[r]);
+    free(st[r]);
+  }
+  ddp_optim_plan_destroy(ref_plan);
+  free(p), free(p_ref), free(g), free(st_ref), free(cp), free(cp_ref), free(all), free(want);
+  return worst;
+}
+
+/* Whole tensors on one rank: the parts are the step, bit for bit (the same
+ * sums, the same expression). */
+START_TEST(test_optim_lamb_parts_unsplit_equal_step) {
+  ddp_param_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  lamb_shards_t sh;
+  lamb_shards_make(&sh, segs, N_SEG, 1, NULL, 0);
+  ck_assert_int_eq(sh.n_pieces, N_SEG);
+  int agree;
+  ck_assert(lamb_sharded_vs_step(&sh, segs, N_SEG, n, &agree) == 0.0);
+  ck_assert(agree);
+}
+END_TEST
+
+/* Tensors cut within a rank and across 1-4 ranks (the 200-element tensor
+ * into four pieces, on two ranks from 3 ranks up, the 67 one into two, the
+ * 129 one into two; an empty tensor among them): the norms are the same
+ * sums in another order, so the weights agree up to the rounding of the
+ * ratio to fp32: 1e-6 of each tensor after five steps at lr 0.05 allows a
+ * few ulps a step (seen: 0, the double sums rounded to the same ratios);
+ * a ratio per piece is off by 6e-3 (the next test). */
+START_TEST(test_optim_lamb_parts_split_across_ranks) {
+  ddp_param_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  /* tensor 1 is [1, 68), tensor 4 [71, 271), tensor 5 [271, 400) */
+  const size_t cuts[] = {65, 100, 150, 230, 300};
+  for (int world = 1; world <= MAX_WORLD; ++world) {
+    lamb_shards_t sh;
+    lamb_shards_make(&sh, segs, N_SEG, world, cuts, 5);
+    int agree;
+    const double worst = lamb_sharded_vs_step(&sh, segs, N_SEG, n, &agree);
+    ck_assert_msg(worst <= 1e-6, "%d ranks: worst relative weight difference %.3g", world, worst);
+    ck_assert_msg(agree, "%d ranks: a tensor's pieces got different ratios", world);
+  }
+}
+END_TEST
+
+/* A ratio per piece (every piece its own group) is what the groups are
+ * for: it must differ, or the test above could not tell. */
+START_TEST(test_optim_lamb_parts_need_whole_tensor_norms) {
+  ddp_param_t segs[N_SEG];
+  const size_t n = make_segments(segs);
+  const size_t cuts[] = {65, 100, 150, 230, 300};
+  lamb_shards_t sh;
+  lamb_shards_make(&sh, segs, N_SEG, 2, cuts, 5);
+  for (int r = 0; r < 2; ++r)
+    for (int j = 0; j < sh.rank_first[r + 1] - sh.rank_first[r]; ++j) {
+      sh.begin[r][j] = j;
+      sh.index[r][j] = r * sh.stride + j;
+      sh.begin[r][j + 1] = j + 1;
+    }
+  int agree;
+  const double worst = lamb_sharded_vs_step(&sh, segs, N_SEG, n, &agree);
+  ck_assert_msg(worst > 1e-4, "per-piece ratios: difference %.3g", worst);
+  ck_assert(!agree);
+}
+END_TEST
+
+/* The ratios add a group's sums in ascending global index, from 0: values
+ * chosen so that any other order gives another ratio ((1e20 + -1e20) + 9
+ * is 9; (1e20 + 9) + -1e20 is 0, trust 1). Both ranks holding the tensor
+ * get the same bits; a padding piece alone with zero norms gets lr. */
+START_TEST(test_optim_lamb_ratios_add_in_index_order) {
+  ddp_optim_config_t cfg = lamb_config();
+  /* rank 0: pieces 0 (tensor A), 1 (padding); rank 1: pieces 0, 1 (both A) */
+  ddp_param_t t0[] = {{.offset = 0, .count = 4}, {.offset = 4, .count = 2}};
+  ddp_param_t t1[] = {{.offset = 0, .count = 3}, {.offset = 3, .count = 3}};
+  const int32_t b0[] = {0, 3, 4}, i0[] = {0, 2, 3, 1};
+  const int32_t b1[] = {0, 3, 6}, i1[] = {0, 2, 3, 0, 2, 3};
+  const ddp_optim_lamb_groups_t g0 = {
+      .n_ranks = 2, .rank = 0, .stride = 2, .begin = b0, .index = i0};
+  const ddp_optim_lamb_groups_t g1 = {
+      .n_ranks = 2, .rank = 1, .stride = 2, .begin = b1, .index = i1};
+  ddp_optim_plan_t *p0 = NULL, *p1 = NULL;
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, t0, 2, 6, &p0), DDP_OK);
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, t1, 2, 6, &p1), DDP_OK);
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(p0, &g0), DDP_OK);
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(p1, &g1), DDP_OK);
+  /* (||p||^2, ||r||^2) of global pieces 0..3 */
+  const double all[] = {1e20, 0.0, 0.0, 0.0, -1e20, 1.0, 9.0, 3.0};
+  float r0[2], r1[2];
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, p0, 0.5f, all, r0, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, p1, 0.5f, all, r1, NULL), DDP_OK);
+  ck_assert_float_eq(r0[0], (float)(0.5 * (3.0 / 2.0))); /* sqrt 9 / sqrt (0 + 1 + 3) */
+  ck_assert_float_eq(r0[1], 0.5f);                       /* zero norms: trust 1 */
+  ck_assert_mem_eq(&r1[0], &r0[0], sizeof(float));
+  ck_assert_mem_eq(&r1[1], &r0[0], sizeof(float));
+  ddp_optim_plan_destroy(p0);
+  ddp_optim_plan_destroy(p1);
+}
+END_TEST
+
+/* Bad groups and bad part calls: an error naming the cause, and nothing
+ * written (params, state, sums, ratios). */
+START_TEST(test_optim_lamb_parts_reject_bad_input) {
+  const ddp_status_t E = DDP_ERR_INVALID_ARG;
+  ddp_optim_config_t cfg = lamb_config();
+  ddp_param_t t[] = {{.offset = 0, .count = 4, .decay = 1}, {.offset = 4, .count = 2}};
+  const int32_t begin[] = {0, 2, 3}, index[] = {0, 3, 1};
+  ddp_optim_plan_t *plan = NULL;
+  ck_assert_int_eq(ddp_optim_plan_create(g_be, &cfg, t, 2, 6, &plan), DDP_OK);
+  float p[6] = {1, 2, 3, 4, 5, 6}, g[6] = {1, 1, 1, 1, 1, 1}, st[12] = {0}, ratio[2] = {7, 7};
+  double sums[4] = {42, 42, 42, 42}, all[8] = {0};
+  ddp_optim_step_args_t a = step_args(&cfg, p, g, st, t, 2, 6, 1, 0.01f);
+  ddp_test_log_start();
+  /* parts before the plan has groups */
+  ck_assert_int_eq(ddp_optim_lamb_sums(g_be, plan, &a, sums, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, plan, 0.01f, all, ratio, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_apply(g_be, plan, &a, ratio, NULL), E);
+  /* bad groups */
+  const ddp_optim_lamb_groups_t good = {
+      .n_ranks = 2, .rank = 0, .stride = 2, .begin = begin, .index = index};
+  ddp_optim_lamb_groups_t gr;
+#define BAD_GROUPS(mutation)                                        \
+  do {                                                              \
+    gr = good;                                                      \
+    mutation;                                                       \
+    ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plan, &gr), E); \
+  } while (0)
+  BAD_GROUPS(gr.begin = NULL);
+  BAD_GROUPS(gr.index = NULL);
+  BAD_GROUPS(gr.rank = 2);
+  BAD_GROUPS(gr.n_ranks = 0);
+  BAD_GROUPS(gr.stride = 1);
+  const int32_t b_nonzero[] = {1, 2, 3}, b_empty[] = {0, 0, 3}, b_self[] = {0, 1, 3};
+  const int32_t i_range[] = {0, 4, 1}, i_order[] = {3, 0, 1}, i_self[] = {3, 0, 1};
+  BAD_GROUPS(gr.begin = b_nonzero);
+  BAD_GROUPS(gr.begin = b_empty);
+  BAD_GROUPS(gr.index = i_range);
+  BAD_GROUPS(gr.index = i_order);
+  BAD_GROUPS((gr.begin = b_self, gr.index = i_self)); /* piece 0's group is {3} */
+#undef BAD_GROUPS
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(NULL, &good), E);
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plan, NULL), E);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "optim_lamb_sums: the plan has no LAMB groups");
+  ddp_assert_contains(log, "optim_lamb_ratios: the plan has no LAMB groups");
+  ddp_assert_contains(log, "optim_lamb_apply: the plan has no LAMB groups");
+  ddp_assert_contains(log, "optim lamb groups: NULL begin");
+  ddp_assert_contains(log, "optim lamb groups: NULL index");
+  ddp_assert_contains(log, "rank 2 of 2 ranks");
+  ddp_assert_contains(log, "rank 0 of 0 ranks");
+  ddp_assert_contains(log, "stride 1 for 2 pieces");
+  ddp_assert_contains(log, "begin[0] = 1, not 0");
+  ddp_assert_contains(log, "piece 0 has no group");
+  ddp_assert_contains(log, "piece 0: index 4 outside [0, 4)");
+  ddp_assert_contains(log, "piece 0: indices 3, 0 are not ascending");
+  ddp_assert_contains(log, "piece 0: its group lacks the piece itself (0)");
+  ddp_assert_contains(log, "optim lamb groups: NULL plan");
+  ddp_assert_contains(log, "optim lamb groups: NULL groups");
+  free(log);
+  /* the good table is taken, once */
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plan, &good), DDP_OK);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_optim_plan_set_lamb_groups(plan, &good), E);
+  /* bad part calls */
+  ck_assert_int_eq(ddp_optim_lamb_sums(g_be, plan, &a, NULL, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_sums(g_be, NULL, &a, sums, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, plan, 0.01f, NULL, ratio, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, plan, 0.01f, all, NULL, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, plan, NAN, all, ratio, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_apply(g_be, plan, &a, NULL, NULL), E);
+  ddp_optim_config_t adamw = adamw_config();
+  ddp_optim_step_args_t b = a;
+  b.cfg = &adamw;
+  ck_assert_int_eq(ddp_optim_lamb_sums(g_be, plan, &b, sums, NULL), E);
+  b = a;
+  b.n_tensors = 1, b.n = 4;
+  ck_assert_int_eq(ddp_optim_lamb_apply(g_be, plan, &b, ratio, NULL), E);
+  b = a;
+  b.lr = -1.0f;
+  ck_assert_int_eq(ddp_optim_lamb_sums(g_be, plan, &b, sums, NULL), E);
+  ddp_backend_t *other = ddp_test_cpu_backend();
+  ck_assert_int_eq(ddp_optim_lamb_sums(other, plan, &a, sums, NULL), E);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(other, plan, 0.01f, all, ratio, NULL), E);
+  ddp_backend_destroy(other);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "the plan has its groups already");
+  ddp_assert_contains(log, "optim_lamb_sums: NULL sums");
+  ddp_assert_contains(log, "optim_lamb_sums: NULL plan");
+  ddp_assert_contains(log, "optim_lamb_ratios: NULL all_sums");
+  ddp_assert_contains(log, "optim_lamb_ratios: NULL ratio");
+  ddp_assert_contains(log, "optim_lamb_ratios: lr nan");
+  ddp_assert_contains(log, "optim_lamb_apply: NULL ratio");
+  ddp_assert_contains(log, "optim_lamb_sums: the optimizer is adamw, not lamb");
+  ddp_assert_contains(log, "optim_lamb_apply: the plan was made for 6 parameters in 2 tensors");
+  ddp_assert_contains(log, "optim_step: lr -1");
+  ddp_assert_contains(log, "optim_lamb_sums: the plan was made for another backend");
+  ddp_assert_contains(log, "optim_lamb_ratios: the plan was made for another backend");
+  free(log);
+  const float p0[6] = {1, 2, 3, 4, 5, 6};
+  ck_assert_mem_eq(p, p0, sizeof p);
+  for (int i = 0; i < 12; ++i) ck_assert(st[i] == 0.0f);
+  for (int i = 0; i < 4; ++i) ck_assert(sums[i] == 42.0);
+  ck_assert(ratio[0] == 7.0f && ratio[1] == 7.0f);
+  /* and the valid parts still run */
+  ck_assert_int_eq(ddp_optim_lamb_sums(g_be, plan, &a, all, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_optim_lamb_ratios(g_be, plan, 0.01f, all, ratio, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_optim_lamb_apply(g_be, plan, &a, ratio, NULL), DDP_OK);
+  ck_assert(p[0] != 1.0f);
+  ddp_optim_plan_destroy(plan);
+}
+END_TEST
+
 static Suite *optim_suite(void) {
   Suite *s = suite_create("optim");
   TCase *tc = tcase_create("core");
@@ -1114,6 +1490,11 @@ static Suite *optim_suite(void) {
   tcase_add_test(tc, test_optim_grad_epilogue_nonfinite_reaches_the_norm);
   tcase_add_test(tc, test_optim_sum_partials_adds_in_bucket_order);
   tcase_add_test(tc, test_optim_grad_epilogue_rejects_bad_input);
+  tcase_add_test(tc, test_optim_lamb_parts_unsplit_equal_step);
+  tcase_add_test(tc, test_optim_lamb_parts_split_across_ranks);
+  tcase_add_test(tc, test_optim_lamb_parts_need_whole_tensor_norms);
+  tcase_add_test(tc, test_optim_lamb_ratios_add_in_index_order);
+  tcase_add_test(tc, test_optim_lamb_parts_reject_bad_input);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -221,7 +221,9 @@ struct ddp_optim_plan {
   const ddp_optim_ops_t *ops; /* be's optimizer table */
   size_t n;
   int n_tensors;
-  void *impl; /* the backend's part */
+  void *impl;       /* the backend's part */
+  int lamb_n_ranks; /* LAMB groups given (ddp_optim_plan_set_lamb_groups): > 0 */
+  int lamb_stride;
 };
 
 /* The backend's optimizer table, or an error naming what is missing. */
@@ -313,4 +315,115 @@ ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
 ddp_status_t ddp_optim_plan_skipped_steps(ddp_optim_plan_t *plan, int64_t *count) {
   if (!plan || !count) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim plan: NULL argument");
   return plan->ops->skipped_steps(plan->be, plan->impl, count);
+}
+
+/* ---- LAMB over a shard --------------------------------------------------- */
+
+/* The groups' rules (optim/optim.h), for a plan of n_pieces pieces. */
+static ddp_status_t check_lamb_groups(const ddp_optim_lamb_groups_t *g, int n_pieces) {
+  const char *who = "optim lamb groups";
+  if (!g || !g->begin || !g->index)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL %s", who,
+             !g          ? "groups"
+             : !g->begin ? "begin"
+                         : "index");
+  if (g->n_ranks < 1 || g->rank < 0 || g->rank >= g->n_ranks)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: rank %d of %d ranks", who, g->rank, g->n_ranks);
+  if (g->stride < n_pieces || (int64_t)g->stride * g->n_ranks > INT32_MAX / 2)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: stride %d for %d pieces on %d ranks (need >= %d pieces, "
+             "and 2 x stride x ranks within int32)",
+             who, g->stride, n_pieces, g->n_ranks, n_pieces);
+  if (g->begin[0] != 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: begin[0] = %d, not 0", who, g->begin[0]);
+  const int64_t total = (int64_t)g->stride * g->n_ranks;
+  for (int j = 0; j < n_pieces; ++j) {
+    if (g->begin[j + 1] <= g->begin[j])
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: piece %d has no group (begin %d, %d)", who, j, g->begin[j],
+               g->begin[j + 1]);
+    const int64_t self = (int64_t)g->rank * g->stride + j;
+    int has_self = 0;
+    for (int32_t k = g->begin[j]; k < g->begin[j + 1]; ++k) {
+      const int32_t x = g->index[k];
+      if (x < 0 || x >= total)
+        DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: piece %d: index %d outside [0, %lld)", who, j, x,
+                 (long long)total);
+      if (k > g->begin[j] && x <= g->index[k - 1])
+        DDP_FAIL(DDP_ERR_INVALID_ARG,
+                 "%s: piece %d: indices %d, %d are not ascending (the order of the sums)", who, j,
+                 g->index[k - 1], x);
+      has_self |= x == self;
+    }
+    if (!has_self)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: piece %d: its group lacks the piece itself (%lld)", who, j,
+               (long long)self);
+  }
+  return DDP_OK;
+}
+
+/* The backend's LAMB part, or why not. */
+static ddp_status_t lamb_ready(const ddp_optim_plan_t *plan, const char *what, int need_groups) {
+  if (!plan) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL plan", what);
+  if (!plan->ops->lamb_sums || !plan->ops->lamb_groups)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED, "%s: backend '%s' has no sharded LAMB", what,
+             plan->be->ops->name ? plan->be->ops->name : "?");
+  if (need_groups && plan->lamb_n_ranks < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: the plan has no LAMB groups (ddp_optim_plan_set_lamb_groups first)", what);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_optim_plan_set_lamb_groups(ddp_optim_plan_t *plan,
+                                            const ddp_optim_lamb_groups_t *groups) {
+  DDP_CHECK(lamb_ready(plan, "optim lamb groups", 0));
+  if (plan->lamb_n_ranks > 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim lamb groups: the plan has its groups already");
+  DDP_CHECK(check_lamb_groups(groups, plan->n_tensors));
+  DDP_CHECK(plan->ops->lamb_groups(plan->be, plan->impl, groups));
+  plan->lamb_n_ranks = groups->n_ranks;
+  plan->lamb_stride = groups->stride;
+  return DDP_OK;
+}
+
+/* A part's common checks: the plan, the backend, the step's arguments. */
+static ddp_status_t check_lamb_part(ddp_backend_t *be, const ddp_optim_plan_t *plan,
+                                    const ddp_optim_step_args_t *args, const char *what) {
+  DDP_CHECK(lamb_ready(plan, what, 1));
+  if (plan->be != be)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the plan was made for another backend", what);
+  DDP_CHECK(ddp_optim_check_step(args));
+  if (args->cfg->kind != DDP_OPTIM_KIND_LAMB)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the optimizer is %s, not lamb", what,
+             ddp_optim_kind_name(args->cfg->kind));
+  if (args->n != plan->n || args->n_tensors != plan->n_tensors)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: the plan was made for %zu parameters in %d tensors, the step has %zu in %d", what,
+             plan->n, plan->n_tensors, args->n, args->n_tensors);
+  return DDP_OK;
+}
+
+ddp_status_t ddp_optim_lamb_sums(ddp_backend_t *be, ddp_optim_plan_t *plan,
+                                 const ddp_optim_step_args_t *args, double *sums, ddp_stream_t s) {
+  DDP_CHECK(check_lamb_part(be, plan, args, "optim_lamb_sums"));
+  if (!sums) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_sums: NULL sums");
+  return plan->ops->lamb_sums(be, plan->impl, args, sums, s);
+}
+
+ddp_status_t ddp_optim_lamb_ratios(ddp_backend_t *be, ddp_optim_plan_t *plan, float lr,
+                                   const double *all_sums, float *ratio, ddp_stream_t s) {
+  DDP_CHECK(lamb_ready(plan, "optim_lamb_ratios", 1));
+  if (plan->be != be)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_ratios: the plan was made for another backend");
+  if (!all_sums || !ratio)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_ratios: NULL %s", !all_sums ? "all_sums" : "ratio");
+  if (!isfinite(lr) || lr < 0.0f)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_ratios: lr %g must be finite and >= 0", (double)lr);
+  return plan->ops->lamb_ratios(be, plan->impl, lr, all_sums, ratio, s);
+}
+
+ddp_status_t ddp_optim_lamb_apply(ddp_backend_t *be, ddp_optim_plan_t *plan,
+                                  const ddp_optim_step_args_t *args, const float *ratio,
+                                  ddp_stream_t s) {
+  DDP_CHECK(check_lamb_part(be, plan, args, "optim_lamb_apply"));
+  if (!ratio) DDP_FAIL(DDP_ERR_INVALID_ARG, "optim_lamb_apply: NULL ratio");
+  return plan->ops->lamb_apply(be, plan->impl, args, ratio, s);
 }

@@ -203,6 +203,56 @@ ddp_status_t ddp_optim_step(ddp_backend_t *be, ddp_optim_plan_t *plan,
  * its log interval instead of after every step. */
 ddp_status_t ddp_optim_plan_skipped_steps(ddp_optim_plan_t *plan, int64_t *count);
 
+/* ---- LAMB over a shard (--zero 1) ------------------------------------------
+ * Under --zero 1 the step's table is this rank's shard: pieces of the
+ * model's tensors (a tensor may be cut across ranks, and within a rank at a
+ * bucket boundary). LAMB's trust ratio needs the norms of whole tensors, so
+ * the step runs in three parts with an exchange between the first two:
+ *   ddp_optim_lamb_sums:   moments, and per piece j sums[2j] = ||p_j||^2,
+ *                          sums[2j + 1] = ||r_j||^2 (double, r as above);
+ *   (the caller all-gathers every rank's sums, one row of 2 x stride
+ *    doubles per rank, rank-major: piece j of rank q at 2 (q stride + j));
+ *   ddp_optim_lamb_ratios: per piece, its tensor's norms summed over all its
+ *                          pieces on all ranks, in ascending global index
+ *                          (q stride + j), so every rank adds the same
+ *                          doubles in the same order and gets the same bits;
+ *                          ratio = lr x trust, trust as in the step above;
+ *   ddp_optim_lamb_apply:  p -= ratio r, and the compute copy.
+ * With every tensor in one piece this is the unsharded LAMB step bit for
+ * bit; split, the norms are the same sums in another order. Clipping and
+ * skip_nonfinite act as in ddp_optim_step: a skipped step leaves params,
+ * state and compute copy alone (sums and ratios are then meaningless and
+ * unused) and is counted once, by ddp_optim_lamb_apply. */
+typedef struct ddp_optim_lamb_groups {
+  int n_ranks; /* rows of the exchanged sums */
+  int rank;    /* this rank's row */
+  int stride;  /* pieces per row (the most any rank has): >= the plan's tensors */
+  /* Host arrays, copied: for local piece j (j < the plan's n_tensors), the
+   * global indices q x stride + i of every piece of its tensor (itself
+   * included), strictly ascending, are index[begin[j] .. begin[j + 1]). */
+  const int32_t *begin; /* n_tensors + 1, begin[0] == 0 */
+  const int32_t *index;
+} ddp_optim_lamb_groups_t;
+
+/* Gives a plan its groups (checked: counts, ascending rows inside
+ * [0, n_ranks x stride), each row holding the piece itself; a plan takes
+ * them once). Copies the table to the backend; not on the step path. */
+ddp_status_t ddp_optim_plan_set_lamb_groups(ddp_optim_plan_t *plan,
+                                            const ddp_optim_lamb_groups_t *groups);
+/* Part 1 (args as for ddp_optim_step, kind LAMB, on a plan with groups):
+ * sums (backend memory, 2 x n_tensors doubles written; the row's padding up
+ * to 2 x stride is not touched). */
+ddp_status_t ddp_optim_lamb_sums(ddp_backend_t *be, ddp_optim_plan_t *plan,
+                                 const ddp_optim_step_args_t *args, double *sums, ddp_stream_t s);
+/* Part 2: all_sums (backend memory, 2 x stride x n_ranks doubles) into
+ * ratio (backend memory, n_tensors floats). lr finite and >= 0. */
+ddp_status_t ddp_optim_lamb_ratios(ddp_backend_t *be, ddp_optim_plan_t *plan, float lr,
+                                   const double *all_sums, float *ratio, ddp_stream_t s);
+/* Part 3: the update with the ratios of part 2 (same args as part 1). */
+ddp_status_t ddp_optim_lamb_apply(ddp_backend_t *be, ddp_optim_plan_t *plan,
+                                  const ddp_optim_step_args_t *args, const float *ratio,
+                                  ddp_stream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -45,6 +45,15 @@ typedef struct ddp_optim_ops {
                                 ddp_stream_t s);
   ddp_status_t (*sum_partials)(ddp_backend_t *be, float *sumsq, const double *partials, int n,
                                ddp_stream_t s);
+  /* LAMB over a shard (optim/optim.h): the groups, checked, into impl
+   * (plan time); then the three parts of a step. NULL: not supported. */
+  ddp_status_t (*lamb_groups)(ddp_backend_t *be, void *impl, const ddp_optim_lamb_groups_t *g);
+  ddp_status_t (*lamb_sums)(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *args,
+                            double *sums, ddp_stream_t s);
+  ddp_status_t (*lamb_ratios)(ddp_backend_t *be, void *impl, float lr, const double *all_sums,
+                              float *ratio, ddp_stream_t s);
+  ddp_status_t (*lamb_apply)(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *args,
+                             const float *ratio, ddp_stream_t s);
 } ddp_optim_ops_t;
 
 /* The shared checks (src/optim/optim.c). Each logs what is wrong and returns

@@ -180,7 +180,8 @@ static const opt_row_t k_rows[] = {
     {"zero", 0, OPT_INT, OFF(zero), "0", 0, 1, "0|1", "Data parallelism",
      "1: shard the fp32 master weights and the optimizer state across the ranks (ZeRO-1): "
      "gradients are reduce-scattered, each rank updates its shard, the weights are "
-     "all-gathered; adamw and sgd",
+     "all-gathered (adamw, sgd and lamb, whose trust ratios take whole-tensor norms across the "
+     "shards)",
      NULL, 0},
     {"comm-progress", 0, OPT_STRING, OFF(comm_progress), "auto", 0, 0, "MODE", "Data parallelism",
      "how MPI reductions advance during backward: thread (a progress thread), test "
@@ -795,14 +796,6 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
   if (o->save_every > 0 && !o->save[0]) {
     USAGE_ERROR("option --save-every %lld needs --save DIR (the directory it writes to)",
                 (long long)o->save_every);
-    return DDP_ERR_INVALID_ARG;
-  }
-  /* LAMB's trust ratio is a ratio of per-tensor norms, and under --zero 1 a
-   * tensor's elements may lie in several ranks' shards */
-  if (o->zero && ddp_ascii_ieq(o->optimizer, "lamb")) {
-    USAGE_ERROR(
-        "option --zero 1 does not work with --optimizer lamb yet (its per-tensor trust ratio "
-        "would need norms across the shards); use adamw or sgd, or --zero 0");
     return DDP_ERR_INVALID_ARG;
   }
   /* the model's own combinations; it logs its one line */

@@ -161,6 +161,8 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
     n = tr->zero.layout.shard;
     DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, tr->zero.layout.pieces,
                                     tr->zero.layout.n_pieces, n, &tr->optim_plan));
+    /* LAMB's trust ratios need whole-tensor norms across the pieces */
+    if (kind == DDP_OPTIM_KIND_LAMB) DDP_CHECK(ddp_zero_lamb_init(&tr->zero, tr->optim_plan));
   } else {
     /* the model's parameter table is the optimizer's tensor list as it is */
     DDP_CHECK(
@@ -628,7 +630,10 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
                              .compute_dtype = m->precision,
                              .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
   DDP_SPAN_BEGIN(DDP_SPAN_OPTIMIZER, -1, "optimizer");
-  DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
+  if (zero && tr->ocfg.kind == DDP_OPTIM_KIND_LAMB)
+    DDP_CHECK(ddp_zero_lamb_step(&tr->zero, tr->optim_plan, &a, grad_comm(tr)));
+  else
+    DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
   DDP_SPAN_END();
   if (zero) DDP_CHECK(ddp_zero_gather_weights(&tr->zero, grad_comm(tr)));
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));

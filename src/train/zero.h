@@ -5,7 +5,8 @@
  *
  * A step: the reducer reduce-scatters each bucket into `grads` during
  * backward; the optimizer updates `master` (and writes the rounded compute
- * copy of the shard into `compute` in half precision); ddp_zero_gather_weights
+ * copy of the shard into `compute` in half precision; LAMB through
+ * ddp_zero_lamb_step, which exchanges per-piece norms); ddp_zero_gather_weights
  * then all-gathers the updated blocks into the buffer the model computes
  * with: its fp32 parameters in an fp32 run, its compute copy (bf16/fp16) in
  * a half-precision run. In the latter case the model's fp32 parameter buffer
@@ -22,6 +23,7 @@
 
 #include "ddptrain/model.h"
 #include "comm/comm.h"
+#include "optim/optim.h"
 #include "train/zero_layout.h"
 
 typedef struct ddp_zero {
@@ -33,6 +35,12 @@ typedef struct ddp_zero {
   void *tail;             /* the tail bucket's world blocks (gathers), widest element */
   float *chunk;           /* the state gather's receive buffer (DDP_ZERO_CHUNK floats) */
   size_t state_per_param; /* optimizer state slots */
+  /* LAMB (ddp_zero_lamb_init): every rank's per-piece squared norms, one
+   * row of 2 x lamb_stride doubles per rank, and this rank's trust ratios
+   * (backend memory; NULL in runs with another optimizer) */
+  double *lamb_sums;
+  float *lamb_ratio;
+  int lamb_stride;
 } ddp_zero_t;
 
 /* Floats a checkpoint gather moves per collective. */
@@ -68,5 +76,19 @@ ddp_status_t ddp_zero_gather_masters(ddp_zero_t *z, ddp_comm_t *comm);
  * of the state, paid only when a checkpoint is written). */
 ddp_status_t ddp_zero_gather_state(ddp_zero_t *z, ddp_comm_t *comm, const float *shard_state,
                                    float *host_state);
+
+/* LAMB's per-tensor trust ratio across the shards. Every rank's pieces are
+ * a pure function of the layout, so each rank works out, with no exchange,
+ * which pieces of all ranks belong to the tensor of each of its own pieces
+ * (its padding is a group of its own) and gives the plan (made for
+ * layout.pieces) those groups; the exchange buffers are made here, once. */
+ddp_status_t ddp_zero_lamb_init(ddp_zero_t *z, ddp_optim_plan_t *plan);
+
+/* Collective: the LAMB step of the shard (args as for ddp_optim_step on
+ * layout.pieces): per-piece sums, their all-gather on comm (stream-ordered,
+ * no host wait on a device communicator), the ratios from whole-tensor
+ * norms, identical on every rank, then the update. */
+ddp_status_t ddp_zero_lamb_step(ddp_zero_t *z, ddp_optim_plan_t *plan,
+                                const ddp_optim_step_args_t *args, ddp_comm_t *comm);
 
 #endif

@@ -1,8 +1,9 @@
 /* The optimizers (AdamW, SGD, LAMB) and the global gradient norm on the
  * CPU backend: the public CPU twins ddp_optim_step_cpu and
- * ddp_optim_grad_sumsq_cpu (see optim/optim.h), the CPU plan, and the
- * CPU backend's optimizer table (backend/optim_ops.h), whose entries do the
- * same work once src/optim/optim.c has checked the arguments.
+ * ddp_optim_grad_sumsq_cpu (see optim/optim.h), the CPU plan, LAMB's three
+ * parts over a shard (--zero 1), and the CPU backend's optimizer table
+ * (backend/optim_ops.h), whose entries do the same work once
+ * src/optim/optim.c has checked the arguments.
  *
  * These are the twins of the fused CUDA kernels (kernels/optim.cu), which
  * implement the same contract and are tested against these functions. The
@@ -31,6 +32,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ddptrain/check.h"
 #include "backend/cpu/cpu_optim.h"
@@ -268,19 +270,33 @@ static inline void lamb_apply_block(float *restrict p, const float *restrict m,
   for (size_t i = 0; i < len; ++i) p[i] = p[i] - ratio * r[i];
 }
 
-static void lamb_segment(float *restrict p, const float *restrict g, float *restrict m,
-                         float *restrict v, size_t n, const step_coef_t *c, float wd,
-                         const compute_out_t *o) {
+/* Pass 1 over one segment: moments, and its ||p||^2, ||r||^2 (double). */
+static void lamb_segment_sums(const float *restrict p, const float *restrict g, float *restrict m,
+                              float *restrict v, size_t n, const step_coef_t *c, float wd,
+                              double *pp, double *rr) {
   double pacc[LANES] = {0}, racc[LANES] = {0};
   size_t i = 0;
   for (; i + BLOCK <= n; i += BLOCK)
     lamb_norms_block(pacc, racc, p + i, g + i, m + i, v + i, BLOCK, c, wd);
   lamb_norms_block(pacc, racc, p + i, g + i, m + i, v + i, n - i, c, wd);
-  double p_norm = sqrt(ddp_cpu_optim_lanes_total(pacc)),
-         r_norm = sqrt(ddp_cpu_optim_lanes_total(racc));
-  double trust = p_norm > 0.0 && r_norm > 0.0 ? p_norm / r_norm : 1.0;
-  float ratio = (float)((double)c->lr * trust);
-  for (i = 0; i + BLOCK <= n; i += BLOCK) {
+  *pp = ddp_cpu_optim_lanes_total(pacc);
+  *rr = ddp_cpu_optim_lanes_total(racc);
+}
+
+/* lr x trust from a tensor's squared norms (kernels/optim.cu has the same
+ * expression: both round the same doubles to the same float). */
+static float lamb_ratio(float lr, double pp, double rr) {
+  const double p_norm = sqrt(pp), r_norm = sqrt(rr);
+  const double trust = p_norm > 0.0 && r_norm > 0.0 ? p_norm / r_norm : 1.0;
+  return (float)((double)lr * trust);
+}
+
+/* Pass 2 over one segment: p -= ratio * r, and the compute copy. */
+static void lamb_segment_apply(float *restrict p, const float *restrict m, const float *restrict v,
+                               size_t n, const step_coef_t *c, float wd, float ratio,
+                               const compute_out_t *o) {
+  size_t i = 0;
+  for (; i + BLOCK <= n; i += BLOCK) {
     lamb_apply_block(p + i, m + i, v + i, BLOCK, c, wd, ratio);
     emit(o, i, p + i, BLOCK);
   }
@@ -288,7 +304,24 @@ static void lamb_segment(float *restrict p, const float *restrict g, float *rest
   emit(o, i, p + i, n - i);
 }
 
+static void lamb_segment(float *restrict p, const float *restrict g, float *restrict m,
+                         float *restrict v, size_t n, const step_coef_t *c, float wd,
+                         const compute_out_t *o) {
+  double pp, rr;
+  lamb_segment_sums(p, g, m, v, n, c, wd, &pp, &rr);
+  lamb_segment_apply(p, m, v, n, c, wd, lamb_ratio(c->lr, pp, rr), o);
+}
+
 /* ---- the step ---------------------------------------------------------- */
+
+/* The compute copy of segment sg (none in an fp32 run). */
+static compute_out_t compute_out(const ddp_optim_step_args_t *args, const ddp_param_t *sg) {
+  return (compute_out_t){.dst = args->compute_params
+                                    ? (unsigned char *)args->compute_params +
+                                          sg->offset * ddp_dtype_size(args->compute_dtype)
+                                    : NULL,
+                         .dtype = args->compute_dtype};
+}
 
 /* The step on checked arguments. */
 static void cpu_step(const ddp_optim_step_args_t *args) {
@@ -306,11 +339,7 @@ static void cpu_step(const ddp_optim_step_args_t *args) {
     float *p = args->params + sg->offset;
     const float *g = args->grads + sg->offset;
     float wd = sg->decay ? cfg->weight_decay : 0.0f;
-    const compute_out_t o = {.dst = args->compute_params
-                                        ? (unsigned char *)args->compute_params +
-                                              sg->offset * ddp_dtype_size(args->compute_dtype)
-                                        : NULL,
-                             .dtype = args->compute_dtype};
+    const compute_out_t o = compute_out(args, sg);
     switch (cfg->kind) {
       case DDP_OPTIM_KIND_ADAMW: {
         float decay_mul = (float)(1.0 - (double)args->lr * (double)wd);
@@ -343,20 +372,28 @@ ddp_status_t ddp_optim_step_cpu(ddp_backend_t *be, const ddp_optim_step_args_t *
  * decides on the host, where the norm is. */
 typedef struct cpu_optim_plan {
   int64_t skipped;
+  /* LAMB over a shard: the groups (optim/optim.h), NULL without */
+  int32_t *lamb_begin, *lamb_index;
+  int n_pieces;
 } cpu_optim_plan_t;
 
 static ddp_status_t cpu_plan_create(ddp_backend_t *be, const ddp_param_t *tensors, int n_tensors,
                                     size_t n, void **impl) {
-  (void)be, (void)tensors, (void)n_tensors, (void)n;
+  (void)be, (void)tensors, (void)n;
   cpu_optim_plan_t *p = calloc(1, sizeof *p);
   if (!p) DDP_FAIL(DDP_ERR_OOM, "optim plan: out of host memory");
+  p->n_pieces = n_tensors;
   *impl = p;
   return DDP_OK;
 }
 
 static void cpu_plan_destroy(ddp_backend_t *be, void *impl) {
   (void)be;
-  free(impl);
+  cpu_optim_plan_t *p = impl;
+  if (!p) return;
+  free(p->lamb_begin);
+  free(p->lamb_index);
+  free(p);
 }
 
 static ddp_status_t cpu_plan_step(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *args,
@@ -374,6 +411,79 @@ static ddp_status_t cpu_skipped_steps(ddp_backend_t *be, void *impl, int64_t *co
   return DDP_OK;
 }
 
+/* ---- LAMB over a shard ---------------------------------------------------- */
+
+static ddp_status_t cpu_lamb_groups(ddp_backend_t *be, void *impl,
+                                    const ddp_optim_lamb_groups_t *g) {
+  (void)be;
+  cpu_optim_plan_t *p = impl;
+  const size_t nb = ((size_t)p->n_pieces + 1) * sizeof(int32_t);
+  const size_t ni = (size_t)g->begin[p->n_pieces] * sizeof(int32_t);
+  p->lamb_begin = malloc(nb);
+  p->lamb_index = malloc(ni);
+  if (!p->lamb_begin || !p->lamb_index) {
+    free(p->lamb_begin), free(p->lamb_index);
+    p->lamb_begin = p->lamb_index = NULL;
+    DDP_FAIL(DDP_ERR_OOM, "optim lamb groups: out of host memory");
+  }
+  memcpy(p->lamb_begin, g->begin, nb);
+  memcpy(p->lamb_index, g->index, ni);
+  return DDP_OK;
+}
+
+static ddp_status_t cpu_lamb_sums(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *args,
+                                  double *sums, ddp_stream_t s) {
+  (void)be, (void)impl, (void)s;
+  if (args->skip_nonfinite && !isfinite(*args->grad_sumsq)) return DDP_OK;
+  const step_coef_t c = step_coef(args);
+  float *m = args->state, *v = args->state + args->n;
+  for (int k = 0; k < args->n_tensors; ++k) {
+    const ddp_param_t *sg = &args->tensors[k];
+    const float wd = sg->decay ? args->cfg->weight_decay : 0.0f;
+    lamb_segment_sums(args->params + sg->offset, args->grads + sg->offset, m + sg->offset,
+                      v + sg->offset, sg->count, &c, wd, &sums[2 * (size_t)k],
+                      &sums[2 * (size_t)k + 1]);
+  }
+  return DDP_OK;
+}
+
+/* Each piece's tensor norms: its group's sums added in the group's
+ * (ascending) order, starting from 0, as the CUDA kernel adds them. */
+static ddp_status_t cpu_lamb_ratios(ddp_backend_t *be, void *impl, float lr, const double *all_sums,
+                                    float *ratio, ddp_stream_t s) {
+  (void)be, (void)s;
+  const cpu_optim_plan_t *p = impl;
+  for (int j = 0; j < p->n_pieces; ++j) {
+    double pp = 0.0, rr = 0.0;
+    for (int32_t k = p->lamb_begin[j]; k < p->lamb_begin[j + 1]; ++k) {
+      pp += all_sums[2 * (size_t)p->lamb_index[k]];
+      rr += all_sums[2 * (size_t)p->lamb_index[k] + 1];
+    }
+    ratio[j] = lamb_ratio(lr, pp, rr);
+  }
+  return DDP_OK;
+}
+
+static ddp_status_t cpu_lamb_apply(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *args,
+                                   const float *ratio, ddp_stream_t s) {
+  (void)be, (void)s;
+  cpu_optim_plan_t *p = impl;
+  if (args->skip_nonfinite && !isfinite(*args->grad_sumsq)) {
+    p->skipped++;
+    return DDP_OK;
+  }
+  const step_coef_t c = step_coef(args);
+  const float *m = args->state, *v = args->state + args->n;
+  for (int k = 0; k < args->n_tensors; ++k) {
+    const ddp_param_t *sg = &args->tensors[k];
+    const float wd = sg->decay ? args->cfg->weight_decay : 0.0f;
+    const compute_out_t o = compute_out(args, sg);
+    lamb_segment_apply(args->params + sg->offset, m + sg->offset, v + sg->offset, sg->count, &c, wd,
+                       ratio[k], &o);
+  }
+  return DDP_OK;
+}
+
 const ddp_optim_ops_t ddp_optim_cpu_ops = {
     .plan_create = cpu_plan_create,
     .plan_destroy = cpu_plan_destroy,
@@ -382,4 +492,8 @@ const ddp_optim_ops_t ddp_optim_cpu_ops = {
     .grad_sumsq = cpu_grad_sumsq,
     .grad_epilogue = ddp_cpu_optim_grad_epilogue,
     .sum_partials = ddp_cpu_optim_sum_partials,
+    .lamb_groups = cpu_lamb_groups,
+    .lamb_sums = cpu_lamb_sums,
+    .lamb_ratios = cpu_lamb_ratios,
+    .lamb_apply = cpu_lamb_apply,
 };

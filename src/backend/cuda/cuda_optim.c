@@ -20,12 +20,13 @@
 #include "optim.h"
 
 typedef struct ddp_cuda_optim_plan {
-  ddp_cuda_optim_chunk_t *chunks; /* device */
-  int32_t *seg_decay;             /* device, n_segs */
-  int32_t *seg_chunk_begin;       /* device, n_segs + 1 */
-  double *lamb_partials;          /* device, 2 per chunk */
-  float *lamb_ratio;              /* device, n_segs */
-  int64_t *skipped;               /* device: steps skipped on a non-finite norm */
+  ddp_cuda_optim_chunk_t *chunks;   /* device */
+  int32_t *seg_decay;               /* device, n_segs */
+  int32_t *seg_chunk_begin;         /* device, n_segs + 1 */
+  double *lamb_partials;            /* device, 2 per chunk */
+  float *lamb_ratio;                /* device, n_segs */
+  int64_t *skipped;                 /* device: steps skipped on a non-finite norm */
+  int32_t *lamb_begin, *lamb_index; /* device: LAMB's groups over a shard, or NULL */
   int n_chunks, n_segs;
 } ddp_cuda_optim_plan_t;
 
@@ -103,6 +104,8 @@ static void cuda_plan_destroy(ddp_backend_t *be, void *impl) {
   ddp_backend_free(be, p->lamb_partials);
   ddp_backend_free(be, p->lamb_ratio);
   ddp_backend_free(be, p->skipped);
+  if (p->lamb_begin) ddp_backend_free(be, p->lamb_begin);
+  if (p->lamb_index) ddp_backend_free(be, p->lamb_index);
   free(p);
 }
 
@@ -111,35 +114,39 @@ static ddp_status_t cuda_grad_sumsq(ddp_backend_t *be, float *sumsq, const float
   return ddp_cuda_grad_sumsq(sumsq, grads, n, scale, ddp_cuda_stream(be, s));
 }
 
+/* The CPU twin's per-step constants (cpu_optim.c step_coef), in double. */
+static ddp_cuda_optim_coef_t step_coef(const ddp_optim_step_args_t *a) {
+  const ddp_optim_config_t *cfg = a->cfg;
+  const double t = (double)a->t;
+  const double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+  ddp_cuda_optim_coef_t c = {.kind = (int)cfg->kind,
+                             .lr = a->lr,
+                             .b1 = cfg->beta1,
+                             .omb1 = (float)(1.0 - (double)cfg->beta1),
+                             .b2 = cfg->beta2,
+                             .omb2 = (float)(1.0 - (double)cfg->beta2),
+                             .eps = cfg->eps,
+                             .bc1 = (float)bc1,
+                             .bc2 = (float)bc2,
+                             .step_size = (float)((double)a->lr / bc1),
+                             .bc2_sqrt = (float)sqrt(bc2),
+                             .wd = cfg->weight_decay,
+                             .decay_mul = (float)(1.0 - (double)a->lr * (double)cfg->weight_decay),
+                             .momentum = cfg->momentum,
+                             .first = a->t == 1,
+                             .nesterov = cfg->nesterov != 0,
+                             .has_buf = ddp_optim_state_per_param(cfg) > 0,
+                             .grad_scale = a->grad_scale,
+                             .max_grad_norm = cfg->max_grad_norm,
+                             .use_sumsq = a->grad_sumsq != NULL,
+                             .skip_nonfinite = a->skip_nonfinite};
+  return c;
+}
+
 static ddp_status_t cuda_step(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *a,
                               ddp_stream_t s) {
   const ddp_cuda_optim_plan_t *p = impl;
-  const ddp_optim_config_t *cfg = a->cfg;
-  /* the CPU twin's per-step constants (cpu_optim.c step_coef), in double */
-  const double t = (double)a->t;
-  const double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
-  const ddp_cuda_optim_coef_t c = {
-      .kind = (int)cfg->kind,
-      .lr = a->lr,
-      .b1 = cfg->beta1,
-      .omb1 = (float)(1.0 - (double)cfg->beta1),
-      .b2 = cfg->beta2,
-      .omb2 = (float)(1.0 - (double)cfg->beta2),
-      .eps = cfg->eps,
-      .bc1 = (float)bc1,
-      .bc2 = (float)bc2,
-      .step_size = (float)((double)a->lr / bc1),
-      .bc2_sqrt = (float)sqrt(bc2),
-      .wd = cfg->weight_decay,
-      .decay_mul = (float)(1.0 - (double)a->lr * (double)cfg->weight_decay),
-      .momentum = cfg->momentum,
-      .first = a->t == 1,
-      .nesterov = cfg->nesterov != 0,
-      .has_buf = ddp_optim_state_per_param(cfg) > 0,
-      .grad_scale = a->grad_scale,
-      .max_grad_norm = cfg->max_grad_norm,
-      .use_sumsq = a->grad_sumsq != NULL,
-      .skip_nonfinite = a->skip_nonfinite};
+  const ddp_cuda_optim_coef_t c = step_coef(a);
   return ddp_cuda_optim_update(&c, a->params, a->grads, a->state, a->n, a->compute_params,
                                a->compute_dtype, a->grad_sumsq, p->chunks, p->n_chunks,
                                p->seg_decay, p->seg_chunk_begin, p->n_segs, p->lamb_partials,
@@ -153,6 +160,48 @@ static ddp_status_t cuda_skipped_steps(ddp_backend_t *be, void *impl, int64_t *c
   return ddp_backend_sync(be, NULL);
 }
 
+/* ---- LAMB over a shard ---------------------------------------------------- */
+
+static ddp_status_t cuda_lamb_groups(ddp_backend_t *be, void *impl,
+                                     const ddp_optim_lamb_groups_t *g) {
+  ddp_cuda_optim_plan_t *p = impl;
+  const size_t nb = ((size_t)p->n_segs + 1) * sizeof(int32_t);
+  const size_t ni = (size_t)g->begin[p->n_segs] * sizeof(int32_t);
+  ddp_status_t st = upload(be, (void **)&p->lamb_begin, g->begin, nb);
+  if (st == DDP_OK) st = upload(be, (void **)&p->lamb_index, g->index, ni);
+  if (st != DDP_OK) {
+    if (p->lamb_begin) ddp_backend_free(be, p->lamb_begin);
+    if (p->lamb_index) ddp_backend_free(be, p->lamb_index);
+    p->lamb_begin = p->lamb_index = NULL;
+  }
+  return st;
+}
+
+static ddp_status_t cuda_lamb_sums(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *a,
+                                   double *sums, ddp_stream_t s) {
+  const ddp_cuda_optim_plan_t *p = impl;
+  const ddp_cuda_optim_coef_t c = step_coef(a);
+  return ddp_cuda_optim_lamb_sums(&c, a->params, a->grads, a->state, a->n, a->grad_sumsq, p->chunks,
+                                  p->n_chunks, p->seg_decay, p->seg_chunk_begin, p->n_segs,
+                                  p->lamb_partials, sums, ddp_cuda_stream(be, s));
+}
+
+static ddp_status_t cuda_lamb_ratios(ddp_backend_t *be, void *impl, float lr,
+                                     const double *all_sums, float *ratio, ddp_stream_t s) {
+  const ddp_cuda_optim_plan_t *p = impl;
+  return ddp_cuda_optim_lamb_ratios(lr, all_sums, p->lamb_begin, p->lamb_index, p->n_segs, ratio,
+                                    ddp_cuda_stream(be, s));
+}
+
+static ddp_status_t cuda_lamb_apply(ddp_backend_t *be, void *impl, const ddp_optim_step_args_t *a,
+                                    const float *ratio, ddp_stream_t s) {
+  const ddp_cuda_optim_plan_t *p = impl;
+  const ddp_cuda_optim_coef_t c = step_coef(a);
+  return ddp_cuda_optim_lamb_apply(&c, a->params, a->state, a->n, a->compute_params,
+                                   a->compute_dtype, a->grad_sumsq, p->chunks, p->n_chunks,
+                                   p->seg_decay, ratio, p->skipped, ddp_cuda_stream(be, s));
+}
+
 const ddp_optim_ops_t ddp_optim_cuda_ops = {
     .plan_create = cuda_plan_create,
     .plan_destroy = cuda_plan_destroy,
@@ -161,4 +210,8 @@ const ddp_optim_ops_t ddp_optim_cuda_ops = {
     .grad_sumsq = cuda_grad_sumsq,
     .grad_epilogue = ddp_cuda_optim_grad_epilogue,
     .sum_partials = ddp_cuda_optim_sum_partials,
+    .lamb_groups = cuda_lamb_groups,
+    .lamb_sums = cuda_lamb_sums,
+    .lamb_ratios = cuda_lamb_ratios,
+    .lamb_apply = cuda_lamb_apply,
 };
