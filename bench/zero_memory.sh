@@ -1,6 +1,7 @@
 #!/bin/sh
 # What --zero 1 saves and costs on the CPU backend: per-rank memory of the
-# optimizer side (fp32 masters + AdamW state, from the start-up line), the
+# optimizer state (AdamW's two slots, from the start-up line) and of the
+# shard's reduced gradients that --zero 1 adds, the
 # backend's peak memory (metrics `peak_mem_mb`), and step time, for 1, 2 and
 # 4 ranks with --zero 0 and --zero 1.
 #   model: GPT L8 H8 C512 (about 25 M parameters: AdamW state alone is about
@@ -31,7 +32,7 @@ MODEL="--data $work/fortunes_train_*.bin --threads 1 --n-layer 8 --n-head 8 --n-
 --steps $steps --warmup 2 --log-every 4 --eval-every 0 --eval-tokens 128 --peak-gflops 50"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| ranks | --zero | params | owned per rank | masters + state MiB per rank | unsharded MiB | peak_mem_mb (rank 0) | ms/step (steps 5+) |"
+echo "| ranks | --zero | params | updated by rank 0 | AdamW state MiB per rank | + reduced gradients MiB | peak_mem_mb (rank 0) | ms/step (steps 5+) |"
 echo "|---|---|---|---|---|---|---|---|"
 for np in 1 2 4; do
   for z in 0 1; do
@@ -45,17 +46,18 @@ log, metrics, np, z = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 text = open(log).read()
 params = re.search(r"model: GPT [^,]*, ([0-9.]+)M parameters", text)
 params = float(params.group(1)) * 1e6 if params else float("nan")
-m = re.search(r"owns (\d+) of (\d+) parameters; .* ([0-9.]+) MiB per rank \(([0-9.]+) MiB unsharded\)", text)
+m = re.search(r"updates (\d+) of (\d+) parameters; optimizer state ([0-9.]+) MiB per rank "
+              r"\(([0-9.]+) MiB unsharded\), plus ([0-9.]+) MiB of reduced gradients", text)
 recs = [json.loads(l) for l in open(metrics)]
 final = [r for r in recs if "peak_mem_mb" in r][-1]
 steps = [r for r in recs if "ms_per_step" in r and r.get("step", 0) > 4]
 ms = sum(r["ms_per_step"] for r in steps) / max(1, len(steps))
 if m:
-    owned, full, mine, unsharded = m.group(1), m.group(2), m.group(3), m.group(4)
-else:  # --zero 0: every rank holds all of it (1 + 2 AdamW slots) x 4 bytes
-    owned, full = "%d" % params, "%d" % params
-    mine = unsharded = "%.1f" % (params * 12 / 1048576)
-print("| %s | %s | %s | %s | %s | %s | %.0f | %.1f |" % (np, z, full, owned, mine, unsharded,
+    owned, full, state, extra = m.group(1), m.group(2), m.group(3), m.group(5)
+else:  # --zero 0: every rank holds all of it, 2 AdamW slots x 4 bytes
+    owned = full = "%d" % params
+    state, extra = "%.1f" % (params * 8 / 1048576), "0"
+print("| %s | %s | %s | %s | %s | %s | %.0f | %.1f |" % (np, z, full, owned, state, extra,
       final["peak_mem_mb"], ms))
 PY
   done

@@ -161,29 +161,36 @@ START_TEST(test_zero_layout_owns_every_element_once) {
         }
         ck_assert_uint_eq(next, N_ELEMS);
         ck_assert_uint_eq(l.shard, local);
-        /* pieces tile the shard; decay follows the tensor, padding has none */
-        size_t at = 0;
-        for (int p = 0; p < l.n_pieces; ++p) {
-          ck_assert_uint_eq(l.pieces[p].offset, at);
-          ck_assert_uint_gt(l.pieces[p].count, 0);
-          at += l.pieces[p].count;
-        }
-        ck_assert_uint_eq(at, l.shard);
+        /* per bucket, the pieces tile the owned range; decay follows the
+         * tensor; the state places the owned ranges one after another */
+        size_t state_at = 0;
+        int pieces = 0;
         for (int k = 0; k < l.n_buckets; ++k) {
+          const ddp_zero_bucket_t *b = &l.buckets[k];
           size_t lo, hi;
           ddp_zero_layout_owned(&l, k, rank, &lo, &hi);
-          for (size_t e = lo; e < hi; ++e) {
-            /* shard position of e, and the piece holding it */
-            const size_t pos = l.buckets[k].local + (e - lo);
-            int p = 0;
-            while (l.pieces[p].offset + l.pieces[p].count <= pos) ++p;
+          ck_assert_uint_eq(b->owned, hi - lo);
+          ck_assert_uint_eq(b->state_at, state_at);
+          ck_assert_int_eq(b->first_piece, pieces);
+          state_at += b->owned;
+          pieces += b->n_pieces;
+          size_t at = 0;
+          for (int p = b->first_piece; p < b->first_piece + b->n_pieces; ++p) {
+            const ddp_param_t *pc = &l.pieces[p];
+            ck_assert_uint_eq(pc->offset, at);
+            ck_assert_uint_gt(pc->count, 0);
             int ti = 0;
-            while (t[ti].offset + t[ti].count <= e) ++ti;
-            ck_assert_int_eq(l.pieces[p].decay, t[ti].decay);
+            while (t[ti].offset + t[ti].count <= lo + at) ++ti;
+            ck_assert_int_eq(pc->decay, t[ti].decay);
+            ck_assert_uint_le(lo + at + pc->count, t[ti].offset + t[ti].count); /* one tensor */
             ck_assert_int_le(l.first_bucket[ti], k);
             ck_assert_int_ge(l.last_bucket[ti], k);
+            at += pc->count;
           }
+          ck_assert_uint_eq(at, b->owned);
         }
+        ck_assert_uint_eq(l.owned, state_at);
+        ck_assert_int_eq(l.n_pieces, pieces);
         ddp_zero_layout_destroy(&l);
       }
       for (int e = 0; e < N_ELEMS; ++e)
@@ -198,7 +205,11 @@ START_TEST(test_zero_layout_owns_every_element_once) {
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_zero_layout_create(t, N_TENSORS, N_ELEMS + 1, 2, 0, 1e9, 1e9, &l),
                    DDP_ERR_INVALID_ARG);
+  /* 1490 parameters cannot give 24 ranks 64 each */
+  ck_assert_int_eq(ddp_zero_layout_create(t, N_TENSORS, N_ELEMS, 24, 0, 1e9, 1e9, &l),
+                   DDP_ERR_INVALID_ARG);
   char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "fewer than 24 ranks x 64: some rank would own none");
   ddp_assert_contains(log, "zero layout: rank 0 of 0 ranks");
   ddp_assert_contains(log, "zero layout: rank 2 of 2 ranks");
   ddp_assert_contains(log, "the tensors cover 1490 of 1491 parameters");

@@ -12,6 +12,7 @@
 #    --recompute on and --attention matrix end within 1% of the default's
 #    bf16 final loss;
 #  - the binding map is printed at start-up;
+#  - --zero 1 on one GPU gives the weights of --zero 0 (fp32, bf16, LAMB);
 #  - two ranks on --device cuda either train (NCCL, one GPU each, or a
 #    CUDA-aware MPI) or stop at start-up with the reason (one GPU for both
 #    ranks, or nothing that reduces GPU memory); tests/test_gpu_nccl.sh
@@ -86,6 +87,33 @@ if "$DDPTRAIN" --device cuda --tf32 off $JOB --metrics "$dir/g.jsonl" > "$dir/g.
 else
   echo "FAIL: GPU/CPU comparison runs"; tail -n 5 "$dir/g.out" "$dir/c.out"; fail=1
 fi
+
+# --zero 1 on one GPU (a "self" gradient communicator made for the device:
+# its reduce-scatter and all-gathers are device copies): per precision, the
+# weights of the --zero 0 run above, within the rounding of the gradient
+# norm (summed per bucket here, in one pass there) and loop_allocs 0; LAMB
+# (three parts, per-piece norms) against --zero 0 LAMB.
+COMPARE="$top_builddir/tests/st_compare"
+for p in fp32 bf16 lamb; do
+  res=""
+  ref="$dir/$p.1.safetensors" extra="--precision $p"
+  if [ $p = lamb ]; then
+    extra="--optimizer lamb --precision bf16"; ref="$dir/lamb0.safetensors"
+    # shellcheck disable=SC2086
+    "$DDPTRAIN" --device cuda $extra $JOB --export "$ref" > "$dir/lamb0.out" 2>&1 ||
+      { echo "FAIL: lamb --zero 0"; sed 's/^/  | /' "$dir/lamb0.out"; fail=1; continue; }
+  fi
+  # shellcheck disable=SC2086
+  if "$DDPTRAIN" --device cuda $extra --zero 1 $JOB --metrics "$dir/z$p.jsonl" \
+       --export "$dir/z$p.safetensors" > "$dir/z$p.out" 2>&1 &&
+     res=$("$COMPARE" "$dir/z$p.safetensors" "$ref" 1e-5) &&
+     tail -n 1 "$dir/z$p.jsonl" | grep -q '"loop_allocs":0[,}]'; then
+    echo "ok: --zero 1 $p on one GPU equals --zero 0: $res"
+  else
+    echo "FAIL: --zero 1 $p on one GPU: ${res:-did not train}"; sed 's/^/  | /' "$dir/z$p.out" | tail -n 8
+    fail=1
+  fi
+done
 
 # Two ranks on --device cuda: a run (NCCL with a GPU each, or a CUDA-aware
 # MPI), or a clear refusal at start-up on every rank.

@@ -329,18 +329,19 @@ static ddp_status_t check_lamb_groups(const ddp_optim_lamb_groups_t *g, int n_pi
                          : "index");
   if (g->n_ranks < 1 || g->rank < 0 || g->rank >= g->n_ranks)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: rank %d of %d ranks", who, g->rank, g->n_ranks);
-  if (g->stride < n_pieces || (int64_t)g->stride * g->n_ranks > INT32_MAX / 2)
+  if (g->first < 0 || g->stride - g->first < n_pieces ||
+      (int64_t)g->stride * g->n_ranks > INT32_MAX / 2)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "%s: stride %d for %d pieces on %d ranks (need >= %d pieces, "
+             "%s: stride %d for %d pieces from %d on %d ranks (need >= %d pieces, "
              "and 2 x stride x ranks within int32)",
-             who, g->stride, n_pieces, g->n_ranks, n_pieces);
+             who, g->stride, n_pieces, g->first, g->n_ranks, g->first + n_pieces);
   if (g->begin[0] != 0) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: begin[0] = %d, not 0", who, g->begin[0]);
   const int64_t total = (int64_t)g->stride * g->n_ranks;
   for (int j = 0; j < n_pieces; ++j) {
     if (g->begin[j + 1] <= g->begin[j])
       DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: piece %d has no group (begin %d, %d)", who, j, g->begin[j],
                g->begin[j + 1]);
-    const int64_t self = (int64_t)g->rank * g->stride + j;
+    const int64_t self = (int64_t)g->rank * g->stride + g->first + j;
     int has_self = 0;
     for (int32_t k = g->begin[j]; k < g->begin[j + 1]; ++k) {
       const int32_t x = g->index[k];

@@ -226,7 +226,9 @@ ddp_status_t ddp_optim_plan_skipped_steps(ddp_optim_plan_t *plan, int64_t *count
 typedef struct ddp_optim_lamb_groups {
   int n_ranks; /* rows of the exchanged sums */
   int rank;    /* this rank's row */
-  int stride;  /* pieces per row (the most any rank has): >= the plan's tensors */
+  int stride;  /* pieces per row (the most any rank has): >= first + the plan's tensors */
+  int first;   /* the plan's piece j is piece first + j of its rank's row (a
+                * rank's pieces may be spread over several plans) */
   /* Host arrays, copied: for local piece j (j < the plan's n_tensors), the
    * global indices q x stride + i of every piece of its tensor (itself
    * included), strictly ascending, are index[begin[j] .. begin[j + 1]). */
@@ -240,8 +242,8 @@ typedef struct ddp_optim_lamb_groups {
 ddp_status_t ddp_optim_plan_set_lamb_groups(ddp_optim_plan_t *plan,
                                             const ddp_optim_lamb_groups_t *groups);
 /* Part 1 (args as for ddp_optim_step, kind LAMB, on a plan with groups):
- * sums (backend memory, 2 x n_tensors doubles written; the row's padding up
- * to 2 x stride is not touched). */
+ * sums (backend memory, 2 x n_tensors doubles written: the plan's part of
+ * its rank's row, from piece `first`; the rest of the row is not touched). */
 ddp_status_t ddp_optim_lamb_sums(ddp_backend_t *be, ddp_optim_plan_t *plan,
                                  const ddp_optim_step_args_t *args, double *sums, ddp_stream_t s);
 /* Part 2: all_sums (backend memory, 2 x stride x n_ranks doubles) into

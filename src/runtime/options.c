@@ -178,8 +178,8 @@ static const opt_row_t k_rows[] = {
      "Data parallelism", "size of the first bucket (small, so communication starts early)", NULL,
      0},
     {"zero", 0, OPT_INT, OFF(zero), "0", 0, 1, "0|1", "Data parallelism",
-     "1: shard the fp32 master weights and the optimizer state across the ranks (ZeRO-1): "
-     "gradients are reduce-scattered, each rank updates its shard, the weights are "
+     "1: shard the optimizer state and the weight update across the ranks (ZeRO-1): "
+     "gradients are reduce-scattered, each rank updates the weights it owns, the weights are "
      "all-gathered (adamw, sgd and lamb, whose trust ratios take whole-tensor norms across the "
      "shards)",
      NULL, 0},

@@ -154,15 +154,11 @@ static ddp_status_t setup_optimizer(trainer_t *tr) {
   size_t n = m->n_params;
   const size_t spp = ddp_optim_state_per_param(&tr->ocfg);
   if (o->zero) {
-    /* --zero 1: the optimizer sees this rank's shard, as a table of the
-     * tensor pieces that fall in it (train/zero_layout.h) */
+    /* --zero 1: the optimizer state covers the elements this rank owns,
+     * and one plan per bucket updates them (train/zero.h) */
     DDP_CHECK(ddp_zero_create(&tr->zero, tr->be, m, tr->dist->world, tr->dist->rank,
-                              o->bucket_mb * 1048576.0, o->first_bucket_mb * 1048576.0, spp));
-    n = tr->zero.layout.shard;
-    DDP_CHECK(ddp_optim_plan_create(tr->be, &tr->ocfg, tr->zero.layout.pieces,
-                                    tr->zero.layout.n_pieces, n, &tr->optim_plan));
-    /* LAMB's trust ratios need whole-tensor norms across the pieces */
-    if (kind == DDP_OPTIM_KIND_LAMB) DDP_CHECK(ddp_zero_lamb_init(&tr->zero, tr->optim_plan));
+                              o->bucket_mb * 1048576.0, o->first_bucket_mb * 1048576.0, &tr->ocfg));
+    n = tr->zero.layout.owned;
   } else {
     /* the model's parameter table is the optimizer's tensor list as it is */
     DDP_CHECK(
@@ -264,13 +260,13 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
         ddp_reducer_num_buckets(tr->reducer), (double)cnt * 4 / 1048576.0, o->bucket_mb);
   }
   if (o->zero) {
-    const double mib = 1.0 / 1048576.0, spp = (double)ddp_optim_state_per_param(&tr->ocfg);
-    const double shard = (double)tr->zero.layout.shard, full = (double)tr->model->n_params;
+    const double mib = 4.0 / 1048576.0, spp = (double)ddp_optim_state_per_param(&tr->ocfg);
+    const double owned = (double)tr->zero.layout.owned, full = (double)tr->model->n_params;
     DDP_LOG_INFO(
-        "--zero 1: this rank owns %.0f of %.0f parameters; fp32 master weights and optimizer "
-        "state %.1f MiB per rank (%.1f MiB unsharded); gradients are reduce-scattered, weights "
-        "all-gathered after each step",
-        shard, full, shard * (1.0 + spp) * 4.0 * mib, full * spp * 4.0 * mib);
+        "--zero 1: this rank updates %.0f of %.0f parameters; optimizer state %.1f MiB per rank "
+        "(%.1f MiB unsharded), plus %.1f MiB of reduced gradients; gradients are "
+        "reduce-scattered, weights all-gathered after each step",
+        owned, full, owned * spp * mib, full * spp * mib, (double)tr->zero.layout.shard * mib);
   }
   return DDP_OK;
 }
@@ -368,7 +364,7 @@ static ddp_status_t setup_checkpoints(trainer_t *tr, ddp_ckpt_scaler_t *scaler) 
                                         full_state, &tr->ocfg, &tr->start_step, scaler);
   if (st == DDP_OK) st = restore_loss_scaler(tr, scaler);
   if (st == DDP_OK && o->zero) {
-    st = ddp_zero_load(&tr->zero, full_state, tr->state);
+    if (full_state) st = ddp_zero_load_state(&tr->zero, full_state, tr->state);
     ddp_train_ckpt_set_zero(&tr->ckpt, &tr->zero, tr->state, grad_comm(tr));
   }
   if (o->zero && full_state) ddp_backend_free(tr->be, full_state);
@@ -613,29 +609,29 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   const int checked_later = tr->be->ops->kind != DDP_DEVICE_KIND_CPU && !tr->anomaly.detect;
   if (!tr->amp.scaler.enabled && !checked_later)
     DDP_CHECK(ddp_anomaly_check_grads(&tr->anomaly, tr->grad_sumsq));
-  /* --zero 1: the step updates this rank's shard only */
-  const int zero = tr->zero.be != NULL;
   ddp_optim_step_args_t a = {.cfg = &tr->ocfg,
-                             .params = zero ? tr->zero.master : m->params,
-                             .grads = zero ? tr->zero.grads : m->grads,
+                             .params = m->params,
+                             .grads = m->grads,
                              .state = tr->state,
-                             .tensors = zero ? tr->zero.layout.pieces : m->tensors,
-                             .n_tensors = zero ? tr->zero.layout.n_pieces : m->n_tensors,
-                             .n = zero ? tr->zero.layout.shard : n,
+                             .tensors = m->tensors,
+                             .n_tensors = m->n_tensors,
+                             .n = n,
                              .t = ddp_amp_optim_t(&tr->amp),
                              .lr = lr,
                              .grad_scale = fused ? 1.0f : unscale, /* fused: unscaled */
                              .grad_sumsq = tr->grad_sumsq,
-                             .compute_params = zero ? tr->zero.compute : m->compute_params,
+                             .compute_params = m->compute_params,
                              .compute_dtype = m->precision,
                              .skip_nonfinite = tr->amp.scaler.enabled || checked_later};
   DDP_SPAN_BEGIN(DDP_SPAN_OPTIMIZER, -1, "optimizer");
-  if (zero && tr->ocfg.kind == DDP_OPTIM_KIND_LAMB)
-    DDP_CHECK(ddp_zero_lamb_step(&tr->zero, tr->optim_plan, &a, grad_comm(tr)));
-  else
+  if (tr->zero.be) {
+    /* --zero 1: this rank's owned weights, then everyone's gathered */
+    DDP_CHECK(ddp_zero_step(&tr->zero, &a, tr->state, grad_comm(tr)));
+    DDP_CHECK(ddp_zero_gather_weights(&tr->zero, grad_comm(tr)));
+  } else {
     DDP_CHECK(ddp_optim_step(tr->be, tr->optim_plan, &a, NULL));
+  }
   DDP_SPAN_END();
-  if (zero) DDP_CHECK(ddp_zero_gather_weights(&tr->zero, grad_comm(tr)));
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
   w->steps++;
   return DDP_OK;
@@ -676,7 +672,8 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
     /* steps the optimizer skipped on the device for a non-finite gradient
      * (GPU runs without a loss scaler: see train_step) */
     int64_t skipped = 0;
-    DDP_CHECK(ddp_optim_plan_skipped_steps(tr->optim_plan, &skipped));
+    DDP_CHECK(ddp_optim_plan_skipped_steps(
+        tr->optim_plan ? tr->optim_plan : ddp_zero_first_plan(&tr->zero), &skipped));
     if (skipped > 0)
       DDP_FAIL(DDP_ERR_NUMERIC,
                "by step %lld: %lld step%s had a non-finite gradient norm; their weights were not "

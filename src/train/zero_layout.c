@@ -84,6 +84,11 @@ ddp_status_t ddp_zero_layout_create(const ddp_param_t *tensors, int n_tensors, s
   if (expect != n)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "zero layout: the tensors cover %zu of %zu parameters", expect,
              n);
+  if (n < (size_t)world * DDP_ZERO_ALIGN)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "--zero 1: the model's %zu parameters are fewer than %d ranks x %d: some rank would "
+             "own none; use --zero 0",
+             n, world, DDP_ZERO_ALIGN);
   ddp_zero_layout_t *l = out;
   l->world = world;
   l->rank = rank;
@@ -108,34 +113,36 @@ ddp_status_t ddp_zero_layout_create(const ddp_param_t *tensors, int n_tensors, s
     const int t0 = tensor_of(tensors, n_tensors, b->offset);
     b->last_tensor = tensor_of(tensors, n_tensors, b->offset + b->count - 1);
     b->n_overlap = b->last_tensor - t0 + 1;
-    max_pieces += b->n_overlap + 1; /* + padding */
+    max_pieces += b->n_overlap;
     for (int t = t0; t <= b->last_tensor; ++t) {
       if (l->first_bucket[t] < 0) l->first_bucket[t] = k;
       l->last_bucket[t] = k;
     }
   }
   l->shard = local;
-  /* this rank's pieces: tensor parts in its blocks, then the block's padding */
+  /* this rank's pieces: the tensor parts of its owned range, bucket by bucket */
   l->pieces = calloc((size_t)max_pieces, sizeof *l->pieces);
   if (!l->pieces) goto oom;
+  size_t state_at = 0;
   for (int k = 0; k < l->n_buckets; ++k) {
-    const ddp_zero_bucket_t *b = &l->buckets[k];
+    ddp_zero_bucket_t *b = &l->buckets[k];
     size_t lo, hi;
     ddp_zero_layout_owned(l, k, rank, &lo, &hi);
-    size_t at = b->local;
+    b->owned = hi - lo;
+    b->state_at = state_at;
+    state_at += b->owned;
+    b->first_piece = l->n_pieces;
     for (size_t e = lo; e < hi;) {
       const int t = tensor_of(tensors, n_tensors, e);
       const size_t t_end = tensors[t].offset + tensors[t].count;
       const size_t stop = t_end < hi ? t_end : hi;
       l->pieces[l->n_pieces++] =
-          (ddp_param_t){.offset = at, .count = stop - e, .decay = tensors[t].decay};
-      at += stop - e;
+          (ddp_param_t){.offset = e - lo, .count = stop - e, .decay = tensors[t].decay};
       e = stop;
     }
-    if (at < b->local + b->block)
-      l->pieces[l->n_pieces++] =
-          (ddp_param_t){.offset = at, .count = b->local + b->block - at, .decay = 0};
+    b->n_pieces = l->n_pieces - b->first_piece;
   }
+  l->owned = state_at;
   return DDP_OK;
 oom:
   ddp_zero_layout_destroy(l);

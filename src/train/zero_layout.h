@@ -13,13 +13,16 @@
  * after the last multiple of Q (fewer than Q elements) is the tail bucket:
  * it is padded to Q through a small staging buffer.
  *
- * Rank r owns block r of every bucket. Its shard is those blocks one after
- * the other (block k at `local` in the shard): the fp32 master weights, the
- * reduced gradients and the optimizer state of the shard are contiguous
- * arrays of `shard` elements. The shard as the optimizer sees it is a table
- * of pieces: the parts of the model's tensors that fall in the rank's
- * blocks, each with its tensor's weight-decay flag, and the tail's padding
- * (no decay; its gradients are always 0, so it never moves). */
+ * Rank r owns block r of every bucket: the part of it inside [0, n) is the
+ * rank's to update. Its reduced gradients arrive in a shard buffer (the
+ * blocks one after the other, block k at `local`); its optimizer state holds
+ * only the elements it owns, bucket after bucket (bucket k's at `state_at`),
+ * and the weights themselves are updated where they are, in the model's
+ * buffers. For the optimizer, a bucket's owned range is a table of pieces:
+ * the parts of the model's tensors in it, each with its tensor's
+ * weight-decay flag, offsets counted from the range's start. Models with
+ * fewer than world x DDP_ZERO_ALIGN parameters are refused: some rank
+ * would own nothing. */
 #ifndef DDPTRAIN_ZERO_LAYOUT_H
 #define DDPTRAIN_ZERO_LAYOUT_H
 
@@ -44,17 +47,24 @@ typedef struct ddp_zero_bucket {
   int padded;      /* the tail bucket: world x block > count, staged */
   int last_tensor; /* the last tensor it overlaps (it is ready once that one is) */
   int n_overlap;   /* tensors it overlaps */
+  /* this rank: */
+  size_t owned;              /* elements it updates, from offset + rank x block (0: none) */
+  size_t state_at;           /* where they start in its optimizer state (owned ones only) */
+  int first_piece, n_pieces; /* its pieces in the layout's table */
 } ddp_zero_bucket_t;
 
 typedef struct ddp_zero_layout {
   int world, rank;
   size_t n;     /* the model's parameters */
-  size_t shard; /* this rank's elements (sum of the blocks, padding included) */
+  size_t shard; /* this rank's blocks (its reduced gradients, padding included) */
+  size_t owned; /* the elements it updates (sum of the buckets' owned) */
   ddp_zero_bucket_t *buckets;
   int n_buckets;
   /* per tensor of the table: the first and last bucket it overlaps */
   int *first_bucket, *last_bucket;
-  ddp_param_t *pieces; /* this rank's shard for the optimizer, covering [0, shard) */
+  /* bucket by bucket, the pieces of this rank's owned range; bucket k's
+   * cover [0, owned) of that bucket */
+  ddp_param_t *pieces;
   int n_pieces;
 } ddp_zero_layout_t;
 
