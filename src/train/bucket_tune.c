@@ -125,7 +125,7 @@ ddp_status_t ddp_bucket_tune_init(ddp_bucket_tune_t *t, const ddp_options_t *o,
                  t->cand[0].n_buckets == 1 ? "" : "s");
     return DDP_OK;
   }
-  t->gathered = malloc((size_t)world * 2 * sizeof *t->gathered);
+  t->gathered = malloc((size_t)world * sizeof t->sums);
   if (!t->gathered) DDP_FAIL(DDP_ERR_OOM, "bucket tuning: out of host memory for %d ranks", world);
   t->tuning = 1;
   return DDP_OK;
@@ -145,33 +145,36 @@ static ddp_status_t switch_to(ddp_bucket_tune_t *t, int c, ddp_reducer_t **reduc
   return DDP_OK;
 }
 
-/* The current candidate's figures: every rank's means, gathered, and their
- * maximum over ranks (the slowest rank sets the pace of all). */
-static ddp_status_t close_candidate(ddp_bucket_tune_t *t) {
-  const double mine[2] = {t->sum_step_ms / DDP_BUCKET_TUNE_MEASURED_STEPS,
-                          t->sum_exposed_ms / DDP_BUCKET_TUNE_MEASURED_STEPS};
+/* Every candidate's figures: each rank's sums, gathered, as means and
+ * their maximum over ranks (the slowest rank sets the pace of all); one
+ * log line per candidate. */
+static ddp_status_t gather_timings(ddp_bucket_tune_t *t) {
+  enum { MEASURED = DDP_BUCKET_TUNE_ROUNDS * DDP_BUCKET_TUNE_MEASURED_STEPS };
   ddp_comm_handle_t h;
-  DDP_CHECK(ddp_comm_allgather(t->host, mine, t->gathered, sizeof mine, NULL, &h));
+  DDP_CHECK(ddp_comm_allgather(t->host, t->sums, t->gathered, sizeof t->sums, NULL, &h));
   DDP_CHECK(ddp_comm_wait(t->host, h));
-  ddp_bucket_timing_t *tm = &t->timing[t->current];
-  *tm = (ddp_bucket_timing_t){0.0, 0.0};
-  for (int r = 0; r < t->world; ++r) {
-    tm->step_ms = fmax(tm->step_ms, t->gathered[2 * r]);
-    tm->exposed_ms = fmax(tm->exposed_ms, t->gathered[2 * r + 1]);
+  for (int c = 0; c < t->n_cand; ++c) {
+    ddp_bucket_timing_t *tm = &t->timing[c];
+    *tm = (ddp_bucket_timing_t){0.0, 0.0};
+    for (int r = 0; r < t->world; ++r) {
+      const double *theirs = t->gathered + (size_t)r * 2 * DDP_BUCKET_TUNE_MAX_CANDIDATES;
+      tm->step_ms = fmax(tm->step_ms, theirs[2 * c] / MEASURED);
+      tm->exposed_ms = fmax(tm->exposed_ms, theirs[2 * c + 1] / MEASURED);
+    }
+    const ddp_bucket_candidate_t *k = &t->cand[c];
+    DDP_LOG_INFO(
+        "bucket tuning: candidate %d/%d: first %g MiB, bucket %g MiB, %d bucket%s: step %.2f ms, "
+        "exposed %.2f ms (slowest rank, mean of %d steps)",
+        c + 1, t->n_cand, k->first_mb, k->bucket_mb, k->n_buckets, k->n_buckets == 1 ? "" : "s",
+        tm->step_ms, tm->exposed_ms, (int)MEASURED);
   }
-  const ddp_bucket_candidate_t *c = &t->cand[t->current];
-  DDP_LOG_INFO(
-      "bucket tuning: candidate %d/%d: first %g MiB, bucket %g MiB, %d bucket%s: step %.2f ms, "
-      "exposed %.2f ms (slowest rank, mean of %d steps)",
-      t->current + 1, t->n_cand, c->first_mb, c->bucket_mb, c->n_buckets,
-      c->n_buckets == 1 ? "" : "s", tm->step_ms, tm->exposed_ms, DDP_BUCKET_TUNE_MEASURED_STEPS);
-  t->sum_step_ms = t->sum_exposed_ms = 0.0;
   return DDP_OK;
 }
 
 /* Rank 0's choice on every rank, the reducer switched to it, the log line
  * and the metrics record. */
 static ddp_status_t conclude(ddp_bucket_tune_t *t, int64_t step, ddp_reducer_t **reducer) {
+  DDP_CHECK(gather_timings(t));
   int32_t choice = t->rank == 0 ? ddp_bucket_tune_decide(t->timing, t->n_cand) : -1;
   ddp_comm_handle_t h;
   DDP_CHECK(ddp_comm_broadcast(t->host, &choice, sizeof choice, 0, NULL, &h));
@@ -202,28 +205,31 @@ ddp_status_t ddp_bucket_tune_after_step(ddp_bucket_tune_t *t, int64_t step, int6
   *finished = 0;
   if (!t->tuning) return DDP_OK;
   enum { PER = DDP_BUCKET_TUNE_SETTLE_STEPS + DDP_BUCKET_TUNE_MEASURED_STEPS };
-  if (t->first_step < 0) { /* the warm-up step: measured by no candidate */
+  if (t->first_step < 0) { /* the run's first step */
     t->first_step = step;
-    const int64_t needed = (int64_t)t->n_cand * PER;
-    if (end - (step + 1) < needed) {
+    const int64_t needed =
+        DDP_BUCKET_TUNE_WARMUP_STEPS + (int64_t)DDP_BUCKET_TUNE_ROUNDS * t->n_cand * PER;
+    if (end - step < needed) {
       t->tuning = 0;
       DDP_LOG_INFO(
-          "bucket tuning: %d candidates need %lld steps after the first, the run has %lld; "
-          "keeping first %g MiB, bucket %g MiB",
-          t->n_cand, (long long)needed, (long long)(end - (step + 1)), t->cand[0].first_mb,
+          "bucket tuning: %d candidates need %lld steps, the run has %lld; keeping first %g MiB, "
+          "bucket %g MiB",
+          t->n_cand, (long long)needed, (long long)(end - step), t->cand[0].first_mb,
           t->cand[0].bucket_mb);
+      return DDP_OK;
     }
-    return DDP_OK;
   }
-  /* candidate current's steps: (first_step, first_step + PER], its first SETTLE unmeasured */
-  const int64_t at = step - t->first_step - 1 - (int64_t)t->current * PER;
+  const int64_t since = step - t->first_step - DDP_BUCKET_TUNE_WARMUP_STEPS;
+  if (since < 0) return DDP_OK; /* warming up: measured by no candidate */
+  /* visit `since / PER` runs candidate visit % n_cand; its first SETTLE steps are not measured */
+  const int64_t visit = since / PER, at = since % PER;
   if (at >= DDP_BUCKET_TUNE_SETTLE_STEPS) {
-    t->sum_step_ms += step_ms;
-    t->sum_exposed_ms += exposed_ms;
+    t->sums[2 * t->current] += step_ms;
+    t->sums[2 * t->current + 1] += exposed_ms;
   }
   if (at < PER - 1) return DDP_OK;
-  DDP_CHECK(close_candidate(t));
-  if (t->current + 1 < t->n_cand) return switch_to(t, t->current + 1, reducer);
+  if (visit + 1 < (int64_t)DDP_BUCKET_TUNE_ROUNDS * t->n_cand)
+    return switch_to(t, (int)((visit + 1) % t->n_cand), reducer);
   DDP_CHECK(conclude(t, step, reducer));
   *finished = 1;
   return DDP_OK;

@@ -12,12 +12,14 @@
  * 0, is the flags' numbers with the defaults in place of "auto": what the
  * run would have done without tuning.
  *
- * Schedule, the same on every rank: the run's first step warms up and is
- * not measured; then each candidate in turn gets SETTLE steps (the first
- * messages of a new size) and MEASURED steps. After each candidate the
+ * Schedule, the same on every rank: the run's first WARMUP steps are not
+ * measured (the first steps of a process are slower); then, ROUNDS times
+ * over, each candidate in turn gets SETTLE steps (the first messages of a
+ * new size) and MEASURED steps. Interleaving the candidates spreads a
+ * change of load on a shared machine over all of them. At the end the
  * ranks allgather their mean step and exposed times over the host
- * communicator and take the maximum over ranks; after the last one rank 0
- * decides and broadcasts the index, so every rank adopts the same cut.
+ * communicator and take the maximum over ranks; rank 0 decides and
+ * broadcasts the index, so every rank adopts the same cut.
  * Switching a candidate destroys and re-creates the reducer between steps,
  * with nothing in flight; that is the only time tuning allocates, and the
  * trainer counts the step loop's allocations from the end of tuning on.
@@ -43,8 +45,10 @@ extern "C" {
 
 enum {
   DDP_BUCKET_TUNE_MAX_CANDIDATES = 8,
-  DDP_BUCKET_TUNE_SETTLE_STEPS = 1,   /* per candidate, not measured */
-  DDP_BUCKET_TUNE_MEASURED_STEPS = 3, /* per candidate, averaged */
+  DDP_BUCKET_TUNE_WARMUP_STEPS = 3,   /* at the start of the run, not measured */
+  DDP_BUCKET_TUNE_ROUNDS = 2,         /* visits of each candidate */
+  DDP_BUCKET_TUNE_SETTLE_STEPS = 1,   /* per visit, not measured */
+  DDP_BUCKET_TUNE_MEASURED_STEPS = 2, /* per visit, averaged */
 };
 
 /* Defaults that stand in for "auto" in the baseline (the flags' defaults). */
@@ -83,9 +87,10 @@ typedef struct ddp_bucket_tune {
   ddp_bucket_candidate_t cand[DDP_BUCKET_TUNE_MAX_CANDIDATES];
   ddp_bucket_timing_t timing[DDP_BUCKET_TUNE_MAX_CANDIDATES];
   int n_cand, current;
-  int64_t first_step; /* the warm-up step; -1 before the first step */
-  double sum_step_ms, sum_exposed_ms;
-  double *gathered;         /* world x 2 doubles, allocated at init */
+  int64_t first_step; /* the run's first step; -1 before it */
+  /* this rank's sums over the measured steps: step ms, exposed ms per candidate */
+  double sums[2 * DDP_BUCKET_TUNE_MAX_CANDIDATES];
+  double *gathered;         /* every rank's sums, allocated at init */
   ddp_comm_t *host, *grads; /* host values; the reducer's communicator */
   ddp_reducer_config_t rc;  /* the reducer's configuration but for the sizes */
   ddp_metrics_t *metrics;
