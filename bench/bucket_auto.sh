@@ -16,6 +16,7 @@ repeats=${2:-3}
 ranks=${3:-2 4}
 exe=$build/ddptrain
 [ -x "$exe" ] || { echo "no $exe: run make first" >&2; exit 1; }
+cores=$(nproc) # before OMP_NUM_THREADS, which nproc obeys
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -25,7 +26,7 @@ model="--threads 1 --n-layer 6 --n-head 6 --n-embd 384 --seq-len 64 --tokens-per
 --eval-every 0 --eval-tokens 64 --log-every 5 --peak-gflops 10"
 # 7 candidates x 2 rounds x 3 steps + 3 warm-up steps = 45 steps of tuning, then 20 compared
 steps=65
-echo "$(nproc) cores, $(mpirun --version 2>&1 | head -n 1), $(date -u +%Y-%m-%d), $steps steps"
+echo "$cores cores, $(mpirun --version 2>&1 | head -n 1), $(date -u +%Y-%m-%d), $steps steps"
 echo
 echo "| ranks | run | buckets | exposed ms/step | ms/step | comm ms/step | load before |"
 echo "|---|---|---|---|---|---|---|"
