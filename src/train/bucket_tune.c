@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ddptrain/check.h"
+#include "core/clock.h"
 #include "train/bucket_plan.h"
 
 static const double k_mib = 1048576.0;
@@ -200,8 +201,8 @@ static ddp_status_t conclude(ddp_bucket_tune_t *t, int64_t step, ddp_reducer_t *
 }
 
 ddp_status_t ddp_bucket_tune_after_step(ddp_bucket_tune_t *t, int64_t step, int64_t end,
-                                        double step_ms, double exposed_ms, ddp_reducer_t **reducer,
-                                        int *finished) {
+                                        double step_start, double exposed_ms,
+                                        ddp_reducer_t **reducer, int *finished) {
   *finished = 0;
   if (!t->tuning) return DDP_OK;
   enum { PER = DDP_BUCKET_TUNE_SETTLE_STEPS + DDP_BUCKET_TUNE_MEASURED_STEPS };
@@ -224,7 +225,8 @@ ddp_status_t ddp_bucket_tune_after_step(ddp_bucket_tune_t *t, int64_t step, int6
   /* visit `since / PER` runs candidate visit % n_cand; its first SETTLE steps are not measured */
   const int64_t visit = since / PER, at = since % PER;
   if (at >= DDP_BUCKET_TUNE_SETTLE_STEPS) {
-    t->sums[2 * t->current] += step_ms;
+    if (t->rc.be) DDP_CHECK(ddp_backend_sync(t->rc.be, NULL));
+    t->sums[2 * t->current] += 1e3 * (ddp_clock_seconds() - step_start);
     t->sums[2 * t->current + 1] += exposed_ms;
   }
   if (at < PER - 1) return DDP_OK;

@@ -108,15 +108,17 @@ ddp_status_t ddp_bucket_tune_init(ddp_bucket_tune_t *t, const ddp_options_t *o,
                                   ddp_reducer_config_t *rc);
 
 /* After each step of the loop (step: its index; end: the step the run stops
- * before), with this rank's wall time of the step and its exposed
- * communication. While tuning, it may replace *reducer. *finished is 1
- * after the step at which tuning ended (the last reducer is then in place),
- * else 0. A run too short for the schedule keeps the baseline and says so.
- * Collective on the host communicator at the candidates' ends: every rank
- * calls it after every step. */
+ * before), with the clock (ddp_clock_seconds) at the step's start and this
+ * rank's exposed communication of the step. While tuning it waits for the
+ * backend (rc's be) before reading the clock, so a GPU's step time is the
+ * device's, not the host's issue time; it may replace *reducer. *finished
+ * is 1 after the step at which tuning ended (the last reducer is then in
+ * place), else 0. A run too short for the schedule keeps the baseline and
+ * says so. Collective on the host communicator at the end of tuning: every
+ * rank calls it after every step. */
 ddp_status_t ddp_bucket_tune_after_step(ddp_bucket_tune_t *t, int64_t step, int64_t end,
-                                        double step_ms, double exposed_ms, ddp_reducer_t **reducer,
-                                        int *finished);
+                                        double step_start, double exposed_ms,
+                                        ddp_reducer_t **reducer, int *finished);
 
 void ddp_bucket_tune_destroy(ddp_bucket_tune_t *t);
 

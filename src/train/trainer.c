@@ -873,8 +873,7 @@ static ddp_status_t run(trainer_t *tr) {
     DDP_SPAN_END();
     /* tuning re-creates the reducer: the allocation count starts after it */
     int tuned = 0;
-    DDP_CHECK(ddp_bucket_tune_after_step(&tr->bucket_tune, step, end,
-                                         1e3 * (ddp_clock_seconds() - step_t0),
+    DDP_CHECK(ddp_bucket_tune_after_step(&tr->bucket_tune, step, end, step_t0,
                                          w.exposed_ms - exposed0, &tr->reducer, &tuned));
     if (step == tr->start_step || tuned) count_loop_allocs(tr, &tot, 1);
     /* the stop vote right after the step's own collectives, so the log
