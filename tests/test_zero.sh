@@ -122,6 +122,8 @@ bad() { # bad PATTERN ARGS...
     echo "FAIL: $* -> exit $rc, wanted 2 and '$pat'"; sed 's/^/  | /' "$dir/bad.log"; fail=1
   fi
 }
+bad "needs fixed bucket sizes" --zero 1 --bucket-mb auto
+bad "needs fixed bucket sizes" --zero 1 --first-bucket-mb auto
 bad "zero" --zero 2
 bad "zero" --zero x
 exit $fail

@@ -53,6 +53,10 @@ typedef struct ddp_option_def {
 /* Room for the runtime's own rows (a static assertion checks it). */
 #define DDP_CORE_OPTION_SLOTS 96
 
+/* The value of a size flag given as "auto" (--bucket-mb, --first-bucket-mb):
+ * no size is negative, so the sentinel cannot be a user's number. */
+#define DDP_OPTIONS_AUTO (-1.0)
+
 typedef struct ddp_option_value {
   int64_t i;
   double f;
@@ -76,6 +80,7 @@ typedef struct ddp_options {
   double lr, min_lr, weight_decay, grad_clip, beta1, beta2, adam_eps, momentum;
   int64_t warmup, nesterov;
   /* data parallelism */
+  /* MiB, or DDP_OPTIONS_AUTO ("auto": chosen by bucket tuning, train/bucket_tune.h) */
   double bucket_mb, first_bucket_mb;
   int64_t zero; /* --zero: 1 shards the optimizer state across the ranks (train/zero.h) */
   char comm_progress[16];

@@ -41,6 +41,14 @@ typedef struct opt_row {
   int per_rank;
 } opt_row_t;
 
+/* A number flag whose metavar offers "auto" (MB|auto) takes it as a value:
+ * stored as DDP_OPTIONS_AUTO, written back as "auto". The metavar is what
+ * --help shows and what shell completion offers, so all three agree. */
+static int takes_auto(const opt_row_t *row) {
+  const size_t n = row->metavar ? strlen(row->metavar) : 0;
+  return row->kind == OPT_FLOAT && n >= 5 && strcmp(row->metavar + n - 5, "|auto") == 0;
+}
+
 /* The agreement rule of a row (docs/design.md §6.1). ddp_main compares
  * every flag but the LOCAL ones across ranks before any other start-up
  * work and refuses a difference as a command-line error.
@@ -170,13 +178,16 @@ static const opt_row_t k_rows[] = {
      "sgd momentum", NULL, 0},
     {"nesterov", 0, OPT_INT, OFF(nesterov), "1", 0, 1, "0|1", "Optimisation",
      "sgd: Nesterov momentum", NULL, 0},
-    {"bucket-mb", 0, OPT_FLOAT, OFF(bucket_mb), "25", 0.001, 1e6, "MB", "Data parallelism",
+    {"bucket-mb", 0, OPT_FLOAT, OFF(bucket_mb), "25", 0.001, 1e6, "MB|auto", "Data parallelism",
      "gradient all-reduce bucket size in MiB; a bucket's reduction starts as soon as "
-     "backward has produced it",
+     "backward has produced it. auto: the first steps try a few sizes cut from the model's "
+     "size (with 2+ ranks) and keep the fastest, the same on every rank",
      NULL, 0},
-    {"first-bucket-mb", 0, OPT_FLOAT, OFF(first_bucket_mb), "1", 0.001, 1e6, "MB",
-     "Data parallelism", "size of the first bucket (small, so communication starts early)", NULL,
-     0},
+    {"first-bucket-mb", 0, OPT_FLOAT, OFF(first_bucket_mb), "1", 0.001, 1e6, "MB|auto",
+     "Data parallelism",
+     "size of the first bucket (small, so communication starts early); auto: tuned like "
+     "--bucket-mb auto (both auto: tuned together)",
+     NULL, 0},
     {"zero", 0, OPT_INT, OFF(zero), "0", 0, 1, "0|1", "Data parallelism",
      "1: shard the optimizer state and the weight update across the ranks (ZeRO-1): "
      "gradients are reduce-scattered, each rank updates the weights it owns, the weights are "
@@ -429,7 +440,10 @@ int ddp_options_format(const ddp_options_t *opts, int index, char *buf, size_t l
       n = snprintf(buf, len, "%lld", (long long)*(const int64_t *)field);
       break;
     case OPT_FLOAT:
-      n = snprintf(buf, len, "%.17g", *(const double *)field);
+      if (takes_auto(&row.r) && *(const double *)field == DDP_OPTIONS_AUTO)
+        n = snprintf(buf, len, "auto");
+      else
+        n = snprintf(buf, len, "%.17g", *(const double *)field);
       break;
     case OPT_STRING:
       n = snprintf(buf, len, "%.*s", (int)strnlen(field, row.r.size), field);
@@ -484,10 +498,15 @@ static ddp_status_t set_value(ddp_options_t *opts, const row_ref_t *ref, const c
       return DDP_OK;
     }
     case OPT_FLOAT: {
+      if (takes_auto(row) && ddp_ascii_ieq(text, "auto")) {
+        *(double *)field = DDP_OPTIONS_AUTO;
+        return DDP_OK;
+      }
       errno = 0;
       double v = strtod(text, &end);
       if (end == text || *end != '\0' || !isfinite(v)) {
-        USAGE_ERROR("%soption --%s: '%s' is not a finite number", origin, row->name, text);
+        USAGE_ERROR("%soption --%s: '%s' is not a finite number%s", origin, row->name, text,
+                    takes_auto(row) ? " or auto" : "");
         return DDP_ERR_INVALID_ARG;
       }
       if (errno == ERANGE || v < row->min || v > row->max) {
@@ -796,6 +815,14 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
   if (o->save_every > 0 && !o->save[0]) {
     USAGE_ERROR("option --save-every %lld needs --save DIR (the directory it writes to)",
                 (long long)o->save_every);
+    return DDP_ERR_INVALID_ARG;
+  }
+  /* under --zero 1 the bucket cut decides which rank owns which weights
+   * and optimizer state: trying other cuts mid-run would move them */
+  if (o->zero && (o->bucket_mb == DDP_OPTIONS_AUTO || o->first_bucket_mb == DDP_OPTIONS_AUTO)) {
+    USAGE_ERROR(
+        "option --zero 1 needs fixed bucket sizes (--bucket-mb and --first-bucket-mb in MB, not "
+        "auto): the buckets decide which rank holds which optimizer state");
     return DDP_ERR_INVALID_ARG;
   }
   /* the model's own combinations; it logs its one line */

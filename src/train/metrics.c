@@ -102,6 +102,8 @@ static const char *record_name(ddp_metrics_record_t kind) {
       return "eval";
     case DDP_METRICS_FINAL:
       return "final";
+    case DDP_METRICS_BUCKET_TUNE:
+      return "bucket_tune";
     case DDP_METRICS_STEP:
       break;
   }

@@ -5,7 +5,7 @@
  * Every run (a resumed run too: it is a new segment of the same training)
  * starts its part of the file with a header record, so one file can hold
  * several segments and each says what produced it. Every record carries
- * "record" (header, step, eval or final), the wall clock "time" (unix
+ * "record" (header, step, eval, final or bucket_tune), the wall clock "time" (unix
  * seconds) and "elapsed_s" since the run started. */
 #ifndef DDPTRAIN_TRAIN_METRICS_H
 #define DDPTRAIN_TRAIN_METRICS_H
@@ -17,9 +17,10 @@
 #include "ddptrain/status.h"
 
 typedef enum ddp_metrics_record {
-  DDP_METRICS_STEP,  /* a log window: --log-every steps */
-  DDP_METRICS_EVAL,  /* an evaluation during training (--eval-every) */
-  DDP_METRICS_FINAL, /* the end of the run; also keeps "final": true */
+  DDP_METRICS_STEP,        /* a log window: --log-every steps */
+  DDP_METRICS_EVAL,        /* an evaluation during training (--eval-every) */
+  DDP_METRICS_FINAL,       /* the end of the run; also keeps "final": true */
+  DDP_METRICS_BUCKET_TUNE, /* bucket tuning's choice (--bucket-mb auto) */
 } ddp_metrics_record_t;
 
 /* What the header record says about the run. */

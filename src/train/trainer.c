@@ -35,6 +35,7 @@
 #include "trace/timeline.h"
 #include "train/train_trace.h"
 #include "train/anomaly.h"
+#include "train/bucket_tune.h"
 #include "train/consistency.h"
 #include "train/dump_batches.h"
 #include "train/metrics.h"
@@ -70,6 +71,7 @@ typedef struct trainer {
    * their own (NCCL on GPUs); NULL when comm serves both. */
   ddp_comm_t *comm, *grad_comm;
   ddp_reducer_t *reducer;
+  ddp_bucket_tune_t bucket_tune; /* --bucket-mb auto: may replace the reducer early on */
   /* the reducer's half-precision epilogue unscales the gradients and takes
    * their norm: its buckets cover exactly the gradients [0, n) */
   int fused_epilogue;
@@ -225,6 +227,10 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
                              .be = tr->be,
                              .zero = o->zero ? &tr->zero.layout : NULL,
                              .shard_grads = o->zero ? tr->zero.grads : NULL};
+  /* the fixed sizes, or bucket tuning's first candidate for "auto" */
+  DDP_CHECK(ddp_bucket_tune_init(&tr->bucket_tune, o, tr->model->tensors, tr->model->n_tensors,
+                                 tr->comm, grad_comm(tr), tr->dist->rank, tr->dist->world,
+                                 &tr->metrics, &rc));
   DDP_CHECK(ddp_reducer_create(grad_comm(tr), &rc, &tr->reducer));
   if (ddp_reducer_fused_epilogue(tr->reducer)) {
     size_t first_off, first_n, last_off, last_n;
@@ -257,7 +263,8 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
         "data parallel: %d ranks, %s communicator (%s progress)%s, %d gradient buckets "
         "(first %.2f MiB, then <= %.1f MiB)",
         tr->dist->world, ddp_comm_name(grad_comm(tr)), ddp_comm_progress_mode(grad_comm(tr)), host,
-        ddp_reducer_num_buckets(tr->reducer), (double)cnt * 4 / 1048576.0, o->bucket_mb);
+        ddp_reducer_num_buckets(tr->reducer), (double)cnt * 4 / 1048576.0,
+        rc.bucket_bytes / 1048576.0);
   }
   if (o->zero) {
     const double mib = 4.0 / 1048576.0, spp = (double)ddp_optim_state_per_param(&tr->ocfg);
@@ -923,9 +930,14 @@ static ddp_status_t run(trainer_t *tr) {
     const float lr = ddp_lr_schedule(step, (float)o->lr, (float)o->min_lr, o->warmup, tr->steps);
     ddp_timeline_step(step);
     DDP_SPAN_BEGIN(DDP_SPAN_STEP, -1, "step %lld", (long long)step);
+    const double step_t0 = ddp_clock_seconds(), exposed0 = w.exposed_ms;
     DDP_CHECK(train_step(tr, step, &w, lr));
     DDP_SPAN_END();
-    if (step == tr->start_step) count_loop_allocs(tr, &tot, 1);
+    /* tuning re-creates the reducer: the allocation count starts after it */
+    int tuned = 0;
+    DDP_CHECK(ddp_bucket_tune_after_step(&tr->bucket_tune, step, end, step_t0,
+                                         w.exposed_ms - exposed0, &tr->reducer, &tuned));
+    if (step == tr->start_step || tuned) count_loop_allocs(tr, &tot, 1);
     /* the stop vote right after the step's own collectives, so the log
      * window that counts them also counts it */
     int stop = 0, signo = 0;
@@ -1028,6 +1040,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_metrics_close(&tr.metrics);
   ddp_timeline_destroy(); /* a run that failed mid-loop leaves its buffer */
   ddp_reducer_destroy(tr.reducer);
+  ddp_bucket_tune_destroy(&tr.bucket_tune);
   ddp_comm_destroy(tr.grad_comm);
   ddp_comm_destroy(tr.comm);
   free(tr.host_params);
