@@ -301,7 +301,9 @@ static int cmp_record(const void *a, const void *b) {
 /* Every window of epoch `epoch` trained at least once over all (step, rank,
  * micro); repeats are exactly the wrapped rows plus the rows of wrapped
  * micro-batches, and wrapped micro-batches are exact copies of earlier ones
- * in the last step, as many as its info says. */
+ * in the last step, as many as its info says: copies of the first step's
+ * (random), of other steps' (bucket, which completes the last step with
+ * micro-batches of the same cost). */
 static void check_coverage(const ddp_corpus_t *c, const ddp_sampler_config_t *cfg, int64_t epoch) {
   ddp_sampler_t *s = make(c, cfg);
   ddp_batch_t b;
@@ -348,7 +350,10 @@ static void check_coverage(const ddp_corpus_t *c, const ddp_sampler_config_t *cf
   for (int64_t i = 1; i < n_rec; ++i)
     if (rec[i].id == rec[i - 1].id) {
       expect_eq(rec[i].step, steps - 1); /* the copy is in the last step ... */
-      expect_eq(rec[i - 1].step, 0);     /* ... of one of the epoch's first */
+      if (cfg->kind == DDP_SAMPLER_RANDOM)
+        expect_eq(rec[i - 1].step, 0); /* ... of one of the epoch's first */
+      else
+        ck_assert_int_lt(rec[i - 1].step, steps - 1); /* ... of another step's */
       ++copies;
       copy_rows += rec[i].rows;
     }
@@ -791,6 +796,87 @@ START_TEST(test_sampler_deal_leaves_no_improving_swap) {
 }
 END_TEST
 
+/* ---- equal cost ------------------------------------------------------------------- */
+
+START_TEST(test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_rank) {
+  /* Rows of 2 .. 64 targets, costs a = 16, b = 1 (attention-heavy, so a
+   * micro-batch of long rows costs up to (a + 64 b) / (a + 2 b) = 4.4 times
+   * more per token than one of short rows), budget 16384 tokens, no row cap.
+   * The cost budget is C = budget (a + b T_min) = 16384 x 18. Why every
+   * micro-batch m (padded length T, one row costing r(T) = T (a + b T))
+   * costs more than C - r(T) and at most C: packing closes m only when one
+   * more row of length T would break a budget (the pool's last batch is
+   * topped up until no window fits, the same condition). If the token
+   * budget broke, B T > budget - T, so cost = B T (a + b T) > (budget - T)
+   * (a + b T) >= budget (a + b T_min) - r(T) = C - r(T); if the cost budget
+   * broke, cost > C - r(T) directly. So every rank's load, accum
+   * micro-batches, lies in (accum (C - r(64)), accum C], and whatever the
+   * deal, imbalance < C / (C - r(64)) = 294912 / 289792 = 1.0177. Packing
+   * to tokens alone puts micro-batches of 2 and of 64 targets, 4.4 times
+   * apart in cost, into the same steps. */
+  enum { DOCS = 60000, SEQ_LEN = 64, TOKENS = 16384, A_COST = 16, B_COST = 1 };
+  int64_t *len = malloc(DOCS * sizeof *len);
+  uint64_t x = 88172645463325252u;
+  for (int64_t d = 0; d < DOCS; ++d) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    /* a document of L tokens has L targets (its closing EOT is the last) */
+    len[d] = 2 + (int64_t)(x % (SEQ_LEN - 1)); /* 2 .. 64 targets, one window each */
+  }
+  len[0] = 2;       /* T_min = 2 ... */
+  len[1] = SEQ_LEN; /* ... and T_max = 64 are both there */
+  ddp_corpus_t c;
+  corpus_from_lengths(&c, len, DOCS, SEQ_LEN);
+  free(len);
+  ck_assert_int_eq(c.n_windows, DOCS);
+  const double budget_cost = (double)TOKENS * (A_COST + B_COST * 2.0);
+  const double row_max = (double)SEQ_LEN * (A_COST + B_COST * (double)SEQ_LEN);
+  const double bound = budget_cost / (budget_cost - row_max);
+  static const int combos[3][2] = {{16, 1}, {64, 1}, {8, 2}};
+  for (int i = 0; i < 3; ++i) {
+    const int W = combos[i][0], A = combos[i][1];
+    ddp_sampler_config_t cfg = config(DDP_SAMPLER_BUCKET, 3, W, A, TOKENS, 0);
+    cfg.cost_a = A_COST;
+    cfg.cost_b = B_COST;
+    ddp_sampler_t *s = make(&c, &cfg), *again = make(&c, &cfg);
+    ddp_epoch_stats_t st;
+    ck_assert_int_eq(ddp_sampler_epoch_stats(s, 0, &st), DDP_OK);
+    printf(
+        "2 .. 64 targets, a 16 b 1, %d x %d: %lld micro-batches, %lld steps, pad %.4f, "
+        "imbalance mean %.4f max %.4f (bound %.4f)\n",
+        W, A, (long long)st.micro_batches, (long long)st.steps, st.pad_frac, st.imbalance_mean,
+        st.imbalance_max, bound);
+    fflush(stdout);
+    ck_assert_int_ge(st.steps, 4); /* several steps, so that the bound is tested */
+    ck_assert_msg(st.imbalance_max < bound, "%d x %d: imbalance max %.4f >= %.4f", W, A,
+                  st.imbalance_max, bound);
+    /* each micro-batch: inside both budgets, and within one row of C */
+    ddp_batch_t b;
+    batch_for(&b, s, TOKENS);
+    for (int64_t g = 0; g < st.steps; ++g)
+      for (int r = 0; r < W; ++r)
+        for (int k = 0; k < A; ++k) {
+          expect_eq(ddp_sampler_fill(s, g, r, k, &b), DDP_OK);
+          const double cost = cost_of(&cfg, b.B, b.T);
+          if ((int64_t)b.B * b.T > TOKENS || cost > budget_cost ||
+              cost <= budget_cost - b.T * (A_COST + B_COST * (double)b.T))
+            ck_abort_msg("step %lld rank %d: %d x %d tokens cost %.0f, budget %.0f", (long long)g,
+                         r, b.B, b.T, cost, budget_cost);
+        }
+    ddp_batch_destroy(&b);
+    /* the same configuration, the same plan */
+    uint64_t d1, d2;
+    ck_assert_int_eq(ddp_sampler_epoch_digest(s, 0, &d1), DDP_OK);
+    ck_assert_int_eq(ddp_sampler_epoch_digest(again, 0, &d2), DDP_OK);
+    ck_assert(d1 == d2);
+    ddp_sampler_destroy(s);
+    ddp_sampler_destroy(again);
+  }
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
 /* ---- bad input --------------------------------------------------------------------- */
 
 START_TEST(test_sampler_rejects_a_window_longer_than_the_budget) {
@@ -1025,6 +1111,7 @@ static Suite *sampler_suite(void) {
   tcase_add_test(tc, test_sampler_bucket_balances_adversarial_length_distributions);
   tcase_add_test(tc, test_sampler_deal_separates_the_expensive_micro_batches);
   tcase_add_test(tc, test_sampler_deal_leaves_no_improving_swap);
+  tcase_add_test(tc, test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_rank);
   tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
 

@@ -11,6 +11,7 @@
  * costs never make ranks disagree. */
 #include "data/sampler.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +26,11 @@
 /* Philox stream tags, apart from the built-in data's and each other's. */
 #define STREAM_WINDOWS UINT64_C(0x73616d706c65722e) /* window shuffle */
 #define STREAM_BATCHES UINT64_C(0x6d6963726f2e2e2e) /* micro-batch shuffle */
+#define STREAM_STEPS UINT64_C(0x73746570732e2e2e)   /* step shuffle */
+
+/* Micro-batches whose costs differ by less than 1/COST_BINS of the cost
+ * budget count as equal when steps are assembled (see order_steps). */
+enum { COST_BINS = 256 };
 
 typedef struct micro_batch {
   uint32_t first; /* into order[] */
@@ -46,6 +52,9 @@ struct ddp_sampler {
   ddp_sampler_config_t cfg;
   int max_rows;   /* effective */
   int fixed_rows; /* random kind: rows per micro-batch */
+  /* bucket kind: the most a micro-batch may cost (sampler.h, "equal cost");
+   * HUGE_VAL for the random kind, whose rows are fixed */
+  double cost_budget;
   int64_t chunk;
 
   /* the cached epoch */
@@ -143,6 +152,9 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
   for (int64_t i = 1; i < n_items; ++i)
     if (items[i].len > items[longest].len) longest = i;
   const int64_t longest_T = items[longest].len - 1;
+  int32_t shortest_len = items[0].len;
+  for (int64_t i = 1; i < n_items; ++i)
+    if (items[i].len < shortest_len) shortest_len = items[i].len;
   if (longest_T > budget)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "sampler: window %lld has %lld tokens per row, more than the budget of "
@@ -169,6 +181,12 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
     if (r > rows_cap) r = rows_cap;
     s->fixed_rows = (int)r;
   }
+  /* The token budget filled with the corpus's shortest rows: the cheapest
+   * per token a micro-batch can be, so every micro-batch can reach it. */
+  s->cost_budget = cfg->kind == DDP_SAMPLER_BUCKET
+                       ? s->cfg.cost_a * (double)budget +
+                             s->cfg.cost_b * (double)budget * (double)(shortest_len - 1)
+                       : HUGE_VAL;
   s->epoch = -1;
   const size_t n = (size_t)n_items;
   s->order = malloc((n + (size_t)rows_cap) * sizeof *s->order);
@@ -218,6 +236,21 @@ static void sort_by_length(ddp_sampler_t *s, uint32_t *a, int64_t n, uint32_t *t
   memcpy(a, tmp, (size_t)n * sizeof *a);
 }
 
+/* Cost of rows x T padded tokens: a * B*T + b * B*T^2, in this order of
+ * operations everywhere, so that comparisons against the cost budget give
+ * the same answer on every rank. */
+static double cost_of(const ddp_sampler_t *s, int64_t rows, int32_t T) {
+  const double tokens = (double)rows * (double)T;
+  return s->cfg.cost_a * tokens + s->cfg.cost_b * tokens * (double)T;
+}
+
+/* May a micro-batch grow to rows x T? Both budgets: padded tokens (the
+ * memory bound) and cost (so that micro-batches weigh the same). */
+static int fits(const ddp_sampler_t *s, int64_t rows, int32_t T) {
+  return rows * T <= s->cfg.tokens_per_batch && rows <= s->max_rows &&
+         cost_of(s, rows, T) <= s->cost_budget;
+}
+
 static ddp_status_t push_mb(ddp_sampler_t *s, uint32_t first, uint32_t rows, int32_t T) {
   if (s->n_mb == s->mb_cap) {
     const int64_t cap = s->mb_cap ? 2 * s->mb_cap : 1024;
@@ -236,13 +269,12 @@ static ddp_status_t push_mb(ddp_sampler_t *s, uint32_t first, uint32_t rows, int
  * (*open_first, *open_rows, *open_T) for the caller to decide about. */
 static ddp_status_t pack_sorted(ddp_sampler_t *s, const uint32_t *src, int64_t n, uint32_t *at,
                                 uint32_t *open_first, uint32_t *open_rows, int32_t *open_T) {
-  const int64_t budget = s->cfg.tokens_per_batch;
   uint32_t first = *at, rows = 0;
   int32_t T = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = wlen(s, src[i]) - 1;
     const int32_t grown = t > T ? t : T;
-    if (rows > 0 && ((int64_t)(rows + 1) * grown > budget || (int64_t)rows + 1 > s->max_rows)) {
+    if (rows > 0 && !fits(s, (int64_t)rows + 1, grown)) {
       DDP_CHECK(push_mb(s, first, rows, T));
       first = *at;
       rows = 0;
@@ -260,7 +292,7 @@ static ddp_status_t pack_sorted(ddp_sampler_t *s, const uint32_t *src, int64_t n
 
 /* Could the open batch take one more row of its own length? */
 static int has_room(const ddp_sampler_t *s, uint32_t rows, int32_t T) {
-  return (int64_t)(rows + 1) * T <= s->cfg.tokens_per_batch && (int64_t)rows + 1 <= s->max_rows;
+  return fits(s, (int64_t)rows + 1, T);
 }
 
 /* Tops up the last batch with windows from the start of the epoch's order
@@ -272,7 +304,7 @@ static int64_t top_up(ddp_sampler_t *s, const uint32_t *shuffled, uint32_t *at, 
   for (int64_t i = 0; i < n && *rows < target_rows; ++i) {
     const int32_t t = wlen(s, shuffled[i]) - 1;
     const int32_t grown = t > *T ? t : *T;
-    if ((int64_t)(*rows + 1) * grown > s->cfg.tokens_per_batch) continue;
+    if (!fits(s, (int64_t)*rows + 1, grown)) continue;
     s->order[(*at)++] = shuffled[i];
     ++*rows;
     *T = grown;
@@ -342,9 +374,7 @@ static ddp_status_t pack_random(ddp_sampler_t *s, const uint32_t *shuffled) {
 }
 
 static double mb_cost(const ddp_sampler_t *s, uint32_t id) {
-  const micro_batch_t *m = &s->mb[id];
-  const double tokens = (double)m->rows * (double)m->T;
-  return s->cfg.cost_a * tokens + s->cfg.cost_b * tokens * (double)m->T;
+  return cost_of(s, s->mb[id].rows, s->mb[id].T);
 }
 
 static int64_t mb_targets(const ddp_sampler_t *s, uint32_t id) {
@@ -420,6 +450,47 @@ static void deal_step(const ddp_sampler_t *s, uint32_t *ids, double *cost, int *
   memcpy(ids, tmp, (size_t)S * sizeof *ids);
 }
 
+/* The cost bin of micro-batch `id`: 0 for within 1/COST_BINS of the cost
+ * budget (or above it: a single row that costs more), higher for cheaper. */
+static int cost_bin(const ddp_sampler_t *s, uint32_t id) {
+  const double shortfall = (s->cost_budget - mb_cost(s, id)) / s->cost_budget;
+  if (!(shortfall > 0)) return 0;
+  const double k = shortfall * COST_BINS;
+  return k >= COST_BINS - 1 ? COST_BINS - 1 : (int)k;
+}
+
+/* Step 6's assembly for the bucket kind, on the shuffled micro-batch ids in
+ * s->deal[0..n_mb): a stable counting sort by cost bin (costliest first), so
+ * that consecutive runs of S = world x accum, the steps, hold micro-batches
+ * of nearly equal cost; the steps are then shuffled, except an incomplete
+ * last one, which stays last and is completed with the micro-batches just
+ * before it in cost order (the cyclic start when there is no full step).
+ * Cutting a sorted list into consecutive groups minimises the sum over
+ * steps of the costliest member, which is what the steps take with one
+ * micro-batch per rank. `tmp` holds n_mb ids. */
+static void order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps, uint32_t *tmp) {
+  const int64_t S = (int64_t)s->cfg.world * s->cfg.accum, n_mb = s->n_mb;
+  uint32_t *ids = s->deal;
+  int64_t at[COST_BINS + 1] = {0};
+  for (int64_t i = 0; i < n_mb; ++i) at[cost_bin(s, ids[i]) + 1]++;
+  for (int k = 0; k < COST_BINS; ++k) at[k + 1] += at[k];
+  for (int64_t i = 0; i < n_mb; ++i) tmp[at[cost_bin(s, ids[i])]++] = ids[i];
+  memcpy(ids, tmp, (size_t)n_mb * sizeof *ids);
+  const int64_t full = n_mb / S;
+  for (int64_t i = n_mb; i < n_steps * S; ++i)
+    ids[i] = full > 0 ? ids[i - S] : ids[(i - n_mb) % n_mb];
+  ddp_rng_t root, rng;
+  ddp_rng_init(&root, s->cfg.seed, STREAM_STEPS);
+  ddp_rng_derive(&root, (uint64_t)epoch, &rng);
+  for (int64_t i = full - 1; i > 0; --i) {
+    const int64_t j = (int64_t)ddp_rng_below(&rng, (uint64_t)(full - 1 - i), (uint64_t)i + 1);
+    if (j == i) continue;
+    memcpy(tmp, ids + i * S, (size_t)S * sizeof *ids);
+    memcpy(ids + i * S, ids + j * S, (size_t)S * sizeof *ids);
+    memcpy(ids + j * S, tmp, (size_t)S * sizeof *ids);
+  }
+}
+
 static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
   const int W = s->cfg.world, A = s->cfg.accum, S = W * A;
   const int64_t n_mb = s->n_mb;
@@ -440,9 +511,12 @@ static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
     ddp_rng_init(&root, s->cfg.seed, STREAM_BATCHES);
     ddp_rng_derive(&root, (uint64_t)epoch, &rng);
     shuffle_u32(s->deal, n_mb, &rng);
+    /* packing is done: scratch is free, and n_mb <= n_items fit in it */
+    order_steps(s, epoch, n_steps, s->scratch);
+  } else {
+    /* the tail: the epoch's first micro-batches complete the last step */
+    for (int64_t i = n_mb; i < n_steps * S; ++i) s->deal[i] = s->deal[(i - n_mb) % n_mb];
   }
-  /* the tail: the epoch's first micro-batches complete the last step */
-  for (int64_t i = n_mb; i < n_steps * S; ++i) s->deal[i] = s->deal[(i - n_mb) % n_mb];
   s->stats.wrapped_micro_batches = n_steps * S - n_mb;
 
   double *cost = malloc((size_t)S * sizeof *cost), *load = malloc((size_t)W * sizeof *load);
