@@ -799,22 +799,24 @@ END_TEST
 /* ---- equal cost ------------------------------------------------------------------- */
 
 START_TEST(test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_rank) {
-  /* Rows of 2 .. 64 targets, costs a = 16, b = 1 (attention-heavy, so a
-   * micro-batch of long rows costs up to (a + 64 b) / (a + 2 b) = 4.4 times
-   * more per token than one of short rows), budget 16384 tokens, no row cap.
-   * The cost budget is C = budget (a + b T_min) = 16384 x 18. Why every
-   * micro-batch m (padded length T, one row costing r(T) = T (a + b T))
-   * costs more than C - r(T) and at most C: packing closes m only when one
-   * more row of length T would break a budget (the pool's last batch is
-   * topped up until no window fits, the same condition). If the token
-   * budget broke, B T > budget - T, so cost = B T (a + b T) > (budget - T)
-   * (a + b T) >= budget (a + b T_min) - r(T) = C - r(T); if the cost budget
-   * broke, cost > C - r(T) directly. So every rank's load, accum
-   * micro-batches, lies in (accum (C - r(64)), accum C], and whatever the
-   * deal, imbalance < C / (C - r(64)) = 294912 / 289792 = 1.0177. Packing
-   * to tokens alone puts micro-batches of 2 and of 64 targets, 4.4 times
-   * apart in cost, into the same steps. */
-  enum { DOCS = 60000, SEQ_LEN = 64, TOKENS = 16384, A_COST = 16, B_COST = 1 };
+  /* Rows of 32 .. 64 targets, costs a = 16, b = 1 (attention-heavy, so a
+   * micro-batch of long rows costs up to (a + 64 b) / (a + 32 b) = 1.67
+   * times more per token than one of short rows), budget 16384 tokens, no
+   * row cap. The rows of 32 alone hold 2% of the targets, so the reference
+   * length is T_ref = 32 and the cost budget C = budget (a + b T_ref) =
+   * 16384 x 48. Why every micro-batch m (padded length T, one row costing
+   * r(T) = T (a + b T)) costs more than C - r(T) and at most C: packing
+   * closes m only when one more row of length T would break a budget (the
+   * pool's last batch is topped up until no window fits, the same
+   * condition). If the token budget broke, B T > budget - T, so cost =
+   * B T (a + b T) > (budget - T) (a + b T) >= budget (a + b T_ref) - r(T) =
+   * C - r(T) as T >= T_ref; if the cost budget broke, cost > C - r(T)
+   * directly. So every rank's load, accum micro-batches, lies in
+   * (accum (C - r(64)), accum C], and whatever the deal, imbalance <
+   * C / (C - r(64)) = 786432 / 781312 = 1.0066. Packing to tokens alone
+   * puts micro-batches of 32 and of 64 targets, 1.67 times apart in cost,
+   * into the same steps. */
+  enum { DOCS = 60000, SEQ_LEN = 64, SHORT = 32, TOKENS = 16384, A_COST = 16, B_COST = 1 };
   int64_t *len = malloc(DOCS * sizeof *len);
   uint64_t x = 88172645463325252u;
   for (int64_t d = 0; d < DOCS; ++d) {
@@ -822,15 +824,15 @@ START_TEST(test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_
     x ^= x >> 7;
     x ^= x << 17;
     /* a document of L tokens has L targets (its closing EOT is the last) */
-    len[d] = 2 + (int64_t)(x % (SEQ_LEN - 1)); /* 2 .. 64 targets, one window each */
+    len[d] = SHORT + (int64_t)(x % (SEQ_LEN - SHORT + 1)); /* 32 .. 64, one window each */
   }
-  len[0] = 2;       /* T_min = 2 ... */
-  len[1] = SEQ_LEN; /* ... and T_max = 64 are both there */
+  len[0] = SHORT; /* both ends are there */
+  len[1] = SEQ_LEN;
   ddp_corpus_t c;
   corpus_from_lengths(&c, len, DOCS, SEQ_LEN);
   free(len);
   ck_assert_int_eq(c.n_windows, DOCS);
-  const double budget_cost = (double)TOKENS * (A_COST + B_COST * 2.0);
+  const double budget_cost = (double)TOKENS * (A_COST + B_COST * (double)SHORT);
   const double row_max = (double)SEQ_LEN * (A_COST + B_COST * (double)SEQ_LEN);
   const double bound = budget_cost / (budget_cost - row_max);
   static const int combos[3][2] = {{16, 1}, {64, 1}, {8, 2}};
@@ -843,7 +845,7 @@ START_TEST(test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_
     ddp_epoch_stats_t st;
     ck_assert_int_eq(ddp_sampler_epoch_stats(s, 0, &st), DDP_OK);
     printf(
-        "2 .. 64 targets, a 16 b 1, %d x %d: %lld micro-batches, %lld steps, pad %.4f, "
+        "32 .. 64 targets, a 16 b 1, %d x %d: %lld micro-batches, %lld steps, pad %.4f, "
         "imbalance mean %.4f max %.4f (bound %.4f)\n",
         W, A, (long long)st.micro_batches, (long long)st.steps, st.pad_frac, st.imbalance_mean,
         st.imbalance_max, bound);

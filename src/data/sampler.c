@@ -119,6 +119,40 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
   return DDP_OK;
 }
 
+/* Rows shorter than the reference length hold at most this fraction of the
+ * targets (see cost_budget). */
+#define SHORT_ROWS_SHARE 0.01
+
+/* The token budget filled with rows of the reference length T_ref, the
+ * longest length such that the rows shorter than it hold at most 1% of the
+ * corpus's targets: the cheapest per token that a micro-batch of all but
+ * those few rows can be, so that nearly every micro-batch can reach it.
+ * Not the shortest row itself: in a corpus of full windows and their
+ * 1-token remainders that would take a row or more from every micro-batch
+ * for the sake of 1% of the tokens (the cheaper micro-batches of the
+ * shortest rows get steps of their own, order_steps). Uses s->counts as a
+ * histogram of lengths. */
+static double cost_budget(ddp_sampler_t *s) {
+  const int L = s->max_len + 1;
+  memset(s->counts, 0, ((size_t)L + 1) * sizeof *s->counts);
+  int64_t targets = 0;
+  for (int64_t i = 0; i < s->n_items; ++i) {
+    s->counts[s->items[i].len]++;
+    targets += s->items[i].len - 1;
+  }
+  int32_t T_ref = 1;
+  int64_t below = 0; /* targets in rows shorter than len */
+  for (int len = 2; len <= L; ++len) {
+    if (s->counts[len] == 0) continue;
+    T_ref = len - 1;
+    below += (int64_t)s->counts[len] * (len - 1);
+    if ((double)below > SHORT_ROWS_SHARE * (double)targets) break;
+  }
+  const double budget = (double)s->cfg.tokens_per_batch;
+  /* the operations of cost_of(budget / T_ref rows, T_ref) */
+  return s->cfg.cost_a * budget + s->cfg.cost_b * budget * (double)T_ref;
+}
+
 ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items, int max_len,
                                       const ddp_sampler_config_t *cfg, ddp_sampler_t **out) {
   if (!items || !cfg || !out) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_create: NULL argument");
@@ -152,9 +186,6 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
   for (int64_t i = 1; i < n_items; ++i)
     if (items[i].len > items[longest].len) longest = i;
   const int64_t longest_T = items[longest].len - 1;
-  int32_t shortest_len = items[0].len;
-  for (int64_t i = 1; i < n_items; ++i)
-    if (items[i].len < shortest_len) shortest_len = items[i].len;
   if (longest_T > budget)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "sampler: window %lld has %lld tokens per row, more than the budget of "
@@ -181,12 +212,6 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
     if (r > rows_cap) r = rows_cap;
     s->fixed_rows = (int)r;
   }
-  /* The token budget filled with the corpus's shortest rows: the cheapest
-   * per token a micro-batch can be, so every micro-batch can reach it. */
-  s->cost_budget = cfg->kind == DDP_SAMPLER_BUCKET
-                       ? s->cfg.cost_a * (double)budget +
-                             s->cfg.cost_b * (double)budget * (double)(shortest_len - 1)
-                       : HUGE_VAL;
   s->epoch = -1;
   const size_t n = (size_t)n_items;
   s->order = malloc((n + (size_t)rows_cap) * sizeof *s->order);
@@ -200,6 +225,7 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
     DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for a plan of %lld windows", (long long)n_items);
   }
   s->epoch_first[0] = 0;
+  s->cost_budget = cfg->kind == DDP_SAMPLER_BUCKET ? cost_budget(s) : HUGE_VAL;
   *out = s;
   return DDP_OK;
 }

@@ -12,19 +12,41 @@
  *   2. cut the shuffled order into chunks of `chunk` windows;
  *   3. sort each chunk by length, longest first (stable: ties keep the
  *      shuffled order);
- *   4. pack each chunk greedily into micro-batches with rows x T <= budget;
- *      a chunk's last, unfilled micro-batch goes back to a pool that is
- *      sorted and packed after all chunks (so partial batches do not scatter
- *      padding and small costs through the epoch); the pool's own last batch
- *      is topped up with windows from the start of the epoch's order, which
- *      then occur twice ("wrapped rows");
- *   5. shuffle the micro-batches;
- *   6. deal each step's world x accum micro-batches to ranks, exactly accum
- *      each, balancing per-rank cost: LPT (largest first onto the least
- *      loaded rank that still has room), then pairwise swaps that lower the
- *      most loaded rank while any does. If the micro-batch count is not a
- *      multiple of world x accum, the last step is completed with the
- *      epoch's first micro-batches ("wrapped micro-batches").
+ *   4. pack each chunk greedily into micro-batches within two budgets:
+ *      rows x T <= budget (the memory bound) and cost <= the cost budget
+ *      (below); a chunk's last, unfilled micro-batch goes back to a pool
+ *      that is sorted and packed after all chunks (so partial batches do
+ *      not scatter padding and small costs through the epoch); the pool's
+ *      own last batch is topped up with windows from the start of the
+ *      epoch's order, which then occur twice ("wrapped rows");
+ *   5. shuffle the micro-batches, then sort them (stably) by cost bin,
+ *      1/256 of the cost budget wide, costliest first; cut that order into
+ *      steps of world x accum and shuffle the steps. If the micro-batch
+ *      count is not a multiple of world x accum, the cheapest, incomplete
+ *      step stays last and is completed with the micro-batches just before
+ *      it in cost order ("wrapped micro-batches");
+ *   6. deal each step's micro-batches to ranks, exactly accum each,
+ *      balancing per-rank cost: LPT (largest first onto the least loaded
+ *      rank that still has room), then pairwise swaps that lower the most
+ *      loaded rank while any does.
+ *
+ * Equal cost. A micro-batch of long rows costs more per token than one of
+ * short rows (attention), so packing to the token budget alone leaves
+ * micro-batch costs up to b T / a apart, which no deal can even out when
+ * each rank gets one micro-batch a step. The cost budget is the token
+ * budget filled with the corpus's shortest rows, C = budget x (a + b
+ * T_min): the cheapest a full micro-batch can be, so every micro-batch
+ * can reach it, and micro-batches of long rows get fewer tokens instead.
+ * Packing closes a micro-batch only when one more row of its length T
+ * would break a budget, so its cost lies in (C - T (a + b T), C] (a row
+ * cap that binds first, or a single row costing more than C, are the
+ * exceptions): at any accum the imbalance of a step is below
+ * C / (C - T (a + b T)) for its longest T. Long rows are coarse (one row
+ * of 1024 is 6% of a 16384-token micro-batch), hence step 5: cutting a
+ * cost-sorted order into consecutive steps minimises the sum over steps of
+ * the costliest member, and the bins keep the shuffled order among
+ * micro-batches that already weigh the same. With the cost of padded
+ * tokens (b = 0) the cost budget is the token budget.
  * Kind "random" is the common baseline kept for comparison: shuffled
  * windows, a fixed tokens_per_batch / seq_len rows per micro-batch padded to
  * the longest, dealt round-robin in order (DistributedSampler's way).
