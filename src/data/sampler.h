@@ -34,19 +34,23 @@
  * short rows (attention), so packing to the token budget alone leaves
  * micro-batch costs up to b T / a apart, which no deal can even out when
  * each rank gets one micro-batch a step. The cost budget is the token
- * budget filled with the corpus's shortest rows, C = budget x (a + b
- * T_min): the cheapest a full micro-batch can be, so every micro-batch
- * can reach it, and micro-batches of long rows get fewer tokens instead.
- * Packing closes a micro-batch only when one more row of its length T
- * would break a budget, so its cost lies in (C - T (a + b T), C] (a row
- * cap that binds first, or a single row costing more than C, are the
- * exceptions): at any accum the imbalance of a step is below
+ * budget filled with rows of the reference length, C = budget x (a + b
+ * T_ref), T_ref being the longest length such that the rows shorter than
+ * it hold at most 1% of the targets: the cheapest a full micro-batch of
+ * the other 99% can be, so those can all reach it, and micro-batches of
+ * long rows get fewer tokens instead. Packing closes a micro-batch only
+ * when one more row of its length T would break a budget, so for T >=
+ * T_ref its cost lies in (C - T (a + b T), C] (a row cap that binds
+ * first, or a single row costing more than C, are the exceptions): a step
+ * of such micro-batches, at any accum, has an imbalance below
  * C / (C - T (a + b T)) for its longest T. Long rows are coarse (one row
  * of 1024 is 6% of a 16384-token micro-batch), hence step 5: cutting a
  * cost-sorted order into consecutive steps minimises the sum over steps of
  * the costliest member, and the bins keep the shuffled order among
- * micro-batches that already weigh the same. With the cost of padded
- * tokens (b = 0) the cost budget is the token budget.
+ * micro-batches that already weigh the same; it also gives the cheaper
+ * micro-batches of rows shorter than T_ref steps of their own. With the
+ * cost of padded tokens (b = 0) the cost budget is the token budget.
+ *
  * Kind "random" is the common baseline kept for comparison: shuffled
  * windows, a fixed tokens_per_batch / seq_len rows per micro-batch padded to
  * the longest, dealt round-robin in order (DistributedSampler's way).
