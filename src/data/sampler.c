@@ -12,6 +12,7 @@
 #include "data/sampler.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,9 +29,10 @@
 #define STREAM_BATCHES UINT64_C(0x6d6963726f2e2e2e) /* micro-batch shuffle */
 #define STREAM_STEPS UINT64_C(0x73746570732e2e2e)   /* step shuffle */
 
-/* Micro-batches whose costs differ by less than 1/COST_BINS of the cost
- * budget count as equal when steps are assembled (see order_steps). */
-enum { COST_BINS = 256 };
+/* Micro-batches within 1/COST_BINS of the cost budget count as full-cost
+ * when steps are assembled; the grouping limits tried there are 1 +
+ * k / LIMIT_STEPS for k = 0 .. LIMIT_CANDIDATES - 1 (see order_steps). */
+enum { COST_BINS = 256, LIMIT_STEPS = 2048, LIMIT_CANDIDATES = 64 };
 
 typedef struct micro_batch {
   uint32_t first; /* into order[] */
@@ -476,32 +478,178 @@ static void deal_step(const ddp_sampler_t *s, uint32_t *ids, double *cost, int *
   memcpy(ids, tmp, (size_t)S * sizeof *ids);
 }
 
-/* The cost bin of micro-batch `id`: 0 for within 1/COST_BINS of the cost
- * budget (or above it: a single row that costs more), higher for cheaper. */
-static int cost_bin(const ddp_sampler_t *s, uint32_t id) {
-  const double shortfall = (s->cost_budget - mb_cost(s, id)) / s->cost_budget;
-  if (!(shortfall > 0)) return 0;
-  const double k = shortfall * COST_BINS;
-  return k >= COST_BINS - 1 ? COST_BINS - 1 : (int)k;
+/* Did the row cap alone close micro-batch `id` (one more row of its length
+ * would fit both budgets)? Such micro-batches of very short rows can cost
+ * far less than the cost budget, and no packing can change that. */
+static int row_capped(const ddp_sampler_t *s, uint32_t id) {
+  const micro_batch_t *m = &s->mb[id];
+  return (int64_t)m->rows >= s->max_rows &&
+         (int64_t)(m->rows + 1) * m->T <= s->cfg.tokens_per_batch &&
+         cost_of(s, (int64_t)m->rows + 1, m->T) <= s->cost_budget;
 }
 
-/* Step 6's assembly for the bucket kind, on the shuffled micro-batch ids in
- * s->deal[0..n_mb): a stable counting sort by cost bin (costliest first), so
- * that consecutive runs of S = world x accum, the steps, hold micro-batches
- * of nearly equal cost; the steps are then shuffled, except an incomplete
- * last one, which stays last and is completed with the micro-batches just
- * before it in cost order (the cyclic start when there is no full step).
- * Cutting a sorted list into consecutive groups minimises the sum over
- * steps of the costliest member, which is what the steps take with one
- * micro-batch per rank. `tmp` holds n_mb ids. */
-static void order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps, uint32_t *tmp) {
+/* The assembly key: 0 for full cost (within one bin of the cost budget, or
+ * above it: a single row that costs more), 1 for cheaper, 2 for row-capped. */
+static int assembly_key(const ddp_sampler_t *s, uint32_t id) {
+  if (row_capped(s, id)) return 2;
+  return (s->cost_budget - mb_cost(s, id)) * COST_BINS > s->cost_budget;
+}
+
+/* A cheaper micro-batch and its cost, for sorting by cost. */
+typedef struct priced {
+  double cost;
+  uint32_t id;
+} priced_t;
+
+/* Costliest first; equal costs by id, so that the order is total and the
+ * same everywhere whatever qsort does with ties. */
+static int by_cost_desc(const void *pa, const void *pb) {
+  const priced_t *a = pa, *b = pb;
+  if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+  return (a->id > b->id) - (a->id < b->id);
+}
+
+/* One pass of the grouping in order_steps over the cheaper micro-batches
+ * c[0..n) (costliest first): from the cheapest up, a run of S neighbours
+ * becomes a step when its imbalance (its first's cost over its mean) is at
+ * most `limit`; a micro-batch that ends no such run is left to spread.
+ * Marks grouped ones in `grouped` (when not NULL) and returns the idle time
+ * of those left, in units of C; *n_grouped gets the grouped count and
+ * *worst the largest imbalance of a grouped run (1 if none). */
+static double group_runs(const priced_t *c, int64_t n, int64_t S, double C, double limit,
+                         uint8_t *grouped, int64_t *n_grouped, double *worst) {
+  double idle = 0.0, sum = 0.0;
+  int64_t p = n, count = 0;
+  int fresh = 1;
+  *worst = 1.0;
+  while (p - S >= 0) {
+    if (fresh) {
+      sum = 0.0;
+      for (int64_t i = p - S; i < p; ++i) sum += c[i].cost;
+      fresh = 0;
+    }
+    const double imbalance = c[p - S].cost * (double)S / sum;
+    if (imbalance <= limit) {
+      if (grouped) memset(grouped + p - S, 1, (size_t)S);
+      if (imbalance > *worst) *worst = imbalance;
+      count += S;
+      p -= S;
+      fresh = 1;
+    } else {
+      --p;
+      idle += 1.0 - c[p].cost / C;
+      sum -= c[p].cost;
+      if (p - S >= 0) sum += c[p - S].cost;
+    }
+  }
+  for (int64_t i = 0; i < p; ++i) idle += 1.0 - c[i].cost / C;
+  *n_grouped = count;
+  return idle;
+}
+
+/* Step 5's assembly for the bucket kind, on the shuffled micro-batch ids in
+ * s->deal[0..n_mb). With one micro-batch per rank a step takes as long as
+ * its costliest member. Nearly every micro-batch costs the cost budget C to
+ * within one bin (1/COST_BINS of C): those keep the shuffled order. The
+ * cheaper ones (long rows a whole row short of C, row-capped ones) can go
+ * two ways. Grouped, S = world x accum neighbours in cost make a step whose
+ * maximum falls with them; its imbalance is their own spread in cost.
+ * Spread evenly between the full-cost ones, they leave those steps'
+ * maximum at C and lower their mean by their share of the idle time, which
+ * is the same wherever they go. The runs to group are chosen to minimise
+ * the worse of the two: a run is grouped when its imbalance is at most a
+ * limit t, and t is bisected to where it meets the imbalance that the
+ * micro-batches left over give the steps they are spread over. Row-capped
+ * micro-batches are always spread. The steps are then shuffled, except an
+ * incomplete last one, which stays last and is completed with the
+ * micro-batches just before it (the cyclic start when there is no full
+ * step). `tmp` holds n_mb ids. */
+static ddp_status_t order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps, uint32_t *tmp) {
   const int64_t S = (int64_t)s->cfg.world * s->cfg.accum, n_mb = s->n_mb;
+  const double C = s->cost_budget;
   uint32_t *ids = s->deal;
-  int64_t at[COST_BINS + 1] = {0};
-  for (int64_t i = 0; i < n_mb; ++i) at[cost_bin(s, ids[i]) + 1]++;
-  for (int k = 0; k < COST_BINS; ++k) at[k + 1] += at[k];
-  for (int64_t i = 0; i < n_mb; ++i) tmp[at[cost_bin(s, ids[i])]++] = ids[i];
-  memcpy(ids, tmp, (size_t)n_mb * sizeof *ids);
+  /* full-cost ones first (shuffled order), then the cheaper, then the
+   * row-capped: a stable counting sort on those three keys */
+  int64_t at[4] = {0};
+  for (int64_t i = 0; i < n_mb; ++i) at[assembly_key(s, ids[i]) + 1]++;
+  for (int k = 0; k < 3; ++k) at[k + 1] += at[k];
+  const int64_t n_full_cost = at[1], n_regular = at[2], n_cheap = n_regular - n_full_cost;
+  for (int64_t i = 0; i < n_mb; ++i) tmp[at[assembly_key(s, ids[i])]++] = ids[i];
+  priced_t *c = malloc((size_t)(n_cheap > 0 ? n_cheap : 1) * sizeof *c);
+  uint8_t *grouped = calloc((size_t)(n_cheap > 0 ? n_cheap : 1), 1);
+  if (!c || !grouped) {
+    free(c);
+    free(grouped);
+    DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory ordering %lld micro-batches", (long long)n_cheap);
+  }
+  for (int64_t i = 0; i < n_cheap; ++i)
+    c[i] = (priced_t){.cost = mb_cost(s, tmp[n_full_cost + i]), .id = tmp[n_full_cost + i]};
+  qsort(c, (size_t)n_cheap, sizeof *c, by_cost_desc);
+  /* the spread steps' own idle time and maximum: the full-cost ones', and
+   * the row-capped ones', which are always spread */
+  double fixed_idle = 0.0, top = C;
+  for (int64_t i = 0; i < n_full_cost; ++i) {
+    const double cost = mb_cost(s, tmp[i]);
+    fixed_idle += 1.0 - cost / C;
+    if (cost > top) top = cost;
+  }
+  for (int64_t i = n_regular; i < n_mb; ++i) fixed_idle += 1.0 - mb_cost(s, tmp[i]) / C;
+  /* The limit: the candidate (1 + k / LIMIT_STEPS, or no limit, which is
+   * the plain sorted cut) whose worse step, grouped or spread, is the
+   * least; the spread steps' imbalance is their slots over their slots
+   * less the idle time of the micro-batches spread into them. */
+  const double slots = (double)(n_steps * S);
+  double best_limit = HUGE_VAL, best_worst = HUGE_VAL;
+  for (int k = LIMIT_CANDIDATES; k >= 0; --k) {
+    const double limit = k == LIMIT_CANDIDATES ? HUGE_VAL : 1.0 + (double)k / LIMIT_STEPS;
+    int64_t n_grouped;
+    double worst;
+    const double idle = group_runs(c, n_cheap, S, C, limit, NULL, &n_grouped, &worst) + fixed_idle;
+    const double left = slots - (double)n_grouped;
+    const double spread_worst = left > idle ? top / C * left / (left - idle) : HUGE_VAL;
+    if (spread_worst > worst) worst = spread_worst;
+    if (worst < best_worst) best_worst = worst, best_limit = limit;
+  }
+  int64_t n_grouped;
+  double worst;
+  group_runs(c, n_cheap, S, C, best_limit, grouped, &n_grouped, &worst);
+  /* grouped runs first, cheapest run first, each run costliest first */
+  int64_t g = 0;
+  for (int64_t end = n_cheap; end > 0;) {
+    if (!grouped[end - 1]) {
+      --end;
+      continue;
+    }
+    for (int64_t i = end - S; i < end; ++i) ids[g++] = c[i].id;
+    end -= S;
+  }
+  /* the spread ones, cheaper then row-capped, after the full-cost ones in
+   * tmp: tmp[0..n_full_cost) stays, tmp[w..n_mb) gets the m to spread */
+  int64_t w = n_regular;
+  for (int64_t i = n_cheap - 1; i >= 0; --i)
+    if (!grouped[i]) tmp[--w] = c[i].id;
+  free(c);
+  free(grouped);
+  /* then the full-cost ones with the m others spread between them. The
+   * n places left form K steps (the last one maybe incomplete); step k gets
+   * a share of the m in proportion to its places, and the m, costliest
+   * first, are dealt round-robin over the steps, so that each step gets as
+   * many dear as cheap ones. */
+  const int64_t m = n_mb - w, n = n_mb - g, K = (n + S - 1) / S;
+  uint32_t *spread = ids + g;
+  /* sprinkles in step k: m places in proportion (m, n < 2^32: no overflow) */
+#define SHARE(k)                                                                          \
+  ((int64_t)((uint64_t)m * (uint64_t)((k + 1) * S < n ? (k + 1) * S : n) / (uint64_t)n) - \
+   (int64_t)((uint64_t)m * (uint64_t)(k * S) / (uint64_t)n))
+  int64_t dealt = 0;
+  for (int64_t round = 0; dealt < m; ++round)
+    for (int64_t k = 0; k < K && dealt < m; ++k)
+      if (SHARE(k) > round) spread[k * S + round] = tmp[w + dealt++];
+  for (int64_t k = 0, f = 0; k < K; ++k) {
+    const int64_t end = (k + 1) * S < n ? (k + 1) * S : n;
+    for (int64_t i = k * S + SHARE(k); i < end; ++i) spread[i] = tmp[f++];
+  }
+#undef SHARE
   const int64_t full = n_mb / S;
   for (int64_t i = n_mb; i < n_steps * S; ++i)
     ids[i] = full > 0 ? ids[i - S] : ids[(i - n_mb) % n_mb];
@@ -515,6 +663,7 @@ static void order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps, uint32
     memcpy(ids + i * S, ids + j * S, (size_t)S * sizeof *ids);
     memcpy(ids + j * S, tmp, (size_t)S * sizeof *ids);
   }
+  return DDP_OK;
 }
 
 static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
@@ -538,7 +687,7 @@ static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
     ddp_rng_derive(&root, (uint64_t)epoch, &rng);
     shuffle_u32(s->deal, n_mb, &rng);
     /* packing is done: scratch is free, and n_mb <= n_items fit in it */
-    order_steps(s, epoch, n_steps, s->scratch);
+    DDP_CHECK(order_steps(s, epoch, n_steps, s->scratch));
   } else {
     /* the tail: the epoch's first micro-batches complete the last step */
     for (int64_t i = n_mb; i < n_steps * S; ++i) s->deal[i] = s->deal[(i - n_mb) % n_mb];
