@@ -8,11 +8,12 @@
  * ties resolve by the shuffled order rather than by a library qsort's
  * whims. Costs are doubles computed the same way on every rank; the deal
  * compares them with a deterministic tie-break (the slot index), so equal
- * costs never make ranks disagree. */
+ * costs never make ranks disagree, and the step assembly's qsort of the
+ * cheaper micro-batches orders by (cost, id), a total order, so that its
+ * algorithm cannot change the result. */
 #include "data/sampler.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

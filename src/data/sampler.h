@@ -19,12 +19,17 @@
  *      not scatter padding and small costs through the epoch); the pool's
  *      own last batch is topped up with windows from the start of the
  *      epoch's order, which then occur twice ("wrapped rows");
- *   5. shuffle the micro-batches, then sort them (stably) by cost bin,
- *      1/256 of the cost budget wide, costliest first; cut that order into
- *      steps of world x accum and shuffle the steps. If the micro-batch
- *      count is not a multiple of world x accum, the cheapest, incomplete
- *      step stays last and is completed with the micro-batches just before
- *      it in cost order ("wrapped micro-batches");
+ *   5. shuffle the micro-batches and assemble steps of world x accum:
+ *      those within 1/256 of the cost budget ("full cost": nearly all)
+ *      keep the shuffled order; the cheaper ones are sorted by cost, and
+ *      from the cheapest up, runs of world x accum neighbours whose
+ *      imbalance is within a limit become steps of their own; the rest
+ *      are dealt round-robin, costliest first, over the full-cost steps.
+ *      The limit is the one (of 1 + k/2048, k < 64, or none) whose worse
+ *      step, grouped or spread, is least. The steps are shuffled; if the
+ *      micro-batch count is not a multiple of world x accum, the last,
+ *      incomplete step stays last and is completed with the micro-batches
+ *      just before it ("wrapped micro-batches");
  *   6. deal each step's micro-batches to ranks, exactly accum each,
  *      balancing per-rank cost: LPT (largest first onto the least loaded
  *      rank that still has room), then pairwise swaps that lower the most
@@ -44,12 +49,13 @@
  * first, or a single row costing more than C, are the exceptions): a step
  * of such micro-batches, at any accum, has an imbalance below
  * C / (C - T (a + b T)) for its longest T. Long rows are coarse (one row
- * of 1024 is 6% of a 16384-token micro-batch), hence step 5: cutting a
- * cost-sorted order into consecutive steps minimises the sum over steps of
- * the costliest member, and the bins keep the shuffled order among
- * micro-batches that already weigh the same; it also gives the cheaper
- * micro-batches of rows shorter than T_ref steps of their own. With the
- * cost of padded tokens (b = 0) the cost budget is the token budget.
+ * of 1024 is 6% of a 16384-token micro-batch; a row cap can leave rows of
+ * one token at half the cost), hence step 5. A cheaper micro-batch idles
+ * the other ranks for its shortfall wherever it goes, unless a whole step
+ * of equally cheap ones lowers that step's maximum: so grouping pays where
+ * a step's worth of neighbours in cost exists, and otherwise spreading
+ * keeps every step's share of the idle time small. With the cost of padded
+ * tokens (b = 0) the cost budget is the token budget.
  *
  * Kind "random" is the common baseline kept for comparison: shuffled
  * windows, a fixed tokens_per_batch / seq_len rows per micro-batch padded to
