@@ -879,6 +879,65 @@ START_TEST(test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_
 }
 END_TEST
 
+START_TEST(test_sampler_steps_group_or_spread_the_cheaper_micro_batches) {
+  /* Documents of 129 tokens, seq-len 128: each is a window of 128 targets
+   * and a remainder of 1 (its closing EOT). Budget 1024 tokens, row cap 512
+   * (the trainer's budget / 2), a = 1000, b = 1: the remainders hold 0.8%
+   * of the targets, so T_ref = 128 and every micro-batch of 8 rows of 128
+   * costs exactly C = 1024 (a + 128 b); the remainders fill 40 micro-batches
+   * of 512 rows of 1 (the last topped up), which the row cap stops at
+   * c = 512 (a + b) = 0.44 C. A step holding k of those has an imbalance of
+   * 1 / (1 - k (1 - c / C) / S) with S micro-batches a step.
+   * - 64 x 1 (40 steps): 40 cheap ones cannot fill a step; spread in
+   *   proportion to the places, no step gets more than 2 (grouped, one step
+   *   would hold all 40: imbalance 1.54);
+   * - 16 x 1: they fill 2 steps of their own (imbalance 1), and the other 8
+   *   are spread, at most 1 a step. */
+  enum { DOCS = 20000, SEQ_LEN = 128, TOKENS = 1024, A_COST = 1000, B_COST = 1 };
+  int64_t *len = malloc(DOCS * sizeof *len);
+  for (int64_t d = 0; d < DOCS; ++d) len[d] = SEQ_LEN + 1;
+  ddp_corpus_t c;
+  corpus_from_lengths(&c, len, DOCS, SEQ_LEN);
+  free(len);
+  ck_assert_int_eq(c.n_windows, 2 * DOCS);
+  const double C = (double)TOKENS * (A_COST + B_COST * (double)SEQ_LEN);
+  const double shortfall = 1.0 - (double)(TOKENS / 2) * (A_COST + B_COST) / C;
+  static const struct { int world, most_spread, own_steps; } cases[2] = {{64, 2, 0}, {16, 1, 2}};
+  for (int i = 0; i < 2; ++i) {
+    const int S = cases[i].world;
+    ddp_sampler_config_t cfg = config(DDP_SAMPLER_BUCKET, 5, S, 1, TOKENS, TOKENS / 2);
+    cfg.cost_a = A_COST;
+    cfg.cost_b = B_COST;
+    ddp_sampler_t *s = make(&c, &cfg);
+    ddp_epoch_stats_t st;
+    ck_assert_int_eq(ddp_sampler_epoch_stats(s, 0, &st), DDP_OK);
+    const double bound = 1.0 / (1.0 - cases[i].most_spread * shortfall / S);
+    printf(
+        "129-token documents, %d x 1: %lld micro-batches, %lld steps, imbalance mean %.4f "
+        "max %.4f (bound %.4f)\n",
+        S, (long long)st.micro_batches, (long long)st.steps, st.imbalance_mean, st.imbalance_max,
+        bound);
+    fflush(stdout);
+    ck_assert_int_eq(st.micro_batches, DOCS / 8 + 40);
+    int own = 0;
+    for (int64_t g = 0; g < st.steps; ++g) {
+      ddp_step_info_t info;
+      ck_assert_int_eq(ddp_sampler_step_info(s, g, &info), DDP_OK);
+      if (info.cost_max < 0.5 * C) {
+        ++own; /* a step of cheap ones only */
+        continue;
+      }
+      ck_assert_msg(info.cost_max / info.cost_mean < bound * (1 + 1e-12),
+                    "%d x 1, step %lld: imbalance %.4f > %.4f", S, (long long)g,
+                    info.cost_max / info.cost_mean, bound);
+    }
+    ck_assert_int_eq(own, cases[i].own_steps);
+    ddp_sampler_destroy(s);
+  }
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
 /* ---- bad input --------------------------------------------------------------------- */
 
 START_TEST(test_sampler_rejects_a_window_longer_than_the_budget) {
@@ -1114,6 +1173,7 @@ static Suite *sampler_suite(void) {
   tcase_add_test(tc, test_sampler_deal_separates_the_expensive_micro_batches);
   tcase_add_test(tc, test_sampler_deal_leaves_no_improving_swap);
   tcase_add_test(tc, test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_rank);
+  tcase_add_test(tc, test_sampler_steps_group_or_spread_the_cheaper_micro_batches);
   tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
 

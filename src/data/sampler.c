@@ -479,20 +479,9 @@ static void deal_step(const ddp_sampler_t *s, uint32_t *ids, double *cost, int *
   memcpy(ids, tmp, (size_t)S * sizeof *ids);
 }
 
-/* Did the row cap alone close micro-batch `id` (one more row of its length
- * would fit both budgets)? Such micro-batches of very short rows can cost
- * far less than the cost budget, and no packing can change that. */
-static int row_capped(const ddp_sampler_t *s, uint32_t id) {
-  const micro_batch_t *m = &s->mb[id];
-  return (int64_t)m->rows >= s->max_rows &&
-         (int64_t)(m->rows + 1) * m->T <= s->cfg.tokens_per_batch &&
-         cost_of(s, (int64_t)m->rows + 1, m->T) <= s->cost_budget;
-}
-
-/* The assembly key: 0 for full cost (within one bin of the cost budget, or
- * above it: a single row that costs more), 1 for cheaper, 2 for row-capped. */
-static int assembly_key(const ddp_sampler_t *s, uint32_t id) {
-  if (row_capped(s, id)) return 2;
+/* Is micro-batch `id` cheaper than full cost (more than 1/COST_BINS below
+ * the cost budget)? A single row that costs more than the budget is not. */
+static int is_cheaper(const ddp_sampler_t *s, uint32_t id) {
   return (s->cost_budget - mb_cost(s, id)) * COST_BINS > s->cost_budget;
 }
 
@@ -548,34 +537,41 @@ static double group_runs(const priced_t *c, int64_t n, int64_t S, double C, doub
   return idle;
 }
 
+/* How many of m micro-batches spread over n places go to the places of
+ * step k (places k S .. (k + 1) S, the last step maybe shorter): m in
+ * proportion, rounded so that the shares add up to m. m, n < 2^32, so the
+ * products fit. */
+static int64_t spread_share(int64_t m, int64_t n, int64_t S, int64_t k) {
+  const int64_t end = (k + 1) * S < n ? (k + 1) * S : n;
+  return (int64_t)((uint64_t)m * (uint64_t)end / (uint64_t)n) -
+         (int64_t)((uint64_t)m * (uint64_t)(k * S) / (uint64_t)n);
+}
+
 /* Step 5's assembly for the bucket kind, on the shuffled micro-batch ids in
  * s->deal[0..n_mb). With one micro-batch per rank a step takes as long as
  * its costliest member. Nearly every micro-batch costs the cost budget C to
  * within one bin (1/COST_BINS of C): those keep the shuffled order. The
- * cheaper ones (long rows a whole row short of C, row-capped ones) can go
+ * cheaper ones (long rows a whole row short of C, rows of one token that
+ * the row cap stops at half of C) can go
  * two ways. Grouped, S = world x accum neighbours in cost make a step whose
  * maximum falls with them; its imbalance is their own spread in cost.
  * Spread evenly between the full-cost ones, they leave those steps'
  * maximum at C and lower their mean by their share of the idle time, which
  * is the same wherever they go. The runs to group are chosen to minimise
  * the worse of the two: a run is grouped when its imbalance is at most a
- * limit t, and t is bisected to where it meets the imbalance that the
- * micro-batches left over give the steps they are spread over. Row-capped
- * micro-batches are always spread. The steps are then shuffled, except an
- * incomplete last one, which stays last and is completed with the
- * micro-batches just before it (the cyclic start when there is no full
- * step). `tmp` holds n_mb ids. */
+ * limit, and the limit is the candidate whose worst grouped run and whose
+ * spread steps, with what is left over, give the lowest maximum. The steps are then shuffled,
+ * except an incomplete last one, which stays last and is completed with the micro-batches just
+ * before it (the cyclic start when there is no full step). `tmp` holds n_mb ids. */
 static ddp_status_t order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps, uint32_t *tmp) {
   const int64_t S = (int64_t)s->cfg.world * s->cfg.accum, n_mb = s->n_mb;
   const double C = s->cost_budget;
   uint32_t *ids = s->deal;
-  /* full-cost ones first (shuffled order), then the cheaper, then the
-   * row-capped: a stable counting sort on those three keys */
-  int64_t at[4] = {0};
-  for (int64_t i = 0; i < n_mb; ++i) at[assembly_key(s, ids[i]) + 1]++;
-  for (int k = 0; k < 3; ++k) at[k + 1] += at[k];
-  const int64_t n_full_cost = at[1], n_regular = at[2], n_cheap = n_regular - n_full_cost;
-  for (int64_t i = 0; i < n_mb; ++i) tmp[at[assembly_key(s, ids[i])]++] = ids[i];
+  /* full-cost ones first, then the cheaper, each in the shuffled order */
+  int64_t at[2] = {0, 0};
+  for (int64_t i = 0; i < n_mb; ++i) at[1] += !is_cheaper(s, ids[i]);
+  const int64_t n_full_cost = at[1], n_cheap = n_mb - n_full_cost;
+  for (int64_t i = 0; i < n_mb; ++i) tmp[at[is_cheaper(s, ids[i])]++] = ids[i];
   priced_t *c = malloc((size_t)(n_cheap > 0 ? n_cheap : 1) * sizeof *c);
   uint8_t *grouped = calloc((size_t)(n_cheap > 0 ? n_cheap : 1), 1);
   if (!c || !grouped) {
@@ -586,15 +582,13 @@ static ddp_status_t order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps
   for (int64_t i = 0; i < n_cheap; ++i)
     c[i] = (priced_t){.cost = mb_cost(s, tmp[n_full_cost + i]), .id = tmp[n_full_cost + i]};
   qsort(c, (size_t)n_cheap, sizeof *c, by_cost_desc);
-  /* the spread steps' own idle time and maximum: the full-cost ones', and
-   * the row-capped ones', which are always spread */
+  /* the spread steps' own idle time and maximum: the full-cost ones' */
   double fixed_idle = 0.0, top = C;
   for (int64_t i = 0; i < n_full_cost; ++i) {
     const double cost = mb_cost(s, tmp[i]);
     fixed_idle += 1.0 - cost / C;
     if (cost > top) top = cost;
   }
-  for (int64_t i = n_regular; i < n_mb; ++i) fixed_idle += 1.0 - mb_cost(s, tmp[i]) / C;
   /* The limit: the candidate (1 + k / LIMIT_STEPS, or no limit, which is
    * the plain sorted cut) whose worse step, grouped or spread, is the
    * least; the spread steps' imbalance is their slots over their slots
@@ -624,9 +618,9 @@ static ddp_status_t order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps
     for (int64_t i = end - S; i < end; ++i) ids[g++] = c[i].id;
     end -= S;
   }
-  /* the spread ones, cheaper then row-capped, after the full-cost ones in
-   * tmp: tmp[0..n_full_cost) stays, tmp[w..n_mb) gets the m to spread */
-  int64_t w = n_regular;
+  /* the ones to spread after the full-cost ones in tmp: tmp[0..n_full_cost)
+   * stays, tmp[w..n_mb) gets the m to spread, costliest first */
+  int64_t w = n_mb;
   for (int64_t i = n_cheap - 1; i >= 0; --i)
     if (!grouped[i]) tmp[--w] = c[i].id;
   free(c);
@@ -638,19 +632,14 @@ static ddp_status_t order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps
    * many dear as cheap ones. */
   const int64_t m = n_mb - w, n = n_mb - g, K = (n + S - 1) / S;
   uint32_t *spread = ids + g;
-  /* sprinkles in step k: m places in proportion (m, n < 2^32: no overflow) */
-#define SHARE(k)                                                                          \
-  ((int64_t)((uint64_t)m * (uint64_t)((k + 1) * S < n ? (k + 1) * S : n) / (uint64_t)n) - \
-   (int64_t)((uint64_t)m * (uint64_t)(k * S) / (uint64_t)n))
   int64_t dealt = 0;
   for (int64_t round = 0; dealt < m; ++round)
     for (int64_t k = 0; k < K && dealt < m; ++k)
-      if (SHARE(k) > round) spread[k * S + round] = tmp[w + dealt++];
+      if (spread_share(m, n, S, k) > round) spread[k * S + round] = tmp[w + dealt++];
   for (int64_t k = 0, f = 0; k < K; ++k) {
     const int64_t end = (k + 1) * S < n ? (k + 1) * S : n;
-    for (int64_t i = k * S + SHARE(k); i < end; ++i) spread[i] = tmp[f++];
+    for (int64_t i = k * S + spread_share(m, n, S, k); i < end; ++i) spread[i] = tmp[f++];
   }
-#undef SHARE
   const int64_t full = n_mb / S;
   for (int64_t i = n_mb; i < n_steps * S; ++i)
     ids[i] = full > 0 ? ids[i - S] : ids[(i - n_mb) % n_mb];
