@@ -68,8 +68,9 @@
  *
  * Memory: 12 bytes per window (the epoch's order, its shuffle and a
  * scratch array kept for rebuilding) plus 16 bytes per micro-batch and 40
- * per step. One epoch is kept; moving to another rebuilds. Not thread
- * safe: one thread (the loader's) uses a sampler at a time. */
+ * per step; building a plan also borrows 17 bytes per cheaper micro-batch
+ * (step 5) while it runs. One epoch is kept; moving to another rebuilds.
+ * Not thread safe: one thread (the loader's) uses a sampler at a time. */
 #ifndef DDPTRAIN_SAMPLER_H
 #define DDPTRAIN_SAMPLER_H
 
