@@ -2,8 +2,10 @@
 # GPT-2 124M on one GPU: ddptrain against PyTorch (eager and torch.compile)
 # on the same model, weights and micro-batches, in the same run.
 #   model: L12 H12 C768, vocabulary 50257, T 1024; B rows of 1024 tokens per
-#   step (synthetic GPT-2 tokens, documents of exactly 1025 tokens, so no
-#   padding); AdamW, clipping 1.0; bf16 (fp32 master weights).
+#   step (synthetic GPT-2 tokens, documents of exactly 1024 tokens: with the
+#   closing EOT as a target, one full window each, so no padding and no
+#   1-token remainder windows); AdamW, clipping 1.0; bf16 (fp32 master
+#   weights).
 # ddptrain trains first (dumping its micro-batches and exporting its weights),
 # then its variants on the same data: --recompute on (GELU and LayerNorm
 # activations recomputed in backward) and --attention matrix (the T x T
@@ -65,7 +67,7 @@ gpu_int --rows "$rows"
 gpu_setup
 
 # shellcheck disable=SC2086
-"$py" "$here/synthetic_shard.py" "$work/data.bin" $((rows * steps + 64)) 1 fixed:$((T + 1)) $vocab \
+"$py" "$here/synthetic_shard.py" "$work/data.bin" $((rows * steps + 64)) 1 fixed:$T $vocab \
   > "$work/shard.log"
 # shellcheck disable=SC2086
 train="--precision bf16 $model --data $work/data.bin --tokens-per-batch $((rows * T)) --steps $steps

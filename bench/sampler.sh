@@ -6,7 +6,13 @@
 #     random baseline (targets: padding <= 5%, imbalance mean <= 1.03 and
 #     worst <= 1.10);
 #  2. planning time and plan memory for 10 million synthetic documents
-#     (targets: <= 10 s on one core, <= 32 bytes per document).
+#     (targets: <= 10 s on one core, <= 32 bytes per document), at world
+#     8 x accum 4 and at 1024 x accum 1;
+#  3. one micro-batch per rank at scale: 1 million synthetic documents
+#     (log-normal lengths of median 16, the shard's default, and of median
+#     256, where most tokens are in long rows), GPT-2 124M costs, seq-len
+#     1024, 16384 tokens, world 256 and 1024 x accum 1 (targets: imbalance
+#     mean and worst <= 1.01, padding <= 1%).
 # Usage: bench/sampler.sh [BUILD_DIR]   (needs: apt-get install fortunes;
 # python3 with numpy for the synthetic shard)
 set -eu
@@ -35,14 +41,36 @@ for s in bucket random; do
     "$(echo "$j" | field plan_seconds)"
 done
 echo
+# GPT-2 124M's shape: the plan's costs are its dense and attention FLOPs
+gpt2() {
+  "$build/ddptrain" --plan-only --json --data "$1" --seq-len 1024 --tokens-per-batch 16384 \
+    --world-size "$2" --accum "$3" --n-layer 12 --n-head 12 --n-embd 768 2> /dev/null
+}
 python3 "$here/synthetic_shard.py" "$work/syn.bin" 10000000 | sed 's/^/  /'
-j=$("$build/ddptrain" --plan-only --json --data "$work/syn.bin" --seq-len 1024 \
-  --tokens-per-batch 16384 --world-size 8 --accum 4 --n-layer 12 --n-head 12 --n-embd 768)
-echo "| 10M synthetic documents (GPT-2 124M costs, seq-len 1024, 16384 tok, world 8 x accum 4) | plan s | plan bytes/doc | index bytes/doc | padding | imbalance mean / worst |"
+echo "| 10M synthetic documents (GPT-2 124M costs, seq-len 1024, 16384 tok) | plan s | plan bytes/doc | index bytes/doc | padding | imbalance mean / worst |"
 echo "|---|---|---|---|---|---|"
-echo "$j" | python3 -c '
+for wa in "8 4" "1024 1"; do
+  # shellcheck disable=SC2086
+  gpt2 "$work/syn.bin" $wa | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-print("| bucket | %.2f | %.1f | %.1f | %.2f%% | %.4f / %.4f |" % (r["plan_seconds"],
-      r["plan_bytes"] / r["docs"], 16.0 * r["windows"] / r["docs"], 100 * r["pad_frac"],
-      r["imbalance_mean"], r["imbalance_max"]))'
+print("| world %d x accum %d | %.2f | %.1f | %.1f | %.2f%% | %.4f / %.4f |" % (r["world"],
+      r["accum"], r["plan_seconds"], r["plan_bytes"] / r["docs"], 16.0 * r["windows"] / r["docs"],
+      100 * r["pad_frac"], r["imbalance_mean"], r["imbalance_max"]))'
+done
+echo "(load: $(uptime | sed 's/.*load average/load average/'))"
+rm -f "$work/syn.bin"
+echo
+echo "| 1M synthetic documents (GPT-2 124M costs, seq-len 1024, 16384 tok) | micro-batches | steps | padding | imbalance mean | imbalance worst | plan s |"
+echo "|---|---|---|---|---|---|---|"
+for median in 16 256; do
+  python3 "$here/synthetic_shard.py" "$work/syn1m.bin" 1000000 1 "lognormal:$median" > /dev/null
+  for w in 256 1024; do
+    gpt2 "$work/syn1m.bin" "$w" 1 | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("| median %s, world %d x accum 1 | %d | %d | %.2f%% | %.4f | %.4f | %.2f |" % (sys.argv[1],
+      r["world"], r["micro_batches"], r["steps"], 100 * r["pad_frac"], r["imbalance_mean"],
+      r["imbalance_max"], r["plan_seconds"]))' "$median"
+  done
+done

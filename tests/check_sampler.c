@@ -301,7 +301,9 @@ static int cmp_record(const void *a, const void *b) {
 /* Every window of epoch `epoch` trained at least once over all (step, rank,
  * micro); repeats are exactly the wrapped rows plus the rows of wrapped
  * micro-batches, and wrapped micro-batches are exact copies of earlier ones
- * in the last step, as many as its info says. */
+ * in the last step, as many as its info says: copies of the first step's
+ * (random), of other steps' (bucket, which completes the last step with
+ * micro-batches of the same cost). */
 static void check_coverage(const ddp_corpus_t *c, const ddp_sampler_config_t *cfg, int64_t epoch) {
   ddp_sampler_t *s = make(c, cfg);
   ddp_batch_t b;
@@ -348,7 +350,10 @@ static void check_coverage(const ddp_corpus_t *c, const ddp_sampler_config_t *cf
   for (int64_t i = 1; i < n_rec; ++i)
     if (rec[i].id == rec[i - 1].id) {
       expect_eq(rec[i].step, steps - 1); /* the copy is in the last step ... */
-      expect_eq(rec[i - 1].step, 0);     /* ... of one of the epoch's first */
+      if (cfg->kind == DDP_SAMPLER_RANDOM)
+        expect_eq(rec[i - 1].step, 0); /* ... of one of the epoch's first */
+      else
+        ck_assert_int_lt(rec[i - 1].step, steps - 1); /* ... of another step's */
       ++copies;
       copy_rows += rec[i].rows;
     }
@@ -791,6 +796,148 @@ START_TEST(test_sampler_deal_leaves_no_improving_swap) {
 }
 END_TEST
 
+/* ---- equal cost ------------------------------------------------------------------- */
+
+START_TEST(test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_rank) {
+  /* Rows of 32 .. 64 targets, costs a = 16, b = 1 (attention-heavy, so a
+   * micro-batch of long rows costs up to (a + 64 b) / (a + 32 b) = 1.67
+   * times more per token than one of short rows), budget 16384 tokens, no
+   * row cap. The rows of 32 alone hold 2% of the targets, so the reference
+   * length is T_ref = 32 and the cost budget C = budget (a + b T_ref) =
+   * 16384 x 48. Why every micro-batch m (padded length T, one row costing
+   * r(T) = T (a + b T)) costs more than C - r(T) and at most C: packing
+   * closes m only when one more row of length T would break a budget (the
+   * pool's last batch is topped up until no window fits, the same
+   * condition). If the token budget broke, B T > budget - T, so cost =
+   * B T (a + b T) > (budget - T) (a + b T) >= budget (a + b T_ref) - r(T) =
+   * C - r(T) as T >= T_ref; if the cost budget broke, cost > C - r(T)
+   * directly. So every rank's load, accum micro-batches, lies in
+   * (accum (C - r(64)), accum C], and whatever the deal, imbalance <
+   * C / (C - r(64)) = 786432 / 781312 = 1.0066. Packing to tokens alone
+   * puts micro-batches of 32 and of 64 targets, 1.67 times apart in cost,
+   * into the same steps. */
+  enum { DOCS = 60000, SEQ_LEN = 64, SHORT = 32, TOKENS = 16384, A_COST = 16, B_COST = 1 };
+  int64_t *len = malloc(DOCS * sizeof *len);
+  uint64_t x = 88172645463325252u;
+  for (int64_t d = 0; d < DOCS; ++d) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    /* a document of L tokens has L targets (its closing EOT is the last) */
+    len[d] = SHORT + (int64_t)(x % (SEQ_LEN - SHORT + 1)); /* 32 .. 64, one window each */
+  }
+  len[0] = SHORT; /* both ends are there */
+  len[1] = SEQ_LEN;
+  ddp_corpus_t c;
+  corpus_from_lengths(&c, len, DOCS, SEQ_LEN);
+  free(len);
+  ck_assert_int_eq(c.n_windows, DOCS);
+  const double budget_cost = (double)TOKENS * (A_COST + B_COST * (double)SHORT);
+  const double row_max = (double)SEQ_LEN * (A_COST + B_COST * (double)SEQ_LEN);
+  const double bound = budget_cost / (budget_cost - row_max);
+  static const int combos[3][2] = {{16, 1}, {64, 1}, {8, 2}};
+  for (int i = 0; i < 3; ++i) {
+    const int W = combos[i][0], A = combos[i][1];
+    ddp_sampler_config_t cfg = config(DDP_SAMPLER_BUCKET, 3, W, A, TOKENS, 0);
+    cfg.cost_a = A_COST;
+    cfg.cost_b = B_COST;
+    ddp_sampler_t *s = make(&c, &cfg), *again = make(&c, &cfg);
+    ddp_epoch_stats_t st;
+    ck_assert_int_eq(ddp_sampler_epoch_stats(s, 0, &st), DDP_OK);
+    printf(
+        "32 .. 64 targets, a 16 b 1, %d x %d: %lld micro-batches, %lld steps, pad %.4f, "
+        "imbalance mean %.4f max %.4f (bound %.4f)\n",
+        W, A, (long long)st.micro_batches, (long long)st.steps, st.pad_frac, st.imbalance_mean,
+        st.imbalance_max, bound);
+    fflush(stdout);
+    ck_assert_int_ge(st.steps, 4); /* several steps, so that the bound is tested */
+    ck_assert_msg(st.imbalance_max < bound, "%d x %d: imbalance max %.4f >= %.4f", W, A,
+                  st.imbalance_max, bound);
+    /* each micro-batch: inside both budgets, and within one row of C */
+    ddp_batch_t b;
+    batch_for(&b, s, TOKENS);
+    for (int64_t g = 0; g < st.steps; ++g)
+      for (int r = 0; r < W; ++r)
+        for (int k = 0; k < A; ++k) {
+          expect_eq(ddp_sampler_fill(s, g, r, k, &b), DDP_OK);
+          const double cost = cost_of(&cfg, b.B, b.T);
+          if ((int64_t)b.B * b.T > TOKENS || cost > budget_cost ||
+              cost <= budget_cost - b.T * (A_COST + B_COST * (double)b.T))
+            ck_abort_msg("step %lld rank %d: %d x %d tokens cost %.0f, budget %.0f", (long long)g,
+                         r, b.B, b.T, cost, budget_cost);
+        }
+    ddp_batch_destroy(&b);
+    /* the same configuration, the same plan */
+    uint64_t d1, d2;
+    ck_assert_int_eq(ddp_sampler_epoch_digest(s, 0, &d1), DDP_OK);
+    ck_assert_int_eq(ddp_sampler_epoch_digest(again, 0, &d2), DDP_OK);
+    ck_assert(d1 == d2);
+    ddp_sampler_destroy(s);
+    ddp_sampler_destroy(again);
+  }
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
+START_TEST(test_sampler_steps_group_or_spread_the_cheaper_micro_batches) {
+  /* Documents of 129 tokens, seq-len 128: each is a window of 128 targets
+   * and a remainder of 1 (its closing EOT). Budget 1024 tokens, row cap 512
+   * (the trainer's budget / 2), a = 1000, b = 1: the remainders hold 0.8%
+   * of the targets, so T_ref = 128 and every micro-batch of 8 rows of 128
+   * costs exactly C = 1024 (a + 128 b); the remainders fill 40 micro-batches
+   * of 512 rows of 1 (the last topped up), which the row cap stops at
+   * c = 512 (a + b) = 0.44 C. A step holding k of those has an imbalance of
+   * 1 / (1 - k (1 - c / C) / S) with S micro-batches a step.
+   * - 64 x 1 (40 steps): 40 cheap ones cannot fill a step; spread in
+   *   proportion to the places, no step gets more than 2 (grouped, one step
+   *   would hold all 40: imbalance 1.54);
+   * - 16 x 1: they fill 2 steps of their own (imbalance 1), and the other 8
+   *   are spread, at most 1 a step. */
+  enum { DOCS = 20000, SEQ_LEN = 128, TOKENS = 1024, A_COST = 1000, B_COST = 1 };
+  int64_t *len = malloc(DOCS * sizeof *len);
+  for (int64_t d = 0; d < DOCS; ++d) len[d] = SEQ_LEN + 1;
+  ddp_corpus_t c;
+  corpus_from_lengths(&c, len, DOCS, SEQ_LEN);
+  free(len);
+  ck_assert_int_eq(c.n_windows, 2 * DOCS);
+  const double C = (double)TOKENS * (A_COST + B_COST * (double)SEQ_LEN);
+  const double shortfall = 1.0 - (double)(TOKENS / 2) * (A_COST + B_COST) / C;
+  static const struct { int world, most_spread, own_steps; } cases[2] = {{64, 2, 0}, {16, 1, 2}};
+  for (int i = 0; i < 2; ++i) {
+    const int S = cases[i].world;
+    ddp_sampler_config_t cfg = config(DDP_SAMPLER_BUCKET, 5, S, 1, TOKENS, TOKENS / 2);
+    cfg.cost_a = A_COST;
+    cfg.cost_b = B_COST;
+    ddp_sampler_t *s = make(&c, &cfg);
+    ddp_epoch_stats_t st;
+    ck_assert_int_eq(ddp_sampler_epoch_stats(s, 0, &st), DDP_OK);
+    const double bound = 1.0 / (1.0 - cases[i].most_spread * shortfall / S);
+    printf(
+        "129-token documents, %d x 1: %lld micro-batches, %lld steps, imbalance mean %.4f "
+        "max %.4f (bound %.4f)\n",
+        S, (long long)st.micro_batches, (long long)st.steps, st.imbalance_mean, st.imbalance_max,
+        bound);
+    fflush(stdout);
+    ck_assert_int_eq(st.micro_batches, DOCS / 8 + 40);
+    int own = 0;
+    for (int64_t g = 0; g < st.steps; ++g) {
+      ddp_step_info_t info;
+      ck_assert_int_eq(ddp_sampler_step_info(s, g, &info), DDP_OK);
+      if (info.cost_max < 0.5 * C) {
+        ++own; /* a step of cheap ones only */
+        continue;
+      }
+      ck_assert_msg(info.cost_max / info.cost_mean < bound * (1 + 1e-12),
+                    "%d x 1, step %lld: imbalance %.4f > %.4f", S, (long long)g,
+                    info.cost_max / info.cost_mean, bound);
+    }
+    ck_assert_int_eq(own, cases[i].own_steps);
+    ddp_sampler_destroy(s);
+  }
+  ddp_corpus_destroy(&c);
+}
+END_TEST
+
 /* ---- bad input --------------------------------------------------------------------- */
 
 START_TEST(test_sampler_rejects_a_window_longer_than_the_budget) {
@@ -1025,6 +1172,8 @@ static Suite *sampler_suite(void) {
   tcase_add_test(tc, test_sampler_bucket_balances_adversarial_length_distributions);
   tcase_add_test(tc, test_sampler_deal_separates_the_expensive_micro_batches);
   tcase_add_test(tc, test_sampler_deal_leaves_no_improving_swap);
+  tcase_add_test(tc, test_sampler_cost_budget_bounds_the_imbalance_of_one_micro_batch_per_rank);
+  tcase_add_test(tc, test_sampler_steps_group_or_spread_the_cheaper_micro_batches);
   tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
 

@@ -8,9 +8,12 @@
  * ties resolve by the shuffled order rather than by a library qsort's
  * whims. Costs are doubles computed the same way on every rank; the deal
  * compares them with a deterministic tie-break (the slot index), so equal
- * costs never make ranks disagree. */
+ * costs never make ranks disagree, and the step assembly's qsort of the
+ * cheaper micro-batches orders by (cost, id), a total order, so that its
+ * algorithm cannot change the result. */
 #include "data/sampler.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +28,12 @@
 /* Philox stream tags, apart from the built-in data's and each other's. */
 #define STREAM_WINDOWS UINT64_C(0x73616d706c65722e) /* window shuffle */
 #define STREAM_BATCHES UINT64_C(0x6d6963726f2e2e2e) /* micro-batch shuffle */
+#define STREAM_STEPS UINT64_C(0x73746570732e2e2e)   /* step shuffle */
+
+/* Micro-batches within 1/COST_BINS of the cost budget count as full-cost
+ * when steps are assembled; the grouping limits tried there are 1 +
+ * k / LIMIT_STEPS for k = 0 .. LIMIT_CANDIDATES - 1 (see order_steps). */
+enum { COST_BINS = 256, LIMIT_STEPS = 2048, LIMIT_CANDIDATES = 64 };
 
 typedef struct micro_batch {
   uint32_t first; /* into order[] */
@@ -46,6 +55,9 @@ struct ddp_sampler {
   ddp_sampler_config_t cfg;
   int max_rows;   /* effective */
   int fixed_rows; /* random kind: rows per micro-batch */
+  /* bucket kind: the most a micro-batch may cost (sampler.h, "equal cost");
+   * HUGE_VAL for the random kind, whose rows are fixed */
+  double cost_budget;
   int64_t chunk;
 
   /* the cached epoch */
@@ -108,6 +120,40 @@ ddp_status_t ddp_sampler_create(const ddp_corpus_t *c, const ddp_sampler_config_
   DDP_CHECK(ddp_sampler_create_items(c->windows, c->n_windows, c->seq_len, cfg, out));
   (*out)->corpus = c;
   return DDP_OK;
+}
+
+/* Rows shorter than the reference length hold at most this fraction of the
+ * targets (see cost_budget). */
+#define SHORT_ROWS_SHARE 0.01
+
+/* The token budget filled with rows of the reference length T_ref, the
+ * longest length such that the rows shorter than it hold at most 1% of the
+ * corpus's targets: the cheapest per token that a micro-batch of all but
+ * those few rows can be, so that nearly every micro-batch can reach it.
+ * Not the shortest row itself: in a corpus of full windows and their
+ * 1-token remainders that would take a row or more from every micro-batch
+ * for the sake of 1% of the tokens (the cheaper micro-batches of the
+ * shortest rows get steps of their own, order_steps). Uses s->counts as a
+ * histogram of lengths. */
+static double cost_budget(ddp_sampler_t *s) {
+  const int L = s->max_len + 1;
+  memset(s->counts, 0, ((size_t)L + 1) * sizeof *s->counts);
+  int64_t targets = 0;
+  for (int64_t i = 0; i < s->n_items; ++i) {
+    s->counts[s->items[i].len]++;
+    targets += s->items[i].len - 1;
+  }
+  int32_t T_ref = 1;
+  int64_t below = 0; /* targets in rows shorter than len */
+  for (int len = 2; len <= L; ++len) {
+    if (s->counts[len] == 0) continue;
+    T_ref = len - 1;
+    below += (int64_t)s->counts[len] * (len - 1);
+    if ((double)below > SHORT_ROWS_SHARE * (double)targets) break;
+  }
+  const double budget = (double)s->cfg.tokens_per_batch;
+  /* the operations of cost_of(budget / T_ref rows, T_ref) */
+  return s->cfg.cost_a * budget + s->cfg.cost_b * budget * (double)T_ref;
 }
 
 ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items, int max_len,
@@ -182,6 +228,7 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
     DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory for a plan of %lld windows", (long long)n_items);
   }
   s->epoch_first[0] = 0;
+  s->cost_budget = cfg->kind == DDP_SAMPLER_BUCKET ? cost_budget(s) : HUGE_VAL;
   *out = s;
   return DDP_OK;
 }
@@ -218,6 +265,21 @@ static void sort_by_length(ddp_sampler_t *s, uint32_t *a, int64_t n, uint32_t *t
   memcpy(a, tmp, (size_t)n * sizeof *a);
 }
 
+/* Cost of rows x T padded tokens: a * B*T + b * B*T^2, in this order of
+ * operations everywhere, so that comparisons against the cost budget give
+ * the same answer on every rank. */
+static double cost_of(const ddp_sampler_t *s, int64_t rows, int32_t T) {
+  const double tokens = (double)rows * (double)T;
+  return s->cfg.cost_a * tokens + s->cfg.cost_b * tokens * (double)T;
+}
+
+/* May a micro-batch grow to rows x T? Both budgets: padded tokens (the
+ * memory bound) and cost (so that micro-batches weigh the same). */
+static int fits(const ddp_sampler_t *s, int64_t rows, int32_t T) {
+  return rows * T <= s->cfg.tokens_per_batch && rows <= s->max_rows &&
+         cost_of(s, rows, T) <= s->cost_budget;
+}
+
 static ddp_status_t push_mb(ddp_sampler_t *s, uint32_t first, uint32_t rows, int32_t T) {
   if (s->n_mb == s->mb_cap) {
     const int64_t cap = s->mb_cap ? 2 * s->mb_cap : 1024;
@@ -236,13 +298,12 @@ static ddp_status_t push_mb(ddp_sampler_t *s, uint32_t first, uint32_t rows, int
  * (*open_first, *open_rows, *open_T) for the caller to decide about. */
 static ddp_status_t pack_sorted(ddp_sampler_t *s, const uint32_t *src, int64_t n, uint32_t *at,
                                 uint32_t *open_first, uint32_t *open_rows, int32_t *open_T) {
-  const int64_t budget = s->cfg.tokens_per_batch;
   uint32_t first = *at, rows = 0;
   int32_t T = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = wlen(s, src[i]) - 1;
     const int32_t grown = t > T ? t : T;
-    if (rows > 0 && ((int64_t)(rows + 1) * grown > budget || (int64_t)rows + 1 > s->max_rows)) {
+    if (rows > 0 && !fits(s, (int64_t)rows + 1, grown)) {
       DDP_CHECK(push_mb(s, first, rows, T));
       first = *at;
       rows = 0;
@@ -260,7 +321,7 @@ static ddp_status_t pack_sorted(ddp_sampler_t *s, const uint32_t *src, int64_t n
 
 /* Could the open batch take one more row of its own length? */
 static int has_room(const ddp_sampler_t *s, uint32_t rows, int32_t T) {
-  return (int64_t)(rows + 1) * T <= s->cfg.tokens_per_batch && (int64_t)rows + 1 <= s->max_rows;
+  return fits(s, (int64_t)rows + 1, T);
 }
 
 /* Tops up the last batch with windows from the start of the epoch's order
@@ -272,7 +333,7 @@ static int64_t top_up(ddp_sampler_t *s, const uint32_t *shuffled, uint32_t *at, 
   for (int64_t i = 0; i < n && *rows < target_rows; ++i) {
     const int32_t t = wlen(s, shuffled[i]) - 1;
     const int32_t grown = t > *T ? t : *T;
-    if ((int64_t)(*rows + 1) * grown > s->cfg.tokens_per_batch) continue;
+    if (!fits(s, (int64_t)*rows + 1, grown)) continue;
     s->order[(*at)++] = shuffled[i];
     ++*rows;
     *T = grown;
@@ -342,9 +403,7 @@ static ddp_status_t pack_random(ddp_sampler_t *s, const uint32_t *shuffled) {
 }
 
 static double mb_cost(const ddp_sampler_t *s, uint32_t id) {
-  const micro_batch_t *m = &s->mb[id];
-  const double tokens = (double)m->rows * (double)m->T;
-  return s->cfg.cost_a * tokens + s->cfg.cost_b * tokens * (double)m->T;
+  return cost_of(s, s->mb[id].rows, s->mb[id].T);
 }
 
 static int64_t mb_targets(const ddp_sampler_t *s, uint32_t id) {
@@ -420,6 +479,183 @@ static void deal_step(const ddp_sampler_t *s, uint32_t *ids, double *cost, int *
   memcpy(ids, tmp, (size_t)S * sizeof *ids);
 }
 
+/* Is micro-batch `id` cheaper than full cost (more than 1/COST_BINS below
+ * the cost budget)? A single row that costs more than the budget is not. */
+static int is_cheaper(const ddp_sampler_t *s, uint32_t id) {
+  return (s->cost_budget - mb_cost(s, id)) * COST_BINS > s->cost_budget;
+}
+
+/* A cheaper micro-batch and its cost, for sorting by cost. */
+typedef struct priced {
+  double cost;
+  uint32_t id;
+} priced_t;
+
+/* Costliest first; equal costs by id, so that the order is total and the
+ * same everywhere whatever qsort does with ties. */
+static int by_cost_desc(const void *pa, const void *pb) {
+  const priced_t *a = pa, *b = pb;
+  if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+  return (a->id > b->id) - (a->id < b->id);
+}
+
+/* One pass of the grouping in order_steps over the cheaper micro-batches
+ * c[0..n) (costliest first): from the cheapest up, a run of S neighbours
+ * becomes a step when its imbalance (its first's cost over its mean) is at
+ * most `limit`; a micro-batch that ends no such run is left to spread.
+ * Marks grouped ones in `grouped` (when not NULL) and returns the idle time
+ * of those left, in units of C; *n_grouped gets the grouped count and
+ * *worst the largest imbalance of a grouped run (1 if none). */
+static double group_runs(const priced_t *c, int64_t n, int64_t S, double C, double limit,
+                         uint8_t *grouped, int64_t *n_grouped, double *worst) {
+  double idle = 0.0, sum = 0.0;
+  int64_t p = n, count = 0;
+  int fresh = 1;
+  *worst = 1.0;
+  while (p - S >= 0) {
+    if (fresh) {
+      sum = 0.0;
+      for (int64_t i = p - S; i < p; ++i) sum += c[i].cost;
+      fresh = 0;
+    }
+    const double imbalance = c[p - S].cost * (double)S / sum;
+    if (imbalance <= limit) {
+      if (grouped) memset(grouped + p - S, 1, (size_t)S);
+      if (imbalance > *worst) *worst = imbalance;
+      count += S;
+      p -= S;
+      fresh = 1;
+    } else {
+      --p;
+      idle += 1.0 - c[p].cost / C;
+      sum -= c[p].cost;
+      if (p - S >= 0) sum += c[p - S].cost;
+    }
+  }
+  for (int64_t i = 0; i < p; ++i) idle += 1.0 - c[i].cost / C;
+  *n_grouped = count;
+  return idle;
+}
+
+/* How many of m micro-batches spread over n places go to the places of
+ * step k (places k S .. (k + 1) S, the last step maybe shorter): m in
+ * proportion, rounded so that the shares add up to m. m, n < 2^32, so the
+ * products fit. */
+static int64_t spread_share(int64_t m, int64_t n, int64_t S, int64_t k) {
+  const int64_t end = (k + 1) * S < n ? (k + 1) * S : n;
+  return (int64_t)((uint64_t)m * (uint64_t)end / (uint64_t)n) -
+         (int64_t)((uint64_t)m * (uint64_t)(k * S) / (uint64_t)n);
+}
+
+/* Step 5's assembly for the bucket kind, on the shuffled micro-batch ids in
+ * s->deal[0..n_mb). With one micro-batch per rank a step takes as long as
+ * its costliest member. Nearly every micro-batch costs the cost budget C to
+ * within one bin (1/COST_BINS of C): those keep the shuffled order. The
+ * cheaper ones (long rows a whole row short of C, rows of one token that
+ * the row cap stops at half of C) can go
+ * two ways. Grouped, S = world x accum neighbours in cost make a step whose
+ * maximum falls with them; its imbalance is their own spread in cost.
+ * Spread evenly between the full-cost ones, they leave those steps'
+ * maximum at C and lower their mean by their share of the idle time, which
+ * is the same wherever they go. The runs to group are chosen to minimise
+ * the worse of the two: a run is grouped when its imbalance is at most a
+ * limit, and the limit is the candidate whose worst grouped run and whose
+ * spread steps, with what is left over, give the lowest maximum. The steps are then shuffled,
+ * except an incomplete last one, which stays last and is completed with the micro-batches just
+ * before it (the cyclic start when there is no full step). `tmp` holds n_mb ids. */
+static ddp_status_t order_steps(ddp_sampler_t *s, int64_t epoch, int64_t n_steps, uint32_t *tmp) {
+  const int64_t S = (int64_t)s->cfg.world * s->cfg.accum, n_mb = s->n_mb;
+  const double C = s->cost_budget;
+  uint32_t *ids = s->deal;
+  /* full-cost ones first, then the cheaper, each in the shuffled order */
+  int64_t at[2] = {0, 0};
+  for (int64_t i = 0; i < n_mb; ++i) at[1] += !is_cheaper(s, ids[i]);
+  const int64_t n_full_cost = at[1], n_cheap = n_mb - n_full_cost;
+  for (int64_t i = 0; i < n_mb; ++i) tmp[at[is_cheaper(s, ids[i])]++] = ids[i];
+  priced_t *c = malloc((size_t)(n_cheap > 0 ? n_cheap : 1) * sizeof *c);
+  uint8_t *grouped = calloc((size_t)(n_cheap > 0 ? n_cheap : 1), 1);
+  if (!c || !grouped) {
+    free(c);
+    free(grouped);
+    DDP_FAIL(DDP_ERR_OOM, "sampler: out of memory ordering %lld micro-batches", (long long)n_cheap);
+  }
+  for (int64_t i = 0; i < n_cheap; ++i)
+    c[i] = (priced_t){.cost = mb_cost(s, tmp[n_full_cost + i]), .id = tmp[n_full_cost + i]};
+  qsort(c, (size_t)n_cheap, sizeof *c, by_cost_desc);
+  /* the spread steps' own idle time and maximum: the full-cost ones' */
+  double fixed_idle = 0.0, top = C;
+  for (int64_t i = 0; i < n_full_cost; ++i) {
+    const double cost = mb_cost(s, tmp[i]);
+    fixed_idle += 1.0 - cost / C;
+    if (cost > top) top = cost;
+  }
+  /* The limit: the candidate (1 + k / LIMIT_STEPS, or no limit, which is
+   * the plain sorted cut) whose worse step, grouped or spread, is the
+   * least; the spread steps' imbalance is their slots over their slots
+   * less the idle time of the micro-batches spread into them. */
+  const double slots = (double)(n_steps * S);
+  double best_limit = HUGE_VAL, best_worst = HUGE_VAL;
+  for (int k = LIMIT_CANDIDATES; k >= 0; --k) {
+    const double limit = k == LIMIT_CANDIDATES ? HUGE_VAL : 1.0 + (double)k / LIMIT_STEPS;
+    int64_t n_grouped;
+    double worst;
+    const double idle = group_runs(c, n_cheap, S, C, limit, NULL, &n_grouped, &worst) + fixed_idle;
+    const double left = slots - (double)n_grouped;
+    const double spread_worst = left > idle ? top / C * left / (left - idle) : HUGE_VAL;
+    if (spread_worst > worst) worst = spread_worst;
+    if (worst < best_worst) best_worst = worst, best_limit = limit;
+  }
+  int64_t n_grouped;
+  double worst;
+  group_runs(c, n_cheap, S, C, best_limit, grouped, &n_grouped, &worst);
+  /* grouped runs first, cheapest run first, each run costliest first */
+  int64_t g = 0;
+  for (int64_t end = n_cheap; end > 0;) {
+    if (!grouped[end - 1]) {
+      --end;
+      continue;
+    }
+    for (int64_t i = end - S; i < end; ++i) ids[g++] = c[i].id;
+    end -= S;
+  }
+  /* the ones to spread after the full-cost ones in tmp: tmp[0..n_full_cost)
+   * stays, tmp[w..n_mb) gets the m to spread, costliest first */
+  int64_t w = n_mb;
+  for (int64_t i = n_cheap - 1; i >= 0; --i)
+    if (!grouped[i]) tmp[--w] = c[i].id;
+  free(c);
+  free(grouped);
+  /* then the full-cost ones with the m others spread between them. The
+   * n places left form K steps (the last one maybe incomplete); step k gets
+   * a share of the m in proportion to its places, and the m, costliest
+   * first, are dealt round-robin over the steps, so that each step gets as
+   * many dear as cheap ones. */
+  const int64_t m = n_mb - w, n = n_mb - g, K = (n + S - 1) / S;
+  uint32_t *spread = ids + g;
+  int64_t dealt = 0;
+  for (int64_t round = 0; dealt < m; ++round)
+    for (int64_t k = 0; k < K && dealt < m; ++k)
+      if (spread_share(m, n, S, k) > round) spread[k * S + round] = tmp[w + dealt++];
+  for (int64_t k = 0, f = 0; k < K; ++k) {
+    const int64_t end = (k + 1) * S < n ? (k + 1) * S : n;
+    for (int64_t i = k * S + spread_share(m, n, S, k); i < end; ++i) spread[i] = tmp[f++];
+  }
+  const int64_t full = n_mb / S;
+  for (int64_t i = n_mb; i < n_steps * S; ++i)
+    ids[i] = full > 0 ? ids[i - S] : ids[(i - n_mb) % n_mb];
+  ddp_rng_t root, rng;
+  ddp_rng_init(&root, s->cfg.seed, STREAM_STEPS);
+  ddp_rng_derive(&root, (uint64_t)epoch, &rng);
+  for (int64_t i = full - 1; i > 0; --i) {
+    const int64_t j = (int64_t)ddp_rng_below(&rng, (uint64_t)(full - 1 - i), (uint64_t)i + 1);
+    if (j == i) continue;
+    memcpy(tmp, ids + i * S, (size_t)S * sizeof *ids);
+    memcpy(ids + i * S, ids + j * S, (size_t)S * sizeof *ids);
+    memcpy(ids + j * S, tmp, (size_t)S * sizeof *ids);
+  }
+  return DDP_OK;
+}
+
 static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
   const int W = s->cfg.world, A = s->cfg.accum, S = W * A;
   const int64_t n_mb = s->n_mb;
@@ -440,9 +676,12 @@ static ddp_status_t deal_epoch(ddp_sampler_t *s, int64_t epoch) {
     ddp_rng_init(&root, s->cfg.seed, STREAM_BATCHES);
     ddp_rng_derive(&root, (uint64_t)epoch, &rng);
     shuffle_u32(s->deal, n_mb, &rng);
+    /* packing is done: scratch is free, and n_mb <= n_items fit in it */
+    DDP_CHECK(order_steps(s, epoch, n_steps, s->scratch));
+  } else {
+    /* the tail: the epoch's first micro-batches complete the last step */
+    for (int64_t i = n_mb; i < n_steps * S; ++i) s->deal[i] = s->deal[(i - n_mb) % n_mb];
   }
-  /* the tail: the epoch's first micro-batches complete the last step */
-  for (int64_t i = n_mb; i < n_steps * S; ++i) s->deal[i] = s->deal[(i - n_mb) % n_mb];
   s->stats.wrapped_micro_batches = n_steps * S - n_mb;
 
   double *cost = malloc((size_t)S * sizeof *cost), *load = malloc((size_t)W * sizeof *load);

@@ -12,19 +12,51 @@
  *   2. cut the shuffled order into chunks of `chunk` windows;
  *   3. sort each chunk by length, longest first (stable: ties keep the
  *      shuffled order);
- *   4. pack each chunk greedily into micro-batches with rows x T <= budget;
- *      a chunk's last, unfilled micro-batch goes back to a pool that is
- *      sorted and packed after all chunks (so partial batches do not scatter
- *      padding and small costs through the epoch); the pool's own last batch
- *      is topped up with windows from the start of the epoch's order, which
- *      then occur twice ("wrapped rows");
- *   5. shuffle the micro-batches;
- *   6. deal each step's world x accum micro-batches to ranks, exactly accum
- *      each, balancing per-rank cost: LPT (largest first onto the least
- *      loaded rank that still has room), then pairwise swaps that lower the
- *      most loaded rank while any does. If the micro-batch count is not a
- *      multiple of world x accum, the last step is completed with the
- *      epoch's first micro-batches ("wrapped micro-batches").
+ *   4. pack each chunk greedily into micro-batches within two budgets:
+ *      rows x T <= budget (the memory bound) and cost <= the cost budget
+ *      (below); a chunk's last, unfilled micro-batch goes back to a pool
+ *      that is sorted and packed after all chunks (so partial batches do
+ *      not scatter padding and small costs through the epoch); the pool's
+ *      own last batch is topped up with windows from the start of the
+ *      epoch's order, which then occur twice ("wrapped rows");
+ *   5. shuffle the micro-batches and assemble steps of world x accum:
+ *      those within 1/256 of the cost budget ("full cost": nearly all)
+ *      keep the shuffled order; the cheaper ones are sorted by cost, and
+ *      from the cheapest up, runs of world x accum neighbours whose
+ *      imbalance is within a limit become steps of their own; the rest
+ *      are dealt round-robin, costliest first, over the full-cost steps.
+ *      The limit is the one (of 1 + k/2048, k < 64, or none) whose worse
+ *      step, grouped or spread, is least. The steps are shuffled; if the
+ *      micro-batch count is not a multiple of world x accum, the last,
+ *      incomplete step stays last and is completed with the micro-batches
+ *      just before it ("wrapped micro-batches");
+ *   6. deal each step's micro-batches to ranks, exactly accum each,
+ *      balancing per-rank cost: LPT (largest first onto the least loaded
+ *      rank that still has room), then pairwise swaps that lower the most
+ *      loaded rank while any does.
+ *
+ * Equal cost. A micro-batch of long rows costs more per token than one of
+ * short rows (attention), so packing to the token budget alone leaves
+ * micro-batch costs up to b T / a apart, which no deal can even out when
+ * each rank gets one micro-batch a step. The cost budget is the token
+ * budget filled with rows of the reference length, C = budget x (a + b
+ * T_ref), T_ref being the longest length such that the rows shorter than
+ * it hold at most 1% of the targets: the cheapest a full micro-batch of
+ * the other 99% can be, so those can all reach it, and micro-batches of
+ * long rows get fewer tokens instead. Packing closes a micro-batch only
+ * when one more row of its length T would break a budget, so for T >=
+ * T_ref its cost lies in (C - T (a + b T), C] (a row cap that binds
+ * first, or a single row costing more than C, are the exceptions): a step
+ * of such micro-batches, at any accum, has an imbalance below
+ * C / (C - T (a + b T)) for its longest T. Long rows are coarse (one row
+ * of 1024 is 6% of a 16384-token micro-batch; a row cap can leave rows of
+ * one token at half the cost), hence step 5. A cheaper micro-batch idles
+ * the other ranks for its shortfall wherever it goes, unless a whole step
+ * of equally cheap ones lowers that step's maximum: so grouping pays where
+ * a step's worth of neighbours in cost exists, and otherwise spreading
+ * keeps every step's share of the idle time small. With the cost of padded
+ * tokens (b = 0) the cost budget is the token budget.
+ *
  * Kind "random" is the common baseline kept for comparison: shuffled
  * windows, a fixed tokens_per_batch / seq_len rows per micro-batch padded to
  * the longest, dealt round-robin in order (DistributedSampler's way).
@@ -36,8 +68,9 @@
  *
  * Memory: 12 bytes per window (the epoch's order, its shuffle and a
  * scratch array kept for rebuilding) plus 16 bytes per micro-batch and 40
- * per step. One epoch is kept; moving to another rebuilds. Not thread
- * safe: one thread (the loader's) uses a sampler at a time. */
+ * per step; building a plan also borrows 17 bytes per cheaper micro-batch
+ * (step 5) while it runs. One epoch is kept; moving to another rebuilds.
+ * Not thread safe: one thread (the loader's) uses a sampler at a time. */
 #ifndef DDPTRAIN_SAMPLER_H
 #define DDPTRAIN_SAMPLER_H
 
