@@ -55,10 +55,10 @@ ms = sum(r["ms_per_step"] for r in steps) / max(1, len(steps))
 if m:
     owned, full, state, extra = m.group(1), m.group(2), m.group(3), m.group(5)
 else:  # --zero 0: every rank holds all of it, 2 AdamW slots x 4 bytes
-    owned = full = "%d" % params
+    owned = full = "%d" % params  # the model line's 2 decimals of a million
     state, extra = "%.1f" % (params * 8 / 1048576), "0"
-print("| %s | %s | %s | %s | %s | %s | %.0f | %.1f |" % (np, z, full, owned, state, extra,
-      final["peak_mem_mb"], ms))
+print("| %s | %s | %.2f M | %.2f M | %s | %s | %.0f | %.1f |" % (np, z, float(full) / 1e6,
+      float(owned) / 1e6, state, extra, final["peak_mem_mb"], ms))
 PY
   done
 done
