@@ -29,19 +29,6 @@ void ddp_zero_destroy(ddp_zero_t *z) {
 
 /* ---- LAMB across the shards --------------------------------------------- */
 
-/* The tensor holding element e (tensors tile [0, n) in order). */
-static int tensor_of(const ddp_param_t *t, int n_tensors, size_t e) {
-  int lo = 0, hi = n_tensors - 1;
-  while (lo < hi) {
-    const int mid = lo + (hi - lo + 1) / 2;
-    if (t[mid].offset <= e)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 /* Rank r's pieces in the layout's order (train/zero_layout.c: bucket by
  * bucket, the tensor parts of r's owned range): the tensor of each into
  * out[j] when out is given; returns how many. */
@@ -51,7 +38,7 @@ static int rank_pieces(const ddp_zero_layout_t *l, const ddp_model_t *m, int r, 
     size_t lo, hi;
     ddp_zero_layout_owned(l, k, r, &lo, &hi);
     for (size_t e = lo; e < hi;) {
-      const int t = tensor_of(m->tensors, m->n_tensors, e);
+      const int t = ddp_zero_tensor_of(m->tensors, m->n_tensors, e);
       const size_t t_end = m->tensors[t].offset + m->tensors[t].count;
       if (out) out[np] = t;
       np++;

@@ -47,8 +47,7 @@ static int cut(const ddp_param_t *tensors, int n_tensors, size_t n, size_t q, do
   return nb;
 }
 
-/* The tensor holding element e (tensors tile [0, n) in order). */
-static int tensor_of(const ddp_param_t *t, int n_tensors, size_t e) {
+int ddp_zero_tensor_of(const ddp_param_t *t, int n_tensors, size_t e) {
   int lo = 0, hi = n_tensors - 1;
   while (lo < hi) {
     const int mid = lo + (hi - lo + 1) / 2;
@@ -110,8 +109,8 @@ ddp_status_t ddp_zero_layout_create(const ddp_param_t *tensors, int n_tensors, s
     b->block = b->padded ? DDP_ZERO_ALIGN * ((b->count + q - 1) / q) : b->count / (size_t)world;
     b->local = local;
     local += b->block;
-    const int t0 = tensor_of(tensors, n_tensors, b->offset);
-    b->last_tensor = tensor_of(tensors, n_tensors, b->offset + b->count - 1);
+    const int t0 = ddp_zero_tensor_of(tensors, n_tensors, b->offset);
+    b->last_tensor = ddp_zero_tensor_of(tensors, n_tensors, b->offset + b->count - 1);
     b->n_overlap = b->last_tensor - t0 + 1;
     max_pieces += b->n_overlap;
     for (int t = t0; t <= b->last_tensor; ++t) {
@@ -133,7 +132,7 @@ ddp_status_t ddp_zero_layout_create(const ddp_param_t *tensors, int n_tensors, s
     state_at += b->owned;
     b->first_piece = l->n_pieces;
     for (size_t e = lo; e < hi;) {
-      const int t = tensor_of(tensors, n_tensors, e);
+      const int t = ddp_zero_tensor_of(tensors, n_tensors, e);
       const size_t t_end = tensors[t].offset + tensors[t].count;
       const size_t stop = t_end < hi ? t_end : hi;
       l->pieces[l->n_pieces++] =

@@ -80,6 +80,9 @@ void ddp_zero_layout_destroy(ddp_zero_layout_t *l);
  * k (empty when the block lies past n: begin == end). */
 void ddp_zero_layout_owned(const ddp_zero_layout_t *l, int k, int rank, size_t *begin, size_t *end);
 
+/* The tensor of table t (which tiles [0, n) in order) that holds element e. */
+int ddp_zero_tensor_of(const ddp_param_t *t, int n_tensors, size_t e);
+
 #ifdef __cplusplus
 }
 #endif
