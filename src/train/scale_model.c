@@ -154,21 +154,21 @@ ddp_status_t ddp_scale_recommend(const ddp_scale_cluster_t *c, const ddp_scale_w
   if (z0->memory_gib > c->gpu_memory_gib) {
     *best = *z1;
     snprintf(why, why_len,
-             "the model states take %.1f GiB per GPU with --zero 0, more than the %.0f GiB of a "
-             "GPU; --zero 1 takes %.1f GiB (activations not counted)",
+             "the model states take %.3g GiB per GPU with --zero 0, more than the %.3g GiB of a "
+             "GPU; --zero 1 takes %.3g GiB (activations not counted)",
              z0->memory_gib, c->gpu_memory_gib, z1->memory_gib);
   } else if (z1->step_ms <= z0->step_ms * 1.005) {
     *best = *z1;
     snprintf(why, why_len,
-             "--zero 1 is not slower (%.2f ms per step against %.2f) and takes %.2f GiB of model "
-             "states per GPU instead of %.2f",
+             "--zero 1 is not slower (%.4g ms per step against %.4g) and takes %.3g GiB of model "
+             "states per GPU instead of %.3g",
              z1->step_ms, z0->step_ms, z1->memory_gib, z0->memory_gib);
   } else {
     *best = *z0;
     snprintf(why, why_len,
-             "--zero 0 is %.1f%% faster (%.2f ms per step against %.2f: --zero 1's all-gather of "
-             "the weights costs %.2f ms and saves %.2f ms of optimizer) and its %.2f GiB of model "
-             "states fit the %.0f GiB of a GPU",
+             "--zero 0 is %.1f%% faster (%.4g ms per step against %.4g: --zero 1's all-gather of "
+             "the weights costs %.3g ms and saves %.3g ms of optimizer) and its %.3g GiB of model "
+             "states fit the %.3g GiB of a GPU",
              100.0 * (z1->step_ms / z0->step_ms - 1.0), z0->step_ms, z1->step_ms, z1->gather_ms,
              z0->optimizer_ms - z1->optimizer_ms, z0->memory_gib, c->gpu_memory_gib);
   }

@@ -145,9 +145,9 @@ static void print_text(FILE *out, const ddp_options_t *o, const report_t *r) {
 
 static void print_point_json(FILE *out, const ddp_scale_point_t *p) {
   fprintf(out,
-          "{\"gpus\": %d, \"zero\": %d, \"bucket_mb\": %g, \"buckets\": %d, \"step_ms\": %.6g, "
-          "\"compute_ms\": %.6g, \"comm_ms\": %.6g, \"exposed_ms\": %.6g, \"optimizer_ms\": %.6g, "
-          "\"gather_ms\": %.6g, \"efficiency\": %.6f, \"memory_gib\": %.6g}",
+          "{\"gpus\": %d, \"zero\": %d, \"bucket_mb\": %g, \"buckets\": %d, \"step_ms\": %.9g, "
+          "\"compute_ms\": %.9g, \"comm_ms\": %.9g, \"exposed_ms\": %.9g, \"optimizer_ms\": %.9g, "
+          "\"gather_ms\": %.9g, \"efficiency\": %.9g, \"memory_gib\": %.9g}",
           p->n, p->zero, p->bucket_mb, p->n_buckets, p->step_ms, p->compute_ms, p->comm_ms,
           p->exposed_ms, p->optimizer_ms, p->gather_ms, p->efficiency, p->memory_gib);
 }
