@@ -1,5 +1,5 @@
 /* The scaling model behind ddptrain --plan-only --scale (docs/design.md
- * §6.5): predicts one rank's step time, the communication it leaves
+ * §6.7): predicts one rank's step time, the communication it leaves
  * exposed and the scaling efficiency of data-parallel training on N GPUs
  * of a described cluster, from the model's parameter table (the reducer's
  * own bucket cut, in backward order) and its FLOPs per step.

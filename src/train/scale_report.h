@@ -1,5 +1,5 @@
 /* ddptrain --plan-only --scale: the scaling model's report (docs/design.md
- * §6.5). Rank 0 prints, as text or one JSON object (--json), the predicted
+ * §6.7). Rank 0 prints, as text or one JSON object (--json), the predicted
  * step time, compute, exposed communication and scaling efficiency on
  * 1, 2, 4, ... 1024 GPUs of --cluster for --zero 0 and 1, the same at the
  * recommendation's world size for a few bucket sizes, and a line
