@@ -8,9 +8,9 @@
 #   model: GPT L4 H4 C256, seq-len 128, 1024 padded tokens per micro-batch,
 #   AdamW, fp32, one thread per rank, the built-in data.
 # Calibration (what is fitted, and on which runs):
-#   - the FLOP rate (gemm_tflops): the 1-rank run's step time, less the
-#     optimizer pass the model predicts at MEM_GBS GB/s (default 10, one
-#     core's share of memory bandwidth: an assumption, not a fit);
+#   - the FLOP rate (gemm_tflops): the 1-rank run's forward and backward
+#     time (compute_ms_max); the memory bandwidth (memory_gbytes_s): the
+#     rest of its step, taken as the optimizer pass;
 #   - the local MPI link (alpha, beta): 2 ranks with 1 MiB buckets and with
 #     one 100 MiB bucket; their time in collectives per step is
 #     S/B + 2 alpha x buckets, two equations for B and alpha.
@@ -89,7 +89,6 @@ fi
 build=$(cd "${1:-.}" && pwd)
 steps=${2:-12}
 rounds=${3:-3}
-mem_gbs=${MEM_GBS:-10}
 here=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then
   echo "bench/scale_model.sh: needs root (network namespaces and tc for the two-host runs)" >&2
@@ -161,91 +160,108 @@ measure() {
 
 # predict FILE CLUSTER NP [EXTRA FLAGS...]: the model's JSON for these flags
 predict() {
-  out=$1 cluster=$2 np=$3
+  out=$1 cl=$2 np=$3
   shift 3
   # shellcheck disable=SC2086
-  "$build/ddptrain" --plan-only --scale --json --world-size "$np" --cluster "$cluster" $MODEL \
+  "$build/ddptrain" --plan-only --scale --json --world-size "$np" --cluster "$cl" $MODEL \
     "$@" > "$out"
 }
 
-# cluster FILE GPUS_PER_NODE INTRA_GBPS INTER_GBPS LAT_IN_US LAT_OUT_US TFLOPS
+# cluster FILE GPUS_PER_NODE INTRA_GBPS INTER_GBPS LAT_IN_US LAT_OUT_US TFLOPS MEM_GBS
 cluster() {
   printf '{"name": "%s", "gpus_per_node": %s, "intra_gbps": %s, "inter_gbps": %s, "intra_latency_us": %s, "inter_latency_us": %s, "gemm_tflops": %s, "memory_gbytes_s": %s, "gpu_memory_gib": 8}\n' \
-    "$(basename "$1" .json)" "$2" "$3" "$4" "$5" "$6" "$7" "$mem_gbs" > "$1"
+    "$(basename "$1" .json)" "$2" "$3" "$4" "$5" "$6" "$7" "$8" > "$1"
 }
 
-# The mean over the log records after the first window: "step comm exposed"
+# measured NAME: means over the best round's records after the first
+# window: "step compute comm exposed" (ms per step)
 measured() {
-  python3 - "$1" << 'PY'
+  python3 - "$work/$1.jsonl" << 'PY'
 import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"record":"step"' in l]
-recs = recs[1:]  # the first window warms up
-n = len(recs)
-print(" ".join("%.3f" % (sum(r[k] for r in recs) / n) for k in ("ms_per_step", "comm_ms", "exposed_comm_ms")))
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"record":"step"' in l][1:]
+keys = ("ms_per_step", "compute_ms_max", "comm_ms", "exposed_comm_ms")
+print(" ".join("%.4f" % (sum(r[k] for r in recs) / len(recs)) for k in keys))
 PY
 }
 
-# field JSON N KEY [BUCKET_MB]: the --zero 0 row for N GPUs from a prediction
+# field JSON N KEY: the --zero 0 row for N GPUs of a prediction; top JSON KEY
 field() {
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(next(r[sys.argv[3]] for r in d["table"] if r["gpus"]==int(sys.argv[2]) and r["zero"]==0))' "$@"
 }
 top() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
 
-echo "scale_model: $(date -u +%FT%TZ), $cores cores, steps 5-$steps of $steps"
+echo "scale_model: $(date -u +%FT%TZ), $cores cores, steps 5-$steps of $steps, best of $rounds rounds"
 echo "== calibration"
 measure one 1
-set -- $(measured "$work/one.jsonl")
-step1=$1
-cluster "$work/probe.json" 1 1 1 0 0 1
+set -- $(measured one)
+step1=$1 compute1=$2 exposed1=$4
+cluster "$work/probe.json" 1 1 1 0 0 1 1
 predict "$work/probe.out" "$work/probe.json" 1
 flops=$(top "$work/probe.out" flops_per_step)
-optim=$(field "$work/probe.out" 1 optimizer_ms)
-tflops=$(python3 -c "print($flops / (($step1 - $optim) * 1e9))")
-echo "1 rank: $step1 ms per step; $flops FLOPs per step, optimizer $optim ms at $mem_gbs GB/s -> $tflops TFLOP/s"
+params=$(top "$work/probe.out" params)
+optim_at_1=$(field "$work/probe.out" 1 optimizer_ms) # at 1 GB/s
+# forward and backward give the FLOP rate; the rest of the step (optimizer,
+# gradient norm, ...) the memory bandwidth
+set -- $(python3 -c "
+rest = $step1 - $compute1 - $exposed1
+print('%.6g %.6g %.4f' % ($flops / ($compute1 * 1e9), $optim_at_1 / rest, rest))")
+tflops=$1 mem=$2 rest=$3
+echo "1 rank: $step1 ms per step, $compute1 ms forward and backward ($flops FLOPs) -> $tflops TFLOP/s; $rest ms the rest -> $mem GB/s"
 
 measure b1 2 --bucket-mb 1
 measure b100 2 --bucket-mb 100
-set -- $(measured "$work/b1.jsonl")
-c1=$2
-set -- $(measured "$work/b100.jsonl")
-c100=$2
+set -- $(measured b1)
+c1=$3
+set -- $(measured b100)
+c100=$3
 predict "$work/nb1.out" "$work/probe.json" 2 --bucket-mb 1
 predict "$work/nb100.out" "$work/probe.json" 2 --bucket-mb 100
 nb1=$(field "$work/nb1.out" 2 buckets)
 nb100=$(field "$work/nb100.out" 2 buckets)
-params=$(top "$work/probe.out" params)
+# 2 ranks: each all-reduce costs bytes / B + 2 alpha
 set -- $(python3 -c "
 S = $params * 4.0
 a = max(0.0, ($c1 - $c100) / (2.0 * ($nb1 - $nb100)))   # ms per ring step
 b = S / ($c100 - 2 * $nb100 * a)                        # bytes per ms
 print('%.6g %.6g' % (a * 1e3, b * 8e3 / 1e9))")
 alpha_us=$1 gbps=$2
-echo "2 ranks: $c1 ms in $nb1 all-reduces (1 MiB buckets), $c100 ms in $nb100 (100 MiB) -> alpha $alpha_us us, $gbps Gbit/s"
-cluster "$work/local.json" 4 "$gbps" "$gbps" "$alpha_us" "$alpha_us" "$tflops"
-half=$(python3 -c "print($tflops / 2)")
-cluster "$work/local4.json" 4 "$gbps" "$gbps" "$alpha_us" "$alpha_us" "$half"
+echo "2 ranks: $c1 ms in collectives with $nb1 buckets (1 MiB), $c100 ms with $nb100 (100 MiB) -> alpha $alpha_us us, $gbps Gbit/s"
+cluster "$work/local.json" 4 "$gbps" "$gbps" "$alpha_us" "$alpha_us" "$tflops" "$mem"
+# 4 ranks on 2 cores: each rank has half a core
+half=$(python3 -c "print($tflops * $cores / 4)")
+cluster "$work/local4.json" 4 "$gbps" "$gbps" "$alpha_us" "$alpha_us" "$half" "$mem"
 
-# row NAME NP CLUSTER [FLAGS...]: measured against predicted
-printf '%-20s %9s %9s %9s | %9s %9s %9s | %7s %7s | %s\n' run "step ms" "comm ms" "exposed" \
-  "pred step" "pred comm" "pred exp" "err step" "err exp" "load"
+# row NAME NP CLUSTER [FLAGS...]: measured against predicted: (a) all from
+# the cluster file; (b) with the FLOP rate this run's own forward and
+# backward showed (the model's communication and overlap alone, whatever
+# the other jobs on the machine took from the compute)
+printf '%-15s %8s %8s %8s %8s | %8s %8s %8s | %8s %8s | %7s %7s %7s | %s\n' run step compute comm \
+  exposed "a: step" comm exposed "b: step" exposed "err a" "err b" "err exp" load
 row() {
   name=$1 np=$2 cl=$3
   shift 3
   predict "$work/$name.out" "$cl" "$np" "$@"
-  python3 - "$work/$name.jsonl" "$work/$name.out" "$name" "$np" << 'PY'
+  set -- $(measured "$name") "$@"
+  python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['gemm_tflops']=$flops/($2*1e9); json.dump(c, open(sys.argv[2],'w'))" \
+    "$cl" "$work/$name.given.json"
+  shift 4
+  predict "$work/$name.given.out" "$work/$name.given.json" "$np" "$@"
+  python3 - "$work/$name.jsonl" "$work/$name.out" "$work/$name.given.out" "$name" "$np" << 'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if '"record":"step"' in l][1:]
-m = [sum(r[k] for r in recs) / len(recs) for k in ("ms_per_step", "comm_ms", "exposed_comm_ms")]
-d = json.load(open(sys.argv[2]))
-p = next(r for r in d["table"] if r["gpus"] == int(sys.argv[4]) and r["zero"] == 0)
-err = lambda a, b: "%+6.1f%%" % (100.0 * (b - a) / a) if a >= 0.5 else "     -"
+m = [sum(r[k] for r in recs) / len(recs) for k in ("ms_per_step", "compute_ms_max", "comm_ms", "exposed_comm_ms")]
+n = int(sys.argv[5])
+row = lambda path: next(r for r in json.load(open(path))["table"] if r["gpus"] == n and r["zero"] == 0)
+a, b = row(sys.argv[2]), row(sys.argv[3])
+err = lambda x, y: "%+6.1f%%" % (100.0 * (y - x) / x) if x >= 0.5 else "     -"
 load = open("/proc/loadavg").read().split()[0]
-print("%-20s %9.1f %9.1f %9.1f | %9.1f %9.1f %9.1f | %s %s | %s" % (
-    sys.argv[3], m[0], m[1], m[2], p["step_ms"], p["comm_ms"], p["exposed_ms"],
-    err(m[0], p["step_ms"]), err(m[2], p["exposed_ms"]), load))
+print("%-15s %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f %8.1f | %8.1f %8.1f | %s %s %s | %s" % (
+    sys.argv[4], m[0], m[1], m[2], m[3], a["step_ms"], a["comm_ms"], a["exposed_ms"],
+    b["step_ms"], b["exposed_ms"], err(m[0], a["step_ms"]), err(m[0], b["step_ms"]),
+    err(m[3], b["exposed_ms"]), load))
 PY
 }
-row one "1" "$work/local.json"
+row one 1 "$work/local.json"
 row b1 2 "$work/local.json" --bucket-mb 1
 row b100 2 "$work/local.json" --bucket-mb 100
 echo "== predictions (nothing fitted on these runs)"
@@ -299,7 +315,11 @@ for _ in range(200):
 print("%.4f" % (sorted(t)[100] * 1e3))' "$ipB"
   wait "$echo_pid"
 }
-for rate in 1000 100; do
+# the reductions progress by tests between layers (the default), and with
+# a progress thread, which keeps a slow link busy while backward computes
+for spec in "1000 test" "100 test" "100 thread"; do
+  set -- $spec
+  rate=$1 progress=$2
   for pair in "$nsA $vA" "$nsB $vB"; do
     set -- $pair
     # a token bucket: netem's rate needs a module few kernels load; a burst
@@ -310,21 +330,22 @@ for rate in 1000 100; do
   rtt=$(rtt_ms)
   lat=$(python3 -c "print($rtt * 1e3 / 2)")
   gb=$(python3 -c "print($rate / 1000)")
-  cluster "$work/net$rate.json" 1 100000 "$gb" "$lat" "$lat" "$tflops"
-  name=hosts_${rate}mbit
+  cluster "$work/net$rate.json" 1 100000 "$gb" "$lat" "$lat" "$tflops" "$mem"
+  name=hosts_${rate}mbit_$progress
   r=1
   while [ "$r" -le "$rounds" ]; do
     # shellcheck disable=SC2086
     ip netns exec "$nsA" mpirun -np 2 --hostfile "$work/hosts" --bind-to none \
       --mca plm_rsh_agent "$work/agent" --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" \
       --mca oob_tcp_if_include "$net.0/24" \
-      "$build/ddptrain" $MODEL --metrics "$work/$name.r$r.jsonl" > "$work/$name.log" 2>&1 ||
+      "$build/ddptrain" $MODEL --comm-progress "$progress" --metrics "$work/$name.r$r.jsonl" \
+      > "$work/$name.log" 2>&1 ||
       { echo "run $name failed:" >&2; tail "$work/$name.log" >&2; exit 1; }
     r=$((r + 1))
   done
   best "$name"
   echo "link: $rate Mbit/s (tc tbf), TCP round trip $rtt ms (median)"
-  row "$name" 2 "$work/net$rate.json"
+  row "$name" 2 "$work/net$rate.json" --comm-progress "$progress"
 done
 echo "cluster file fitted here: $(cat "$work/local.json")"
 cat "$work/rounds.txt"

@@ -190,11 +190,12 @@ START_TEST(test_efficiency_rises_with_bandwidth) {
     for (int z = 0; z < 2; ++z) {
       ddp_scale_point_t p;
       ck_assert_int_eq(ddp_scale_predict(&c, &w, 256, z, 2, 1, &p), DDP_OK);
+      /* --zero 1 may pass 1: it divides the optimizer's work by N */
       if (z == 0) {
-        ck_assert(p.efficiency >= last);
+        ck_assert(p.efficiency >= last && p.efficiency <= 1.0 + 1e-12);
         last = p.efficiency;
       }
-      ck_assert(p.efficiency > 0 && p.efficiency <= 1.0 + 1e-12);
+      ck_assert(p.efficiency > 0);
     }
   }
   ck_assert(last > 0.9);
