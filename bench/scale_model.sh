@@ -13,7 +13,10 @@
 #     rest of its step, taken as the optimizer pass;
 #   - the local MPI link (alpha, beta): 2 ranks with 1 MiB buckets and with
 #     one 100 MiB bucket; their time in collectives per step is
-#     S/B + 2 alpha x buckets, two equations for B and alpha.
+#     S/B + 2 alpha x buckets, two equations for B and alpha. On a loaded
+#     machine this fit is unreliable (bench/RESULTS.md): a CPU rank's
+#     reductions advance only when it polls, so the time in collectives
+#     of one configuration can vary 3x between runs; alpha is clamped at 0.
 #   Every other run is a prediction: 2 ranks at the default 25 MiB buckets,
 #   4 ranks (4 ranks on the 2 cores: each runs at half the 1-rank FLOP rate,
 #   which the cluster file says), and the two hosts, whose link is the tc
