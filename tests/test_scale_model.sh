@@ -4,8 +4,10 @@
 # --json is one object whose figures agree with themselves (1 GPU: no
 # communication, efficiency 1; a slower network: lower efficiency at 1024);
 # a GPU too small for the model states gets --zero 1; under mpirun only rank
-# 0 prints. Bad --cluster values and flags out of place exit 2 with one line
-# naming the flag and the field, and print nothing on stdout.
+# 0 prints; --scale-from takes the compute time of a run's metrics. Bad
+# --cluster values, --scale-from files that are not the same model's run
+# and flags out of place exit 2 with one line naming the flag and the
+# field, and print nothing on stdout.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 dir=$(mktemp -d)
@@ -83,6 +85,16 @@ if [ -n "$MPIRUN" ]; then
     { echo "FAIL: 2 ranks printed $n recommendations"; fail=1; }
 fi
 
+# --scale-from: a run's metrics give the FLOP rate (TINY's model and batch)
+FROM="--n-layer 1 --n-head 2 --n-embd 16 --seq-len 48 --tokens-per-batch 256"
+# shellcheck disable=SC2086
+"$DDPTRAIN" $TINY --metrics "$dir/run.jsonl" > "$dir/run.log" 2>&1 ||
+  { echo "FAIL: the training run for --scale-from"; sed 's/^/  | /' "$dir/run.log"; fail=1; }
+# shellcheck disable=SC2086
+expect_status "--scale-from takes the run's compute time" 0 "the FLOP rate is $dir/run.jsonl's" \
+  "$DDPTRAIN" --plan-only --scale $FROM --scale-from "$dir/run.jsonl"
+head -2 "$dir/run.jsonl" > "$dir/short.jsonl"
+
 # bad_line DESC TEXT ARGS...: exit 2, one line on stderr with TEXT, no stdout
 bad_line() {
   desc=$1 text=$2
@@ -112,4 +124,18 @@ bad_line "a bandwidth of 0" "\"inter_gbps\" must be a number in (0, 1e+06]" \
 bad_line "a misspelt field" "unknown field \"gemm_tflop\"" --plan-only --scale --cluster "$dir/typo.json"
 bad_line "a missing field" "\"intra_gbps\" is missing" --plan-only --scale --cluster "$dir/short.json"
 bad_line "broken JSON" "broken.json line 2" --plan-only --scale --cluster "$dir/broken.json"
+bad_line "--scale-from without --scale" "option --scale-from needs --scale" --plan-only \
+  --scale-from "$dir/run.jsonl"
+# shellcheck disable=SC2086
+bad_line "--scale-from, no such file" "option --scale-from: cannot open $dir/none.jsonl" \
+  --plan-only --scale $FROM --scale-from "$dir/none.jsonl"
+# shellcheck disable=SC2086
+bad_line "--scale-from, another model's run" "was a run with --n-layer 1, this command line has 2" \
+  --plan-only --scale $FROM --n-layer 2 --scale-from "$dir/run.jsonl"
+# shellcheck disable=SC2086
+bad_line "--scale-from, one step record" "has 1 step record; the first warms up" \
+  --plan-only --scale $FROM --scale-from "$dir/short.jsonl"
+# shellcheck disable=SC2086
+bad_line "--scale-from, not metrics" "line 1: not a metrics record" \
+  --plan-only --scale $FROM --scale-from "$dir/zero.json"
 exit $fail

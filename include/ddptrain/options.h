@@ -111,6 +111,7 @@ typedef struct ddp_options {
    * for --cluster, a preset name or a JSON file (train/scale_cluster.h) */
   int scale;
   char cluster[1024];
+  char scale_from[1024]; /* a run's --metrics file: its compute time */
   /* --config FILE: the JSON file read before the command line ("" = none) */
   char config[1024];
   /* the registered models' own flags, in registry order (read them with

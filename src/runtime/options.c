@@ -320,6 +320,10 @@ static const opt_row_t k_rows[] = {
      "with --scale: the cluster, a preset (" DDP_SCALE_PRESETS
      ") or a JSON file of its GPUs per node, bandwidths, latencies, FLOP rate and memory",
      NULL, JOB},
+    {"scale-from", 0, OPT_STRING, OFF(scale_from), "", 0, 0, "FILE", "Information",
+     "with --scale: the FLOP rate from a run's --metrics FILE (its forward and backward time "
+     "per step) instead of the cluster's; the run must have had this model and batch",
+     NULL, JOB},
     {"help", 'h', OPT_ACTION, OFF(help), NULL, 0, 0, NULL, "Information",
      "print this help and exit", NULL, JOB},
     {"version", 'V', OPT_ACTION, OFF(version), NULL, 0, 0, NULL, "Information",
@@ -810,11 +814,22 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
     USAGE_ERROR("option --cluster needs --scale (only the scaling model reads it)");
     return DDP_ERR_INVALID_ARG;
   }
+  if (o->scale_from[0] && !o->scale) {
+    USAGE_ERROR("option --scale-from needs --scale (only the scaling model reads it)");
+    return DDP_ERR_INVALID_ARG;
+  }
   if (o->scale) {
-    char why[1024 + 256];
+    char why[2 * 1024 + 256];
     ddp_scale_cluster_t cluster;
     if (ddp_scale_cluster_load(o->cluster, &cluster, why, sizeof why) != DDP_OK) {
       USAGE_ERROR("option --cluster %s: %s", o->cluster, why);
+      return DDP_ERR_INVALID_ARG;
+    }
+    double ms;
+    int n;
+    if (o->scale_from[0] &&
+        ddp_scale_from_metrics(o->scale_from, o, &ms, &n, why, sizeof why) != DDP_OK) {
+      USAGE_ERROR("option --scale-from: %s", why);
       return DDP_ERR_INVALID_ARG;
     }
   }

@@ -2,12 +2,16 @@
  * train/scale_cluster.h). */
 #include "train/scale_cluster.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "ddptrain/model.h"
 #include "core/ascii.h"
+#include "runtime/options_config.h"
 
 /* Figures from the vendors' data sheets where they give one; bus
  * bandwidths are what NCCL's all-reduce test reaches on such machines, not
@@ -79,7 +83,7 @@ static ddp_status_t read_file(const char *path, ddp_scale_cluster_t *out, char *
   ddp_status_t st = DDP_ERR_INVALID_ARG;
   ddp_scale_cluster_t c;
   memset(&c, 0, sizeof c);
-  int have_count = 0, have[N_FIELDS] = {0};
+  int have_gpus = 0, have[N_FIELDS] = {0};
   if (!json_is_object(root)) {
     snprintf(why, why_len, "%s: the cluster must be a JSON object", path);
     goto out;
@@ -93,7 +97,7 @@ static ddp_status_t read_file(const char *path, ddp_scale_cluster_t *out, char *
       goto out;
     }
     c = *p;
-    have_count = 1;
+    have_gpus = 1;
     for (int i = 0; i < N_FIELDS; ++i) have[i] = 1;
   } else {
     snprintf(c.name, sizeof c.name, "%s", path);
@@ -118,7 +122,7 @@ static ddp_status_t read_file(const char *path, ddp_scale_cluster_t *out, char *
         goto out;
       }
       c.gpus_per_node = (int)g;
-      have_count = 1;
+      have_gpus = 1;
       continue;
     }
     int f = 0;
@@ -137,7 +141,7 @@ static ddp_status_t read_file(const char *path, ddp_scale_cluster_t *out, char *
     *(double *)((char *)&c + fd->offset) = x;
     have[f] = 1;
   }
-  if (!have_count) {
+  if (!have_gpus) {
     snprintf(why, why_len, "%s: \"gpus_per_node\" is missing (or give \"preset\")", path);
     goto out;
   }
@@ -165,4 +169,99 @@ ddp_status_t ddp_scale_cluster_load(const char *spec, ddp_scale_cluster_t *out, 
     return DDP_OK;
   }
   return read_file(spec, out, why, why_len);
+}
+
+/* The run's flag `name` (its header's text) equals this command line's. */
+static int same_flag(const json_t *flags, const ddp_options_t *o, const char *name, char *why,
+                     size_t why_len, const char *path) {
+  const int index = ddp_options_find(name);
+  const json_t *v = json_object_get(flags, name);
+  char ours[1100];
+  if (index < 0 || ddp_options_format(o, index, ours, sizeof ours) < 0) return 1;
+  if (json_is_string(v) && strcmp(json_string_value(v), ours) == 0) return 1;
+  snprintf(why, why_len,
+           "%s was a run with --%s %s, this command line has %s: the compute time "
+           "would be another model's or batch's",
+           path, name, json_is_string(v) ? json_string_value(v) : "(not recorded)", ours);
+  return 0;
+}
+
+static int same_run(const json_t *header, const ddp_options_t *o, char *why, size_t why_len,
+                    const char *path) {
+  /* the batch flags of the model's batch kind (the others do not apply) */
+  static const char *const tokens[] = {"model", "accum", "precision", "seq-len", "tokens-per-batch",
+                                       NULL};
+  static const char *const records[] = {"model", "accum", "precision", "batch-size", NULL};
+  const json_t *flags = json_object_get(header, "flags");
+  if (!json_is_object(flags)) {
+    snprintf(why, why_len, "%s: its header record has no flags", path);
+    return 0;
+  }
+  const ddp_model_ops_t *model = ddp_model_find(o->model);
+  const char *const *core = model && model->batch_kind == DDP_BATCH_RECORDS ? records : tokens;
+  for (int i = 0; core[i]; ++i)
+    if (!same_flag(flags, o, core[i], why, why_len, path)) return 0;
+  if (model && model->ckpt_keys)
+    for (int i = 0; model->ckpt_keys[i]; ++i)
+      if (!same_flag(flags, o, model->ckpt_keys[i], why, why_len, path)) return 0;
+  return 1;
+}
+
+ddp_status_t ddp_scale_from_metrics(const char *path, const ddp_options_t *o, double *compute_ms,
+                                    int *records, char *why, size_t why_len) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(why, why_len, "cannot open %s: %s", path, strerror(errno));
+    return DDP_ERR_IO;
+  }
+  ddp_status_t st = DDP_ERR_INVALID_ARG;
+  char *line = NULL;
+  size_t cap = 0;
+  int n_line = 0, steps = 0, header = 0;
+  double sum = 0.0;
+  while (getline(&line, &cap, f) >= 0) {
+    ++n_line;
+    json_error_t err;
+    json_t *rec = json_loads(line, 0, &err);
+    const char *kind = json_string_value(json_object_get(rec, "record"));
+    if (!rec || !kind) {
+      snprintf(why, why_len, "%s line %d: not a metrics record (%s)", path, n_line,
+               rec ? "no \"record\"" : err.text);
+      json_decref(rec);
+      goto out;
+    }
+    /* each run appends a header: the last one's steps are the run's */
+    if (strcmp(kind, "header") == 0) {
+      const int same = same_run(rec, o, why, why_len, path);
+      json_decref(rec);
+      if (!same) goto out;
+      header = 1;
+      steps = 0;
+      sum = 0.0;
+      continue;
+    }
+    const json_t *ms = json_object_get(rec, "compute_ms_max");
+    if (strcmp(kind, "step") == 0 && json_is_number(ms)) {
+      if (steps++ > 0) sum += json_number_value(ms); /* the first record warms up */
+    }
+    json_decref(rec);
+  }
+  if (!header) {
+    snprintf(why, why_len, "%s has no header record (not a ddptrain --metrics file)", path);
+  } else if (steps < 2) {
+    snprintf(why, why_len,
+             "%s has %d step record%s; the first warms up, so at least 2 are needed (more steps "
+             "or a smaller --log-every)",
+             path, steps, steps == 1 ? "" : "s");
+  } else if (!(sum > 0)) {
+    snprintf(why, why_len, "%s: its compute times are not positive", path);
+  } else {
+    *records = steps - 1;
+    *compute_ms = sum / (steps - 1);
+    st = DDP_OK;
+  }
+out:
+  free(line);
+  fclose(f);
+  return st;
 }

@@ -13,12 +13,16 @@
  *   "memory_gbytes_s"   device memory bandwidth (the optimizer pass)
  *   "gpu_memory_gib"    device memory
  * Numbers must be > 0 (latencies >= 0) and at most 1e6; an unknown key is
- * an error, so a misspelt field is never ignored. */
+ * an error, so a misspelt field is never ignored.
+ *
+ * It also reads --scale-from: a measured run's compute time, which replaces
+ * the FLOP rate of the cluster. */
 #ifndef DDPTRAIN_SCALE_CLUSTER_H
 #define DDPTRAIN_SCALE_CLUSTER_H
 
 #include <stddef.h>
 
+#include "ddptrain/options.h"
 #include "ddptrain/status.h"
 #include "train/scale_model.h"
 
@@ -34,6 +38,17 @@ extern "C" {
  * the file, for the caller's one line about --cluster. */
 ddp_status_t ddp_scale_cluster_load(const char *spec, ddp_scale_cluster_t *out, char *why,
                                     size_t why_len);
+
+/* --scale-from FILE, a run's --metrics JSONL: the mean forward-and-backward
+ * time per step of its slowest rank (compute_ms_max) over the step records
+ * after the first (which warms up) into *compute_ms, their number into
+ * *records. The run must have had o's model and batch flags (--model, the
+ * model's tensor flags, --seq-len, --tokens-per-batch, --batch-size,
+ * --accum, --precision), which its header record lists; a difference is an
+ * error naming the flag. Like ddp_scale_cluster_load, nothing is logged:
+ * why gets the cause. */
+ddp_status_t ddp_scale_from_metrics(const char *path, const ddp_options_t *o, double *compute_ms,
+                                    int *records, char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

@@ -86,6 +86,8 @@ typedef struct report {
   ddp_scale_point_t sweep[MAX_SIZES][2]; /* at the target world size */
   ddp_scale_point_t best;
   char why[512];
+  double measured_ms; /* --scale-from: forward and backward per step */
+  int measured_records;
 } report_t;
 
 static ddp_status_t predict_all(const ddp_options_t *o, report_t *r) {
@@ -118,6 +120,10 @@ static void print_text(FILE *out, const ddp_options_t *o, const report_t *r) {
           o->model, (double)r->w.n_params / 1e6, r->w.n_tensors, one->n_buckets, o->bucket_mb,
           o->first_bucket_mb, r->w.flops_per_step / 1e9, (long long)o->accum);
   print_cluster_text(out, &r->cluster);
+  if (o->scale_from[0])
+    fprintf(out, "  the FLOP rate is %s's: %.2f ms forward and backward per step (%d record%s)\n",
+            o->scale_from, r->measured_ms, r->measured_records,
+            r->measured_records == 1 ? "" : "s");
   fprintf(out, "%6s | %-58s | %-26s | %s\n", "", "--zero 0", "--zero 1", "model states GiB");
   fprintf(out, "%6s | %9s %9s %9s %9s %8s %7s | %9s %8s %6s | %7s %7s\n", "GPUs", "step ms",
           "compute", "comm", "exposed", "optim", "eff", "step ms", "gather", "eff", "zero 0",
@@ -207,11 +213,17 @@ ddp_status_t ddp_scale_report(const ddp_options_t *o, const ddp_dist_t *dist,
   ddp_status_t st = DDP_OK;
   ddp_backend_t *be = NULL;
   ddp_model_t *m = NULL;
-  char why[1024 + 256];
+  char why[2 * 1024 + 256];
   if (ddp_scale_cluster_load(o->cluster, &r->cluster, why, sizeof why) != DDP_OK)
     DDP_FAIL_GOTO(st, DDP_ERR_INVALID_ARG, out, "--cluster %s: %s", o->cluster, why);
   DDP_CHECK_GOTO(workload_bytes(o, &r->w), st, out);
   DDP_CHECK_GOTO(step_flops(o, model, d, &r->w.flops_per_step), st, out);
+  if (o->scale_from[0]) { /* the measured run's rate replaces the cluster's */
+    if (ddp_scale_from_metrics(o->scale_from, o, &r->measured_ms, &r->measured_records, why,
+                               sizeof why) != DDP_OK)
+      DDP_FAIL_GOTO(st, DDP_ERR_INVALID_ARG, out, "--scale-from: %s", why);
+    r->cluster.gemm_tflops = r->w.flops_per_step / (r->measured_ms * 1e9);
+  }
   /* one thread: the model is only created, never run */
   const ddp_backend_config_t bc = {
       .device = "cpu", .threads = 1, .local_size = 1, .need_model_ops = model->uses_nn_ops};
