@@ -228,6 +228,13 @@ START_TEST(test_options_validate_refuses_combinations) {
   expect_combination("option --loss-scale-min 1e+06 exceeds --loss-scale-init 65536", "--precision",
                      "fp16", "--loss-scale-min", "1e6");
   expect_combination(NULL, "--precision", "bf16", "--loss-scale-min", "1e9");
+  /* the scaling model: an action of --plan-only, its cluster checked now */
+  expect_combination("option --scale needs --plan-only", "--scale", "--json", NULL, NULL);
+  expect_combination("option --cluster needs --scale", "--plan-only", "--cluster", "dgx-h100",
+                     NULL);
+  expect_combination("option --cluster dgx-b9000: not a preset", "--plan-only", "--scale",
+                     "--cluster", "dgx-b9000");
+  expect_combination(NULL, "--plan-only", "--scale", "--cluster", "dgx-h100");
 }
 END_TEST
 

@@ -113,6 +113,11 @@ typedef struct ddp_options {
   /* actions */
   int help, version, build_info, self_test, plan_only, json;
   int64_t world_size;
+  /* --plan-only --scale: the scaling model's report (train/scale_report.h)
+   * for --cluster, a preset name or a JSON file (train/scale_cluster.h) */
+  int scale;
+  char cluster[1024];
+  char scale_from[1024]; /* a run's --metrics file: its compute time */
   /* --config FILE: the JSON file read before the command line ("" = none) */
   char config[1024];
   /* the registered models' own flags, in registry order (read them with

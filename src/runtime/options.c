@@ -19,6 +19,7 @@
 #include "optim/optim.h"
 #include "runtime/options_config.h"
 #include "trace/timeline.h"
+#include "train/scale_cluster.h"
 
 typedef enum opt_kind { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_ACTION } opt_kind_t;
 
@@ -327,6 +328,19 @@ static const opt_row_t k_rows[] = {
      "with --plan-only: the number of ranks to plan for; 0 = the ranks of this job", NULL, JOB},
     {"json", 0, OPT_ACTION, OFF(json), NULL, 0, 0, NULL, "Information",
      "with --plan-only: print one JSON object instead of text", NULL, JOB},
+    {"scale", 0, OPT_ACTION, OFF(scale), NULL, 0, 0, NULL, "Information",
+     "with --plan-only: predict step time, exposed communication and scaling efficiency on 1 to "
+     "1024 GPUs of --cluster (the bucket plan overlapped with backward, an alpha-beta model of "
+     "ring and tree collectives, --zero 0 and 1), and recommend --bucket-mb and --zero",
+     NULL, JOB},
+    {"cluster", 0, OPT_STRING, OFF(cluster), "dgx-a100", 0, 0, "NAME|FILE", "Information",
+     "with --scale: the cluster, a preset (" DDP_SCALE_PRESETS
+     ") or a JSON file of its GPUs per node, bandwidths, latencies, FLOP rate and memory",
+     NULL, JOB},
+    {"scale-from", 0, OPT_STRING, OFF(scale_from), "", 0, 0, "FILE", "Information",
+     "with --scale: the FLOP rate from a run's --metrics FILE (its forward and backward time "
+     "per step) instead of the cluster's; the run must have had this model and batch",
+     NULL, JOB},
     {"help", 'h', OPT_ACTION, OFF(help), NULL, 0, 0, NULL, "Information",
      "print this help and exit", NULL, JOB},
     {"version", 'V', OPT_ACTION, OFF(version), NULL, 0, 0, NULL, "Information",
@@ -824,6 +838,33 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
         "option --zero 1 needs fixed bucket sizes (--bucket-mb and --first-bucket-mb in MB, not "
         "auto): the buckets decide which rank holds which optimizer state");
     return DDP_ERR_INVALID_ARG;
+  }
+  if (o->scale && !o->plan_only) {
+    USAGE_ERROR("option --scale needs --plan-only (it predicts instead of training)");
+    return DDP_ERR_INVALID_ARG;
+  }
+  if ((ddp_options_given(o, "cluster") || strcmp(o->cluster, "dgx-a100") != 0) && !o->scale) {
+    USAGE_ERROR("option --cluster needs --scale (only the scaling model reads it)");
+    return DDP_ERR_INVALID_ARG;
+  }
+  if (o->scale_from[0] && !o->scale) {
+    USAGE_ERROR("option --scale-from needs --scale (only the scaling model reads it)");
+    return DDP_ERR_INVALID_ARG;
+  }
+  if (o->scale) {
+    char why[2 * 1024 + 256];
+    ddp_scale_cluster_t cluster;
+    if (ddp_scale_cluster_load(o->cluster, &cluster, why, sizeof why) != DDP_OK) {
+      USAGE_ERROR("option --cluster %s: %s", o->cluster, why);
+      return DDP_ERR_INVALID_ARG;
+    }
+    double ms;
+    int n;
+    if (o->scale_from[0] &&
+        ddp_scale_from_metrics(o->scale_from, o, &ms, &n, why, sizeof why) != DDP_OK) {
+      USAGE_ERROR("option --scale-from: %s", why);
+      return DDP_ERR_INVALID_ARG;
+    }
   }
   /* the model's own combinations; it logs its one line */
   /* --trace is written at the end: a path that cannot take it fails now */

@@ -3,10 +3,13 @@
  * steps, padding, per-step load imbalance and the time the plan took. This
  * is how a user picks --tokens-per-batch and --bucket-chunk for a data set
  * before spending GPU hours, and how the sampler benchmark measures. It
- * needs the model's cost only (ddptrain/model.h), never a model instance. */
+ * needs the model's cost only (ddptrain/model.h), never a model instance.
+ * With --scale it prints the scaling model's report instead
+ * (train/scale_report.h). */
 #include <stdio.h>
 
 #include "ddptrain/check.h"
+#include "train/scale_report.h"
 #include "train/train_data.h"
 #include "train/trainer.h"
 
@@ -78,6 +81,10 @@ ddp_status_t ddp_plan_report(const ddp_options_t *o, const ddp_dist_t *dist, FIL
   ddp_sampler_t *s = NULL;
   ddp_status_t st = DDP_OK;
   DDP_CHECK_GOTO(ddp_train_data_load(o, model, &d), st, out);
+  if (o->scale) { /* the scaling model instead of the sampler plan */
+    st = ddp_scale_report(o, dist, model, &d, out);
+    goto out;
+  }
   ddp_sampler_config_t cfg;
   DDP_CHECK_GOTO(ddp_train_sampler_config(o, model, &d, world, &cfg), st, out);
   DDP_CHECK_GOTO(ddp_train_sampler_create(&d, DDP_SPLIT_TRAIN, &cfg, &s), st, out);
