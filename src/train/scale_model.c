@@ -129,7 +129,9 @@ ddp_status_t ddp_scale_predict(const ddp_scale_cluster_t *c, const ddp_scale_wor
   p.step_ms = p.compute_ms + p.exposed_ms + p.optimizer_ms + p.gather_ms;
   /* one GPU: no communication, the whole optimizer pass */
   p.efficiency = (compute + optimizer_full) / p.step_ms;
-  const double sharded = p.zero ? w->optim_state_bytes * (1.0 - 1.0 / n) : 0.0;
+  /* --zero 1 keeps 1/N of the state, and adds the shard's reduced
+   * gradients (fp32, 1/N of the parameters: train/zero.h) */
+  const double sharded = p.zero ? w->optim_state_bytes * (1.0 - 1.0 / n) - 4.0 / n : 0.0;
   p.memory_gib = np * (w->state_bytes - sharded) / GIB;
   free(spans);
   free(ready);
