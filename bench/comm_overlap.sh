@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 # Linked like the test programs: statically against the convenience library,
 # whose .la names the dependencies.
 # shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" \
+"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" -I"$src/src" \
   "$src/bench/comm_overlap.c" -o "$work/comm_overlap" "$build/libddpcore.la"
 echo "$cores cores, load $(cut -d" " -f1 /proc/loadavg), $(mpirun --version 2>&1 | head -n 1), $(date -u +%Y-%m-%d)"
 # grad MB, buckets, chunks, ms per chunk, passes
