@@ -56,6 +56,8 @@
 #include "ddptrain/log.h"
 #include "core/hash.h"
 #include "data/bpe.h"
+#include "tools/ddpprep_images.h"
+#include "tools/ddpprep_split.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 enum { MODE_FILE, MODE_SEP, MODE_JSONL };
@@ -99,6 +101,7 @@ typedef struct prep_opts {
   const char *jsonl_field; /* the JSONL field that holds the document */
   int threads;
   int skip_bad;
+  const char *images; /* --images FORMAT; NULL: text */
 } prep_opts_t;
 
 typedef enum { K_STR, K_INT, K_FRAC, K_FLAG } kind_t;
@@ -127,6 +130,8 @@ static const opt_row_t k_rows[] = {
     {"jsonl-field", 0, K_STR, 0, 0, "NAME", "with --jsonl: the field that holds the text [text]"},
     {"skip-bad", 0, K_FLAG, 0, 0, NULL,
      "with --jsonl: skip and count bad lines instead of failing"},
+    {"images", 0, K_STR, 0, 0, "FORMAT",
+     "convert images, not text: idx, cifar10 or cifar100 (see below)"},
     {"help", 'h', K_FLAG, 0, 0, NULL, "print this help and exit"},
 };
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
@@ -147,6 +152,14 @@ static void print_help(FILE *out) {
              k_rows[i].metavar ? k_rows[i].metavar : "");
     fprintf(out, "  %-26s %s\n", left, k_rows[i].help);
   }
+  fprintf(out,
+          "\nWith --images FORMAT, PATHs are image data and the output is PREFIX_train.img\n"
+          "(and PREFIX_val.img with --val-frac), image shards of uint8 pixels and labels:\n"
+          "  idx       an IDX images and an IDX labels file (MNIST, Fashion-MNIST),\n"
+          "            gzipped or not\n"
+          "  cifar10   CIFAR-10 binary batches (data_batch_N.bin, test_batch.bin)\n"
+          "  cifar100  CIFAR-100 binary batches (train.bin, test.bin); the fine labels\n"
+          "Only --output, --val-frac and --seed apply to images.\n");
   fprintf(out,
           "\nExit status: 0 success, 1 runtime failure, 2 bad command line (or --tokenizer\n"
           "in a build without PCRE2).\n");
@@ -185,6 +198,12 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
     o->val_frac = x;
   } else if (row->kind == K_STR && strcmp(row->name, "tokenizer") == 0) {
     o->tokenizer = v;
+  } else if (row->kind == K_STR && strcmp(row->name, "images") == 0) {
+    if (!ddpprep_images_known_format(v)) {
+      say_error("option --images: unknown format '%s' (idx, cifar10 or cifar100)", v);
+      return -1;
+    }
+    o->images = v;
   } else if (row->kind == K_STR && strcmp(row->name, "jsonl-field") == 0) {
     if (!*v) {
       say_error("option --jsonl-field: the field name is empty");
@@ -215,6 +234,7 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
 /* Returns 0 and the positional arguments (paths) in paths[0..*n_paths). */
 static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *n_paths) {
   int only_paths = 0, have_sep = 0, have_jsonl = 0, have_field = 0;
+  const char *text_only = NULL; /* the first option that --images excludes */
   *n_paths = 0;
   for (int i = 1; i < argc; ++i) {
     char *arg = argv[i];
@@ -260,8 +280,16 @@ static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *
     have_sep |= strcmp(row->name, "doc-sep") == 0;
     have_jsonl |= strcmp(row->name, "jsonl") == 0;
     have_field |= strcmp(row->name, "jsonl-field") == 0;
+    if (!text_only && strcmp(row->name, "output") != 0 && strcmp(row->name, "val-frac") != 0 &&
+        strcmp(row->name, "seed") != 0 && strcmp(row->name, "images") != 0 &&
+        strcmp(row->name, "help") != 0)
+      text_only = row->name;
   }
   if (o->help) return 0;
+  if (o->images && text_only) {
+    say_error("--%s applies to text input only, not to --images", text_only);
+    return -1;
+  }
   if (have_sep && have_jsonl) {
     say_error("--doc-sep and --jsonl exclude each other");
     return -1;
@@ -475,19 +503,8 @@ static int push_token(prep_t *p, split_out_t *s, int32_t t) {
   return 0;
 }
 
-/* FNV-1a over the seed then the bytes, then a splitmix64 finaliser so the
- * top bits used for the fraction are well mixed even for short documents. */
 static int is_val(const prep_t *p, const unsigned char *b, size_t n) {
-  if (p->opt.val_frac <= 0) return 0;
-  unsigned char seed[8]; /* little-endian, whatever the host's byte order */
-  for (int i = 0; i < 8; ++i) seed[i] = (unsigned char)(p->opt.seed >> (8 * i));
-  uint64_t h = ddp_fnv1a64(ddp_fnv1a64(DDP_FNV1A64_INIT, seed, 8), b, n);
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ULL;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebULL;
-  h ^= h >> 31;
-  return (double)(h >> 11) * (1.0 / 9007199254740992.0) < p->opt.val_frac;
+  return ddpprep_is_val(p->opt.seed, p->opt.val_frac, b, n);
 }
 
 /* A shard boundary falls between documents unless the document alone is
@@ -962,6 +979,28 @@ int main(int argc, char **argv) {
     print_help(stdout);
     free(paths);
     return 0;
+  }
+
+  if (p.opt.images) {
+    str_list_t made = {0};
+    const ddpprep_images_opts_t io = {p.opt.images, p.opt.prefix, p.opt.val_frac, p.opt.seed};
+    int irc = make_prefix_dir(p.opt.prefix, &made) == 0 ? 0 : EXIT_RUNTIME;
+    if (irc == 0) {
+      struct sigaction isa;
+      memset(&isa, 0, sizeof isa);
+      isa.sa_handler = on_signal;
+      sigemptyset(&isa.sa_mask);
+      sigaction(SIGINT, &isa, NULL);
+      sigaction(SIGTERM, &isa, NULL);
+      irc = ddpprep_images_run(&io, paths, n_paths, &g_stop);
+    }
+    for (size_t i = made.n; i-- > 0;) {
+      if (irc != 0) rmdir(made.v[i]);
+      free(made.v[i]);
+    }
+    free(made.v);
+    free(paths);
+    return irc;
   }
 
   /* No SA_RESTART: a read blocked on stdin returns EINTR, so Ctrl-C is seen
