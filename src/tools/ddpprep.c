@@ -33,7 +33,10 @@
  * of PREFIX is created when missing. On any failure the shards this run
  * already wrote are removed, and the directories it created: a
  * half-converted corpus under final names would look complete to a training
- * job. */
+ * job.
+ *
+ * --images FORMAT converts image data sets to image shards instead
+ * (ddpprep_images.c, §5.6); only -o, --val-frac and --seed apply there. */
 #include <config.h>
 
 #include <pthread.h>
@@ -131,14 +134,15 @@ static const opt_row_t k_rows[] = {
     {"skip-bad", 0, K_FLAG, 0, 0, NULL,
      "with --jsonl: skip and count bad lines instead of failing"},
     {"images", 0, K_STR, 0, 0, "FORMAT",
-     "convert images, not text: idx, cifar10 or cifar100 (see below)"},
+     "convert images, not text, from FORMAT (idx, cifar10, cifar100)"},
     {"help", 'h', K_FLAG, 0, 0, NULL, "print this help and exit"},
 };
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
 
 static void print_help(FILE *out) {
   fprintf(out,
-          "Usage: ddpprep -o PREFIX [OPTIONS] [PATH...]\n\n"
+          "Usage: ddpprep -o PREFIX [OPTIONS] [PATH...]\n"
+          "       ddpprep --images FORMAT -o PREFIX [--val-frac F] [--seed N] PATH...\n\n"
           "Turns text into token shards: byte-level (token = byte, EOT = 256, vocab 257),\n"
           "or GPT-2 BPE with --tokenizer DIR (vocab and EOT from the tokenizer).\n"
           "The directory of PREFIX is created if missing.\n"
