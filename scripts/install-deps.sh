@@ -6,7 +6,7 @@
 # large download the default job does not need; groff and man-db to render
 # the man pages in tests/test_man.sh; SLURM and munge for
 # `make check-slurm`; iproute2 for the two-host network-namespace test;
-# matplotlib for tools/ddpplot; clang
+# matplotlib for tools/ddpplot; Fashion-MNIST for the image conversion; clang
 # and its libFuzzer runtime for the bounded fuzzing stage). Idempotent:
 # packages already present are not touched, and apt-get runs only when
 # something is missing. Uses sudo when not run as root.
@@ -19,6 +19,7 @@ pkgs="build-essential autoconf automake libtool pkg-config
       zlib1g-dev libpcre2-dev help2man bash-completion"
 case "${1:-}" in
   --test) pkgs="$pkgs python3-torch python3-numpy python3-matplotlib slurm-wlm munge iproute2 groff-base man-db"
+          pkgs="$pkgs dataset-fashion-mnist" # a real data set for tests/test_ddpprep_images.sh
           pkgs="$pkgs clang-14 libclang-rt-14-dev" ;; # libFuzzer: tests/fuzz/run-fuzz.sh
   "") ;;
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
