@@ -11,13 +11,16 @@
 #   corpus/checkpoint   checkpoints of tiny runs: AdamW, SGD, fp16 with a
 #                       loss scaler, LAMB
 #   corpus/options      command lines (NUL-separated arguments), good and bad
+#   corpus/image_shard  image shards from ddpprep --images (IDX, CIFAR-10); a
+#                       1x1x4 shard, a truncated one, a bad label, nonzero
+#                       padding, a record size that disagrees
 # The files are committed, so `make check` replays them without running
 # ddptrain; run this again (and commit the result) when a file format or a
 # flag changes. Everything is deterministic: the runs are seeded.
 #
 # Usage: tests/fuzz/make-corpus.sh BUILDDIR [OUTDIR]
 #   BUILDDIR holds built ddptrain and ddpprep; OUTDIR defaults to
-#   tests/fuzz/corpus next to this script (its four folders are replaced).
+#   tests/fuzz/corpus next to this script (its five folders are replaced).
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 BUILDDIR [OUTDIR]" >&2; exit 2; }
 build=$(cd "$1" && pwd)
@@ -30,7 +33,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$out"
-for t in shard safetensors checkpoint options; do rm -rf "${out:?}/$t"; mkdir -p "$out/$t"; done
+for t in shard safetensors checkpoint options image_shard; do rm -rf "${out:?}/$t"; mkdir -p "$out/$t"; done
 
 # Little-endian bytes, for the hand-made files.
 le32() { printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $(($1 & 255)) $(($1 >> 8 & 255)) \
@@ -79,6 +82,31 @@ for f in "$work"/prep_*.bin; do cp "$f" "$out/shard/ddpprep_$i.bin"; i=$((i + 1)
 head -c 100 "$out/shard/ddpprep_0.bin" > "$out/shard/truncated.bin"
 { shard_header 20240520 1 9 256 257; for v in 256 1 2; do le16 $v; done; } \
   > "$out/shard/count_mismatch.bin"
+
+# ---- image shards ------------------------------------------------------------
+# Big-endian, for IDX files.
+be32() { printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) \
+  $(($1 >> 8 & 255)) $(($1 & 255)))"; }
+# An image shard header: count height width channels classes record-bytes.
+img_header() { le32 1196247364; le32 1; le32 64; for v in "$@"; do le32 "$v"; done; zeros 28; }
+# from ddpprep: 5 IDX images of 3x3 (9 bytes, padded to 12), labels 0..3, and
+# two CIFAR-10 records
+{ be32 2051; be32 5; be32 3; be32 3; i=0; while [ $i -lt 45 ]; do printf "\\$(printf %03o $((i * 37 % 256)))"; i=$((i + 1)); done; } \
+  > "$work/img-images"
+{ be32 2049; be32 5; printf '\000\003\001\002\000'; } > "$work/img-labels"
+"$build/ddpprep" --images idx -o "$work/img" "$work/img-images" "$work/img-labels" 2> /dev/null
+cp "$work/img_train.img" "$out/image_shard/idx_3x3.img"
+{ printf '\007'; i=0; while [ $i -lt 3072 ]; do printf "\\$(printf %03o $((i % 251)))"; i=$((i + 1)); done; } > "$work/c10.bin"
+cat "$work/c10.bin" "$work/c10.bin" > "$work/c10x2.bin"
+"$build/ddpprep" --images cifar10 -o "$work/c10" "$work/c10x2.bin" 2> /dev/null
+cp "$work/c10_train.img" "$out/image_shard/cifar10.img"
+# edge cases: a 1x1x4 shard (no padding), a truncated record, a label out of
+# range, nonzero padding, a record size that disagrees
+{ img_header 2 1 1 4 3 8; le32 2; printf 'abcd'; le32 0; printf 'efgh'; } > "$out/image_shard/rgba_1x1.img"
+head -c 100 "$out/image_shard/idx_3x3.img" > "$out/image_shard/truncated.img"
+{ img_header 1 1 1 1 2 8; le32 2; printf '\001\000\000\000'; } > "$out/image_shard/bad_label.img"
+{ img_header 1 1 1 1 2 8; le32 1; printf '\001\000\001\000'; } > "$out/image_shard/bad_padding.img"
+{ img_header 1 1 1 1 2 12; le32 1; printf '\001\000\000\000'; zeros 4; } > "$out/image_shard/bad_record_size.img"
 
 # ---- tiny training runs: checkpoints, an export, dumped batches ----------------
 # Run inside the work directory with relative paths: a checkpoint records

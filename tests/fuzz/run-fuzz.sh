@@ -7,7 +7,7 @@
 #
 #   --seconds N  how long each target runs (default 60)
 #   --jobs J     targets run at once (default: the number of cores, at most 4)
-#   --targets    a subset of: shard safetensors checkpoint options
+#   --targets    a subset of: shard safetensors checkpoint options image_shard
 #   --build DIR  where the library is configured and built with clang
 #                (default tests/fuzz/build; kept between runs, so a second
 #                run only rebuilds what changed)
@@ -41,7 +41,7 @@ top=$(cd "$here/../.." && pwd)
 seconds=60
 jobs=$(nproc 2>/dev/null || echo 2)
 [ "$jobs" -le 4 ] || jobs=4
-targets="shard safetensors checkpoint options"
+targets="shard safetensors checkpoint options image_shard"
 build=$here/build
 out=$here/out
 src=
