@@ -80,7 +80,10 @@ const char *ddp_cpu_dnnl_version(void) {
   static char buf[96];
   if (!buf[0]) {
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, sizeof buf, "%d.%d.%d (commit %.12s)", v->major, v->minor, v->patch, v->hash);
+    /* Distribution builds carry no commit ("N/A"). */
+    const int has_hash = v->hash && v->hash[0] && strcmp(v->hash, "N/A") != 0;
+    snprintf(buf, sizeof buf, "%d.%d.%d%s%.12s%s", v->major, v->minor, v->patch,
+             has_hash ? " (commit " : "", has_hash ? v->hash : "", has_hash ? ")" : "");
   }
   return buf;
 }

@@ -29,7 +29,8 @@
 
 /* 1 when the build has oneDNN (DDP_HAVE_DNNL). */
 int ddp_cpu_dnnl_available(void);
-/* oneDNN's version as loaded ("2.6.3 (commit ...)"); "" without oneDNN. */
+/* oneDNN's version as loaded ("2.6.3", with its commit where the build
+ * recorded one); "" without oneDNN. */
 const char *ddp_cpu_dnnl_version(void);
 /* Primitives created since the process started (reorders included): a
  * counter that stays constant while calls hit the cache. */
