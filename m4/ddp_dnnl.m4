@@ -14,7 +14,9 @@ AC_DEFUN([DDP_CHECK_DNNL], [
   AS_IF([test "x$ddp_with_dnnl" != xno], [
     AS_CASE([$ddp_with_dnnl],
       [guess|yes], [],
-      [DNNL_CPPFLAGS="-I$ddp_with_dnnl/include"
+      [AS_IF([test -f "$ddp_with_dnnl/include/dnnl.h"], [],
+             [AC_MSG_ERROR([--with-dnnl=$ddp_with_dnnl: $ddp_with_dnnl/include/dnnl.h does not exist])])
+       DNNL_CPPFLAGS="-I$ddp_with_dnnl/include"
        DNNL_LIBS="-L$ddp_with_dnnl/lib -Wl,-rpath,$ddp_with_dnnl/lib"])
     DNNL_LIBS="$DNNL_LIBS -ldnnl"
     DDP_SAVE_FLAGS
