@@ -1,12 +1,12 @@
 # ddp_dnnl.m4 - oneDNN (--with-dnnl=guess|yes|no|DIR, default guess).
-# The CPU backend's convolution and batch normalization run through its
-# primitives (src/backend/cpu/cpu_conv*.c). Debian's libdnnl-dev ships no
+# The CPU backend's convolution, batch normalization and max pooling run
+# through its primitives (src/backend/cpu/cpu_conv*.c). Debian's libdnnl-dev ships no
 # pkg-config file, so the probe looks for dnnl.h and links dnnl_version
 # against -ldnnl (under DIR/include and DIR/lib when a DIR is given).
 # Without it everything else builds, and those ops report that this build
 # has no oneDNN.
 AC_DEFUN([DDP_CHECK_DNNL], [
-  DDP_ARG_WITH_DIR([dnnl], [use oneDNN for the CPU convolution and batch norm])
+  DDP_ARG_WITH_DIR([dnnl], [use oneDNN for the CPU convolution, batch norm and pooling])
   ddp_have_dnnl=0
   ddp_have_dnnl_omp=0
   DNNL_CPPFLAGS=

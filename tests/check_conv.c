@@ -1,4 +1,4 @@
-/* Tests for the CPU convolution and batch normalization (backend/cpu/
+/* Tests for the CPU convolution, batch normalization and max pooling (backend/cpu/
  * cpu_conv.h, through oneDNN).
  *
  * The convolution forward is checked against a direct convolution written
@@ -22,6 +22,10 @@
  * also asserts that the gradients it compared are not all tiny, and
  * test_conv_fd_check_detects_wrong_gradient shows a 5% error in one element
  * fails it. Set DDP_NN_VERBOSE=1 to print each check's worst error/tolerance.
+ *
+ * Max pooling's forward is checked against a direct maximum and its
+ * backward against finite differences on inputs whose values are 0.05
+ * apart, so no perturbation changes a window's winner.
  *
  * Without oneDNN in the build the suite checks that the ops say so
  * (DDP_ERR_UNSUPPORTED naming oneDNN) and then exits 77 (skip). */
@@ -466,6 +470,131 @@ START_TEST(test_bn_bwd_accumulates) {
 }
 END_TEST
 
+/* ---- max pooling ------------------------------------------------------------------ */
+
+static const ddp_pool_shape_t k_pools[] = {
+    {.N = 2, .H = 7, .W = 7, .C = 3, .kernel = 3, .stride = 2, .pad = 1}, /* a ResNet stem's */
+    {.N = 2, .H = 6, .W = 5, .C = 4, .kernel = 2, .stride = 2, .pad = 0},
+    {.N = 2, .H = 5, .W = 6, .C = 5, .kernel = 3, .stride = 1, .pad = 1},
+};
+enum { N_POOLS = sizeof k_pools / sizeof *k_pools };
+
+static size_t pool_in(const ddp_pool_shape_t *sh) {
+  return (size_t)sh->N * sh->H * sh->W * sh->C;
+}
+
+static size_t pool_outn(const ddp_pool_shape_t *sh) {
+  return (size_t)sh->N * ddp_pool_out_h(sh) * ddp_pool_out_w(sh) * sh->C;
+}
+
+/* Distinct values 0.05 apart, negative and positive, in scrambled order:
+ * a perturbation of +-H never changes which element of a window wins, so
+ * max pooling is exactly linear around them and the differences exact. */
+static float *pool_input(size_t n) {
+  float *x = fbuf(n);
+  for (size_t i = 0; i < n; ++i) x[i] = 0.05f * (float)((i * 7919) % n) - 0.025f * (float)n;
+  return x;
+}
+
+/* The oracle: the maximum over each window's positions inside the input. */
+static void maxpool_direct(double *out, const float *inp, const ddp_pool_shape_t *sh) {
+  const int OH = ddp_pool_out_h(sh), OW = ddp_pool_out_w(sh);
+  for (int n = 0; n < sh->N; ++n)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OW; ++ow)
+        for (int c = 0; c < sh->C; ++c) {
+          double m = -INFINITY;
+          for (int r = 0; r < sh->kernel; ++r)
+            for (int q = 0; q < sh->kernel; ++q) {
+              const int h = oh * sh->stride - sh->pad + r, w = ow * sh->stride - sh->pad + q;
+              if (h < 0 || h >= sh->H || w < 0 || w >= sh->W) continue;
+              m = fmax(m, inp[(((size_t)n * sh->H + h) * sh->W + w) * sh->C + c]);
+            }
+          out[(((size_t)n * OH + oh) * OW + ow) * sh->C + c] = m;
+        }
+}
+
+typedef struct pool_ctx {
+  const ddp_pool_shape_t *sh;
+  float *out, *inp;
+  void *ws;
+} pool_ctx_t;
+
+static void pool_forward(void *p) {
+  pool_ctx_t *c = p;
+  expect_ok(ddp_cpu_maxpool_fwd(g_be, DDP_DTYPE_F32, c->out, c->ws, c->inp, c->sh, NULL),
+            "maxpool_fwd");
+}
+
+static pool_ctx_t pool_setup(const ddp_pool_shape_t *sh) {
+  size_t bytes = 0;
+  expect_ok(ddp_cpu_maxpool_workspace_bytes(g_be, DDP_DTYPE_F32, sh, &bytes), "workspace_bytes");
+  pool_ctx_t c = {.sh = sh, .inp = pool_input(pool_in(sh)), .out = fnan(pool_outn(sh))};
+  c.ws = ddp_test_track(calloc(1, bytes ? bytes : 1));
+  return c;
+}
+
+START_TEST(test_maxpool_fwd_matches_direct) {
+  for (int i = 0; i < N_POOLS; ++i) {
+    const ddp_pool_shape_t *sh = &k_pools[i];
+    pool_ctx_t c = pool_setup(sh);
+    pool_forward(&c);
+    double *want = dbuf(pool_outn(sh));
+    maxpool_direct(want, c.inp, sh);
+    expect_close("maxpool_fwd (training)", c.out, want, pool_outn(sh), 0, 0);
+    float *eval = fnan(pool_outn(sh));
+    expect_ok(ddp_cpu_maxpool_fwd(g_be, DDP_DTYPE_F32, eval, NULL, c.inp, sh, NULL),
+              "maxpool_fwd (inference)");
+    expect_close("maxpool_fwd (inference)", eval, want, pool_outn(sh), 0, 0);
+  }
+}
+END_TEST
+
+START_TEST(test_maxpool_bwd_finite_differences) {
+  for (int i = 0; i < N_POOLS; ++i) {
+    const ddp_pool_shape_t *sh = &k_pools[i];
+    pool_ctx_t c = pool_setup(sh);
+    pool_forward(&c);
+    const float *R = fnormal(pool_outn(sh), 0, 1);
+    float *dinp = fnan(pool_in(sh));
+    expect_ok(ddp_cpu_maxpool_bwd(g_be, DDP_DTYPE_F32, dinp, R, c.ws, sh, NULL), "maxpool_bwd");
+    char what[64];
+    snprintf(what, sizeof what, "maxpool dinp k%d s%d p%d", sh->kernel, sh->stride, sh->pad);
+    fd_check(what, pool_forward, &c, c.out, R, pool_outn(sh), c.inp, dinp, pool_in(sh));
+  }
+}
+END_TEST
+
+START_TEST(test_maxpool_rejects_bad_shapes) {
+  float *out = fill(fbuf(256), 256, 7.0f), *inp = pool_input(256), *ws = fbuf(256);
+  const float *sentinel = fill(fbuf(256), 256, 7.0f);
+  ddp_pool_shape_t sh = k_pools[0];
+  sh.pad = 2;
+  ddp_test_log_start();
+  ddp_status_t st = ddp_cpu_maxpool_fwd(g_be, DDP_DTYPE_F32, out, ws, inp, &sh, NULL);
+  char *log = ddp_test_log_stop();
+  ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "padding 2 must be in [0, kernel / 2] for kernel 3");
+  free(log);
+  sh = k_pools[1];
+  sh.H = 1;
+  ddp_test_log_start();
+  st = ddp_cpu_maxpool_fwd(g_be, DDP_DTYPE_F32, out, ws, inp, &sh, NULL);
+  log = ddp_test_log_stop();
+  ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "the 2x2 window does not fit the 1x5 input padded by 0");
+  free(log);
+  ddp_test_log_start();
+  st = ddp_cpu_maxpool_bwd(g_be, DDP_DTYPE_F32, out, inp, NULL, &k_pools[1], NULL);
+  log = ddp_test_log_stop();
+  ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "ws (the training forward's workspace) are required");
+  free(log);
+  expect_bits_equal("out after a refusal", out, sentinel, 256);
+  ck_assert_uint_eq(ddp_cpu_dnnl_cache_entries(), 0);
+}
+END_TEST
+
 /* ---- the primitive cache --------------------------------------------------------- */
 
 START_TEST(test_conv_primitive_cache_reused) {
@@ -608,9 +737,13 @@ START_TEST(test_conv_without_dnnl_says_so) {
   const ddp_status_t st = ddp_cpu_conv_fwd(g_be, DDP_DTYPE_F32, x, x, x, &k_cases[0], NULL);
   const ddp_status_t st_bn =
       ddp_cpu_bn_fwd(g_be, DDP_DTYPE_F32, x, x, x, x, x, x, x, x, &k_bn, 1, NULL);
+  const ddp_status_t st_pool =
+      ddp_cpu_maxpool_fwd(g_be, DDP_DTYPE_F32, x, NULL, x, &k_pools[0], NULL);
   char *log = ddp_test_log_stop();
   ck_assert_int_eq(st, DDP_ERR_UNSUPPORTED);
   ck_assert_int_eq(st_bn, DDP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(st_pool, DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(log, "maxpool_fwd: this build has no oneDNN");
   ddp_assert_contains(log, "conv_fwd: this build has no oneDNN");
   ddp_assert_contains(log, "batch_norm_fwd: this build has no oneDNN");
   free(log);
@@ -639,6 +772,9 @@ int main(void) {
   tcase_add_test(tc, test_bn_fwd_inference_uses_running_stats);
   tcase_add_test(tc, test_bn_bwd_finite_differences);
   tcase_add_test(tc, test_bn_bwd_accumulates);
+  tcase_add_test(tc, test_maxpool_fwd_matches_direct);
+  tcase_add_test(tc, test_maxpool_bwd_finite_differences);
+  tcase_add_test(tc, test_maxpool_rejects_bad_shapes);
   tcase_add_test(tc, test_conv_primitive_cache_reused);
   tcase_add_test(tc, test_conv_rejects_bad_shapes);
   tcase_add_test(tc, test_bn_rejects_bad_arguments);

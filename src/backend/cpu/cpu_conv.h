@@ -1,11 +1,12 @@
-/* Convolution and batch normalization on the CPU, through oneDNN.
+/* Convolution, batch normalization and max pooling on the CPU, through
+ * oneDNN.
  *
  * The layer ops of a convolutional network (a ResNet), as the CPU backend
  * implements them: 2-D convolution without bias (in a ResNet every
  * convolution is followed by batch norm, whose shift makes a bias
- * redundant) and spatial batch normalization. They follow the layer-op
- * conventions of ddptrain/nn.h: outputs first, then inputs and weights, then
- * sizes, the stream last; parameter gradients fp32 and per `accumulate`;
+ * redundant), spatial batch normalization and max pooling. They follow
+ * the layer-op conventions of ddptrain/nn.h: outputs first, then inputs and
+ * weights, then sizes, the stream last; parameter gradients fp32 and per `accumulate`;
  * activation gradients overwritten. Only fp32 (`dt` DDP_DTYPE_F32) is
  * implemented; other types are refused with DDP_ERR_UNSUPPORTED.
  *
@@ -82,5 +83,31 @@ ddp_status_t ddp_cpu_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float
                             int accumulate, ddp_stream_t s);
 /* Builds the training forward, inference forward and backward primitives. */
 ddp_status_t ddp_cpu_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh);
+
+/* Max pooling over kernel x kernel windows of x (N,H,W,C), per channel:
+ * output OH = (H + 2 pad - kernel) / stride + 1, OW likewise; padded
+ * positions never win (as PyTorch's MaxPool2d, which also requires pad <=
+ * kernel / 2). The training forward records where each maximum came from in
+ * `ws`, a workspace of ddp_cpu_maxpool_workspace_bytes() bytes that the
+ * backward reads; the inference forward (ws NULL) records nothing. */
+typedef struct ddp_pool_shape {
+  int N, H, W, C;
+  int kernel, stride, pad;
+} ddp_pool_shape_t;
+
+int ddp_pool_out_h(const ddp_pool_shape_t *sh);
+int ddp_pool_out_w(const ddp_pool_shape_t *sh);
+/* *bytes = the workspace a training forward of sh needs (builds its
+ * primitives, like a prepare). */
+ddp_status_t ddp_cpu_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t dt,
+                                             const ddp_pool_shape_t *sh, size_t *bytes);
+/* out (N,OH,OW,C) = max over each window of inp (N,H,W,C); ws as above
+ * (non-NULL: training). */
+ddp_status_t ddp_cpu_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *ws,
+                                 const void *inp, const ddp_pool_shape_t *sh, ddp_stream_t s);
+/* dinp (N,H,W,C) = dout (N,OH,OW,C) routed to where each maximum came from
+ * (overwrites; positions that were no window's maximum get 0). */
+ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                 const void *ws, const ddp_pool_shape_t *sh, ddp_stream_t s);
 
 #endif
