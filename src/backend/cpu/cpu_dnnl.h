@@ -1,16 +1,19 @@
 /* oneDNN for the CPU backend: the process's one CPU engine and stream, the
- * status converter, and the primitive cache the convolution and batch-norm
- * ops (cpu_conv.h) share.
+ * status converter, and the primitive cache the convolution, batch-norm and
+ * pooling ops (cpu_conv.h) share.
  *
- * Creating a oneDNN primitive is the expensive part (it picks and JIT-compiles
- * an implementation for the shape, milliseconds); executing it is the cheap
- * part. So each op looks its shape up in one small cache and builds its
- * primitives, their memory objects, weight reorders and scratchpad only on a
- * miss: the first step (or ddp_cpu_conv_prepare / ddp_cpu_bn_prepare, before
- * the step loop) builds them, and every later call only re-points the memory
- * objects at the caller's buffers and executes. A ResNet has a few dozen
- * distinct shapes, far below the capacity; past it the least recently used
- * entry is destroyed.
+ * Creating a oneDNN primitive costs milliseconds (it picks and JIT-compiles
+ * an implementation for the shape); running it again costs only the
+ * arithmetic. So each op looks its shape up in one small cache and builds
+ * its primitives, their memory objects, weight reorders and scratchpad only
+ * on a miss: the first step (or ddp_cpu_conv_prepare, ddp_cpu_bn_prepare,
+ * ddp_cpu_maxpool_workspace_bytes, before the step loop) builds them, and
+ * every later call only re-points the memory objects at the caller's
+ * buffers and executes. (oneDNN's own primitive cache makes a re-created
+ * primitive cheaper, but each creation would still build descriptors,
+ * memory objects and scratchpads: allocations in the step loop that this
+ * cache keeps out of it.) A ResNet has a few dozen distinct shapes, far
+ * below the capacity; past it the least recently used entry is destroyed.
  *
  * The cache is process-wide, like the engine (one CPU engine serves every CPU
  * backend of the process), and one mutex guards it for the whole of an op:
