@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs what ddptrain needs to build on Debian 12 (or Ubuntu): the
-# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib, PCRE2 and pkg-config,
+# autotools, Open MPI, hwloc, Check, OpenBLAS, jansson, zlib, PCRE2, oneDNN and pkg-config,
 # help2man (the man pages from --help) and bash-completion (where its
 # completions go); with --test also what only the tests need (PyTorch for the reference model, a
 # large download the default job does not need; groff and man-db to render
@@ -16,7 +16,7 @@
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       openmpi-bin libopenmpi-dev libhwloc-dev check libsubunit-dev libopenblas-dev libjansson-dev
-      zlib1g-dev libpcre2-dev help2man bash-completion"
+      zlib1g-dev libpcre2-dev libdnnl-dev help2man bash-completion"
 case "${1:-}" in
   --test) pkgs="$pkgs python3-torch python3-numpy python3-matplotlib slurm-wlm munge iproute2 groff-base man-db"
           pkgs="$pkgs dataset-fashion-mnist" # a real data set for tests/test_ddpprep_images.sh

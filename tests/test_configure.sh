@@ -41,6 +41,10 @@ grep -q "backends: cpu$" "$scratch/b/out" || { echo "FAIL: CPU-only summary list
 expect "guess mode with a broken nvcc degrades" 0 "building without cuda" NVCC=/bin/false
 grep -qE "CUDA \.+ no" "$scratch/b/out" || { echo "FAIL: broken nvcc still reports CUDA"; fail=1; }
 expect "--with-pcre2=no: no PCRE2 in the summary" 0 "PCRE2 \.+ no" --without-cuda --with-pcre2=no
+expect "--with-dnnl=no: no oneDNN in the summary" 0 "oneDNN \.+ no" --without-cuda --with-dnnl=no
+expect "explicit oneDNN dir without it" fail \
+  "error: --with-dnnl=/nonexistent: /nonexistent/include/dnnl.h does not exist" --without-cuda \
+  --with-dnnl=/nonexistent
 # A compiler chosen by the user (CC in the environment, as some GPU images
 # set it) that cannot link MPI alone keeps MPI through the wrapper's flags
 # (it used to build without MPI, with only a warning).

@@ -18,6 +18,7 @@
 #include <nccl.h>
 #endif
 
+#include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/version.h"
 #include "runtime/dist.h"
@@ -57,6 +58,7 @@ void ddp_build_info_print(FILE *out) {
 #else
   row(out, "CBLAS", 1, "");
 #endif
+  row(out, "oneDNN", DDP_HAVE_DNNL, ddp_cpu_dnnl_version());
 #if DDP_HAVE_HWLOC
   snprintf(buf, sizeof buf, "API %#x", (unsigned)hwloc_get_api_version());
   row(out, "hwloc", 1, buf);

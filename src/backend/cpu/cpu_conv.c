@@ -1,0 +1,304 @@
+/* NHWC fp32 2-D convolution on the CPU through oneDNN: forward,
+ * backward-data and backward-weights (cpu_conv.h), each a cached oneDNN
+ * primitive (cpu_dnnl.h). oneDNN has the convolution, so none is written
+ * here: this file only describes shapes to it, checks them first, and moves
+ * the weights between the caller's (K,R,S,C) layout and oneDNN's. */
+#include <config.h>
+
+#include "backend/cpu/cpu_conv.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_dnnl.h"
+#include "ddptrain/check.h"
+
+static int out_size(int in, int kernel, int stride, int pad) {
+  if (in < 1 || kernel < 1 || stride < 1 || pad < 0) return 0;
+  const int64_t span = (int64_t)in + 2 * (int64_t)pad - kernel;
+  return span < 0 ? 0 : (int)(span / stride + 1);
+}
+
+int ddp_conv_out_h(const ddp_conv_shape_t *sh) {
+  return out_size(sh->H, sh->R, sh->stride, sh->pad);
+}
+
+int ddp_conv_out_w(const ddp_conv_shape_t *sh) {
+  return out_size(sh->W, sh->S, sh->stride, sh->pad);
+}
+
+#if DDP_HAVE_DNNL
+
+/* Everything oneDNN would refuse with a bare "invalid arguments", refused
+ * here with the sizes that are wrong. */
+static ddp_status_t check_shape(const ddp_conv_shape_t *sh, const char *op) {
+  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
+  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1 || sh->K < 1 || sh->R < 1 || sh->S < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: every size must be positive (N=%d H=%d W=%d C=%d K=%d R=%d S=%d)", op, sh->N,
+             sh->H, sh->W, sh->C, sh->K, sh->R, sh->S);
+  if (sh->stride < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: stride %d must be at least 1", op, sh->stride);
+  if (sh->pad < 0 || sh->pad >= sh->R || sh->pad >= sh->S)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: padding %d must be in [0, kernel size) for a %dx%d kernel",
+             op, sh->pad, sh->R, sh->S);
+  const int OH = ddp_conv_out_h(sh), OW = ddp_conv_out_w(sh);
+  if (OH < 1 || OW < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the %dx%d kernel does not fit the %dx%d input padded by %d",
+             op, sh->R, sh->S, sh->H, sh->W, sh->pad);
+  /* oneDNN indexes with 64 bits, but the GPU twins with int: one limit. */
+  const int64_t in = (int64_t)sh->N * sh->H * sh->W * sh->C;
+  const int64_t out = (int64_t)sh->N * OH * OW * sh->K;
+  const int64_t w = (int64_t)sh->K * sh->R * sh->S * sh->C;
+  if (in > INT_MAX || out > INT_MAX || w > INT_MAX)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: tensors of %lld (input), %lld (output), %lld (weights) elements exceed %d", op,
+             (long long)in, (long long)out, (long long)w, INT_MAX);
+  return DDP_OK;
+}
+
+enum conv_op { CONV_FWD = 1, CONV_BWD_DATA = 2, CONV_BWD_WEIGHTS = 3 };
+
+static ddp_dnnl_key_t conv_key(enum conv_op op, const ddp_conv_shape_t *sh) {
+  return (ddp_dnnl_key_t){
+      .op = op, .v = {sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, sh->pad}};
+}
+
+static ddp_conv_shape_t key_shape(const ddp_dnnl_key_t *k) {
+  return (ddp_conv_shape_t){.N = (int)k->v[0],
+                            .H = (int)k->v[1],
+                            .W = (int)k->v[2],
+                            .C = (int)k->v[3],
+                            .K = (int)k->v[4],
+                            .R = (int)k->v[5],
+                            .S = (int)k->v[6],
+                            .stride = (int)k->v[7],
+                            .pad = (int)k->v[8]};
+}
+
+/* One cached convolution: its primitive, memory objects for the caller's
+ * activations (NHWC, re-pointed each call), the weights staged between the
+ * caller's layout and the primitive's, the scratchpad, and for the weight
+ * gradient under accumulate the buffer the fresh gradient lands in. */
+typedef struct conv_impl {
+  dnnl_primitive_t prim;
+  dnnl_memory_t act_in, act_out; /* what the op reads / writes besides the weights */
+  ddp_dnnl_staged_t w;
+  dnnl_memory_t scratch;
+  float *dw_fresh;
+  size_t w_elems;
+} conv_impl_t;
+
+static void conv_destroy(void *impl) {
+  conv_impl_t *c = impl;
+  if (!c) return;
+  if (c->prim) dnnl_primitive_destroy(c->prim);
+  if (c->act_in) dnnl_memory_destroy(c->act_in);
+  if (c->act_out) dnnl_memory_destroy(c->act_out);
+  ddp_dnnl_staged_destroy(&c->w);
+  if (c->scratch) dnnl_memory_destroy(c->scratch);
+  free(c->dw_fresh);
+  free(c);
+}
+
+static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
+  const ddp_conv_shape_t sh = key_shape(key);
+  const int op = key->op;
+  ddp_status_t st = DDP_OK;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
+  conv_impl_t *c = calloc(1, sizeof *c);
+  if (!c) DDP_FAIL(DDP_ERR_OOM, "conv: cannot allocate a primitive cache entry");
+  c->w_elems = (size_t)sh.K * sh.R * sh.S * sh.C;
+
+  /* Activations in the caller's NHWC; the weights' layout left to oneDNN
+   * (`any`): its fast kernels want blocked weights, which the staging
+   * reorder provides. */
+  const dnnl_dims_t src_dims = {sh.N, sh.C, sh.H, sh.W};
+  const dnnl_dims_t dst_dims = {sh.N, sh.K, ddp_conv_out_h(&sh), ddp_conv_out_w(&sh)};
+  const dnnl_dims_t w_dims = {sh.K, sh.C, sh.R, sh.S};
+  const dnnl_dims_t strides = {sh.stride, sh.stride}, pads = {sh.pad, sh.pad};
+  dnnl_memory_desc_t src_md, dst_md, w_user_md, w_any_md;
+  DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc), st,
+                      fail);
+  DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc), st,
+                      fail);
+  DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&w_user_md, 4, w_dims, dnnl_f32, dnnl_ohwi), st,
+                      fail);
+  DDP_DNNL_CHECK_GOTO(
+      dnnl_memory_desc_init_by_tag(&w_any_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any), st, fail);
+
+  /* Direct convolution: Winograd would be faster for some 3x3 shapes but
+   * rounds differently from cuDNN's default algorithms and from the test's
+   * oracle. The forward descriptor is also the hint the backward ones need. */
+  dnnl_convolution_desc_t fwd_d, bwd_d;
+  DDP_DNNL_CHECK_GOTO(
+      dnnl_convolution_forward_desc_init(&fwd_d, dnnl_forward_training, dnnl_convolution_direct,
+                                         &src_md, &w_any_md, NULL, &dst_md, strides, pads, pads),
+      st, fail);
+  DDP_CHECK_GOTO(ddp_dnnl_user_scratchpad_attr(&attr), st, fail);
+  if (op == CONV_FWD) {
+    DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&pd, &fwd_d, attr, ddp_dnnl_engine(), NULL), st,
+                        fail);
+  } else {
+    DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, ddp_dnnl_engine(), NULL),
+                        st, fail);
+    if (op == CONV_BWD_DATA)
+      DDP_DNNL_CHECK_GOTO(
+          dnnl_convolution_backward_data_desc_init(&bwd_d, dnnl_convolution_direct, &src_md,
+                                                   &w_any_md, &dst_md, strides, pads, pads),
+          st, fail);
+    else
+      DDP_DNNL_CHECK_GOTO(dnnl_convolution_backward_weights_desc_init(
+                              &bwd_d, dnnl_convolution_direct, &src_md, &w_any_md, NULL, &dst_md,
+                              strides, pads, pads),
+                          st, fail);
+    DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&pd, &bwd_d, attr, ddp_dnnl_engine(), fwd_pd),
+                        st, fail);
+  }
+  DDP_CHECK_GOTO(ddp_dnnl_primitive(&c->prim, pd), st, fail);
+  DDP_CHECK_GOTO(ddp_dnnl_scratchpad(&c->scratch, pd), st, fail);
+  const dnnl_memory_desc_t *w_inner_md = dnnl_primitive_desc_query_md(
+      pd, op == CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_init(&c->w, &w_user_md, w_inner_md, op != CONV_BWD_WEIGHTS), st,
+                 fail);
+  /* fwd reads src, writes dst; bwd-data reads diff_dst, writes diff_src;
+   * bwd-weights reads src and diff_dst. */
+  DDP_CHECK_GOTO(ddp_dnnl_user_memory(&c->act_in, op == CONV_BWD_DATA ? &dst_md : &src_md), st,
+                 fail);
+  DDP_CHECK_GOTO(ddp_dnnl_user_memory(&c->act_out, op == CONV_BWD_DATA ? &src_md : &dst_md), st,
+                 fail);
+  if (op == CONV_BWD_WEIGHTS) {
+    c->dw_fresh = malloc(c->w_elems * sizeof *c->dw_fresh);
+    if (!c->dw_fresh)
+      DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "conv: cannot allocate %zu floats for dw", c->w_elems);
+  }
+  dnnl_primitive_desc_destroy(pd);
+  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
+  dnnl_primitive_attr_destroy(attr);
+  *impl = c;
+  return DDP_OK;
+fail:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  conv_destroy(c);
+  return st;
+}
+
+/* Runs c's primitive with the weights argument `w_arg` and its two
+ * activation arguments. */
+static ddp_status_t conv_execute(conv_impl_t *c, int in_arg, int out_arg, int w_arg) {
+  dnnl_exec_arg_t args[4] = {
+      {in_arg, c->act_in}, {out_arg, c->act_out}, {w_arg, c->w.inner}, {DNNL_ARG_SCRATCHPAD, NULL}};
+  args[3].memory = c->scratch;
+  return ddp_dnnl_execute(c->prim, c->scratch ? 4 : 3, args);
+}
+
+static ddp_status_t acquire(const ddp_backend_t *be, enum conv_op op, const ddp_conv_shape_t *sh,
+                            conv_impl_t **c) {
+  const ddp_dnnl_key_t key = conv_key(op, sh);
+  void *impl = NULL;
+  const ddp_status_t st = ddp_dnnl_acquire(be, &key, conv_create, conv_destroy, &impl);
+  *c = impl;
+  return st;
+}
+
+ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                              const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_fwd"));
+  DDP_CHECK(check_shape(sh, "conv_fwd"));
+  if (!out || !inp || !w) DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_fwd: out, inp and w are required");
+  conv_impl_t *c = NULL;
+  ddp_status_t st = DDP_OK;
+  DDP_CHECK_GOTO(acquire(be, CONV_FWD, sh, &c), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->w.user, w), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_run(&c->w, 1), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_in, inp), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_out, out), st, done);
+  st = conv_execute(c, DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_WEIGHTS);
+done:
+  ddp_dnnl_release();
+  return st;
+}
+
+ddp_status_t ddp_cpu_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                   const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_bwd_data"));
+  DDP_CHECK(check_shape(sh, "conv_bwd_data"));
+  if (!dinp || !dout || !w)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_bwd_data: dinp, dout and w are required");
+  conv_impl_t *c = NULL;
+  ddp_status_t st = DDP_OK;
+  DDP_CHECK_GOTO(acquire(be, CONV_BWD_DATA, sh, &c), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->w.user, w), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_run(&c->w, 1), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_in, dout), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_out, dinp), st, done);
+  st = conv_execute(c, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS);
+done:
+  ddp_dnnl_release();
+  return st;
+}
+
+ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *dw,
+                                      const void *dout, const void *inp, const ddp_conv_shape_t *sh,
+                                      int accumulate, ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_bwd_weights"));
+  DDP_CHECK(check_shape(sh, "conv_bwd_weights"));
+  if (!dw || !dout || !inp)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_bwd_weights: dw, dout and inp are required");
+  conv_impl_t *c = NULL;
+  ddp_status_t st = DDP_OK;
+  DDP_CHECK_GOTO(acquire(be, CONV_BWD_WEIGHTS, sh, &c), st, done);
+  /* oneDNN overwrites its output; under accumulate the fresh gradient goes
+   * to the entry's buffer and is added to dw. */
+  float *target = accumulate ? c->dw_fresh : dw;
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->w.user, target), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_in, inp), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_out, dout), st, done);
+  DDP_CHECK_GOTO(conv_execute(c, DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS), st, done);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_run(&c->w, 0), st, done);
+  if (accumulate)
+    for (size_t i = 0; i < c->w_elems; ++i) dw[i] += c->dw_fresh[i];
+done:
+  ddp_dnnl_release();
+  return st;
+}
+
+ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh) {
+  DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_prepare"));
+  DDP_CHECK(check_shape(sh, "conv_prepare"));
+  ddp_status_t st = DDP_OK;
+  for (enum conv_op op = CONV_FWD; op <= CONV_BWD_WEIGHTS && st == DDP_OK; ++op) {
+    conv_impl_t *c = NULL;
+    st = acquire(be, op, sh, &c);
+    ddp_dnnl_release();
+  }
+  return st;
+}
+
+#else /* !DDP_HAVE_DNNL: every op says that this build has no oneDNN */
+
+ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                              const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
+  return ddp_cpu_dnnl_admit(be, dt, "conv_fwd");
+}
+
+ddp_status_t ddp_cpu_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                   const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
+  return ddp_cpu_dnnl_admit(be, dt, "conv_bwd_data");
+}
+
+ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *dw,
+                                      const void *dout, const void *inp, const ddp_conv_shape_t *sh,
+                                      int accumulate, ddp_stream_t s) {
+  return ddp_cpu_dnnl_admit(be, dt, "conv_bwd_weights");
+}
+
+ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh) {
+  return ddp_cpu_dnnl_admit(be, dt, "conv_prepare");
+}
+
+#endif

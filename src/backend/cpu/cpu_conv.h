@@ -1,0 +1,113 @@
+/* Convolution, batch normalization and max pooling on the CPU, through
+ * oneDNN.
+ *
+ * The layer ops of a convolutional network (a ResNet), as the CPU backend
+ * implements them: 2-D convolution without bias (in a ResNet every
+ * convolution is followed by batch norm, whose shift makes a bias
+ * redundant), spatial batch normalization and max pooling. They follow
+ * the layer-op conventions of ddptrain/nn.h: outputs first, then inputs and
+ * weights, then sizes, the stream last; parameter gradients fp32 and per `accumulate`;
+ * activation gradients overwritten. Only fp32 (`dt` DDP_DTYPE_F32) is
+ * implemented; other types are refused with DDP_ERR_UNSUPPORTED.
+ *
+ * Layouts are channels-last, the layout cuDNN's tensor cores prefer, so the
+ * GPU twins take the same buffers: activations NHWC, (N,H,W,C); weights
+ * (K,R,S,C) (out channels, kernel rows, kernel columns, in channels: cuDNN's
+ * NHWC filter layout). oneDNN may keep the weights in a blocked layout of
+ * its choosing internally; the ops reorder into and out of it (cpu_dnnl.h).
+ *
+ * These are functions rather than a table on the backend because they have
+ * one implementation so far; they become the CPU side of a `conv` table
+ * (docs/design.md §3.7) when the cuDNN twins exist. The first call for a
+ * shape builds its oneDNN primitives (milliseconds); the prepare functions
+ * do that before the step loop. Without oneDNN in the build every op
+ * returns DDP_ERR_UNSUPPORTED and says so. A rejected call writes nothing. */
+#ifndef DDPTRAIN_CPU_CONV_H
+#define DDPTRAIN_CPU_CONV_H
+
+#include "ddptrain/backend.h"
+#include "ddptrain/dtype.h"
+
+/* One convolution's sizes. Output OH = (H + 2 pad - R) / stride + 1, OW
+ * likewise with W and S; the same stride and zero padding on both axes. */
+typedef struct ddp_conv_shape {
+  int N, H, W, C; /* input (N,H,W,C) */
+  int K, R, S;    /* K filters of R x S x C */
+  int stride, pad;
+} ddp_conv_shape_t;
+
+/* The output's height and width (0 for a shape that does not fit). */
+int ddp_conv_out_h(const ddp_conv_shape_t *sh);
+int ddp_conv_out_w(const ddp_conv_shape_t *sh);
+
+/* out (N,OH,OW,K) = conv(inp (N,H,W,C), w (K,R,S,C)). */
+ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                              const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s);
+/* dinp (N,H,W,C) = gradient of the input (overwrites) from dout (N,OH,OW,K)
+ * and w (K,R,S,C). */
+ddp_status_t ddp_cpu_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                   const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s);
+/* dw (K,R,S,C, fp32) = / += per `accumulate` the gradient of the weights
+ * from dout (N,OH,OW,K) and inp (N,H,W,C). */
+ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *dw,
+                                      const void *dout, const void *inp, const ddp_conv_shape_t *sh,
+                                      int accumulate, ddp_stream_t s);
+/* Builds the three primitives for sh (outside the step loop). */
+ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
+
+/* Batch normalization over the M = N*H*W positions of each of C channels,
+ * x (N,H,W,C), y = (x - mean) / sqrt(var + eps) * gamma + beta.
+ * Training (training = 1): mean and var are the batch's (var biased, as
+ * PyTorch normalises with); they are written to save_mean, save_var (C,
+ * fp32) for the backward, and the running statistics (C, fp32) move toward
+ * them: running_mean = (1 - momentum) running_mean + momentum mean,
+ * running_var likewise with the unbiased var * M / (M - 1) (PyTorch's
+ * rule), so M must be at least 2. Inference (training = 0): the running
+ * statistics normalise, nothing is updated, save_mean / save_var may be
+ * NULL. gamma, beta (C) fp32. */
+typedef struct ddp_bn_shape {
+  int N, H, W, C;
+  float eps, momentum;
+} ddp_bn_shape_t;
+
+ddp_status_t ddp_cpu_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_mean,
+                            float *save_var, float *running_mean, float *running_var,
+                            const void *inp, const float *gamma, const float *beta,
+                            const ddp_bn_shape_t *sh, int training, ddp_stream_t s);
+/* Training backward: dinp (N,H,W,C) overwritten; dgamma, dbeta (C, fp32) =
+ * / += per `accumulate`; from dout, inp, gamma and the forward's save_mean,
+ * save_var. */
+ddp_status_t ddp_cpu_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                            float *dbeta, const void *dout, const void *inp, const float *gamma,
+                            const float *save_mean, const float *save_var, const ddp_bn_shape_t *sh,
+                            int accumulate, ddp_stream_t s);
+/* Builds the training forward, inference forward and backward primitives. */
+ddp_status_t ddp_cpu_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh);
+
+/* Max pooling over kernel x kernel windows of x (N,H,W,C), per channel:
+ * output OH = (H + 2 pad - kernel) / stride + 1, OW likewise; padded
+ * positions never win (as PyTorch's MaxPool2d, which also requires pad <=
+ * kernel / 2). The training forward records where each maximum came from in
+ * `ws`, a workspace of ddp_cpu_maxpool_workspace_bytes() bytes that the
+ * backward reads; the inference forward (ws NULL) records nothing. */
+typedef struct ddp_pool_shape {
+  int N, H, W, C;
+  int kernel, stride, pad;
+} ddp_pool_shape_t;
+
+int ddp_pool_out_h(const ddp_pool_shape_t *sh);
+int ddp_pool_out_w(const ddp_pool_shape_t *sh);
+/* *bytes = the workspace a training forward of sh needs (builds its
+ * primitives, like a prepare). */
+ddp_status_t ddp_cpu_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t dt,
+                                             const ddp_pool_shape_t *sh, size_t *bytes);
+/* out (N,OH,OW,C) = max over each window of inp (N,H,W,C); ws as above
+ * (non-NULL: training). */
+ddp_status_t ddp_cpu_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *ws,
+                                 const void *inp, const ddp_pool_shape_t *sh, ddp_stream_t s);
+/* dinp (N,H,W,C) = dout (N,OH,OW,C) routed to where each maximum came from
+ * (overwrites; positions that were no window's maximum get 0). */
+ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                 const void *ws, const ddp_pool_shape_t *sh, ddp_stream_t s);
+
+#endif
