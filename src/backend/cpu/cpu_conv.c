@@ -14,18 +14,18 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
 
-static int out_size(int in, int kernel, int stride, int pad) {
+int ddp_window_out_size(int in, int kernel, int stride, int pad) {
   if (in < 1 || kernel < 1 || stride < 1 || pad < 0) return 0;
   const int64_t span = (int64_t)in + 2 * (int64_t)pad - kernel;
   return span < 0 ? 0 : (int)(span / stride + 1);
 }
 
 int ddp_conv_out_h(const ddp_conv_shape_t *sh) {
-  return out_size(sh->H, sh->R, sh->stride, sh->pad);
+  return ddp_window_out_size(sh->H, sh->R, sh->stride, sh->pad);
 }
 
 int ddp_conv_out_w(const ddp_conv_shape_t *sh) {
-  return out_size(sh->W, sh->S, sh->stride, sh->pad);
+  return ddp_window_out_size(sh->W, sh->S, sh->stride, sh->pad);
 }
 
 #if DDP_HAVE_DNNL
@@ -174,15 +174,11 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
     if (!c->dw_fresh)
       DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "conv: cannot allocate %zu floats for dw", c->w_elems);
   }
-  dnnl_primitive_desc_destroy(pd);
-  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
-  dnnl_primitive_attr_destroy(attr);
+  ddp_dnnl_release_descs(pd, fwd_pd, attr);
   *impl = c;
   return DDP_OK;
 fail:
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  ddp_dnnl_release_descs(pd, fwd_pd, attr);
   conv_destroy(c);
   return st;
 }

@@ -36,6 +36,11 @@ typedef struct ddp_conv_shape {
   int stride, pad;
 } ddp_conv_shape_t;
 
+/* Output positions of a window of `kernel` sliding with `stride` over `in`
+ * positions padded by `pad` on each side (convolution and pooling alike);
+ * 0 for a shape that does not fit or a size that is not positive. */
+int ddp_window_out_size(int in, int kernel, int stride, int pad);
+
 /* The output's height and width (0 for a shape that does not fit). */
 int ddp_conv_out_h(const ddp_conv_shape_t *sh);
 int ddp_conv_out_w(const ddp_conv_shape_t *sh);

@@ -159,15 +159,11 @@ static ddp_status_t bn_create(const ddp_dnnl_key_t *key, void **impl) {
   dnnl_memory_t scratch = NULL;
   DDP_CHECK_GOTO(ddp_dnnl_scratchpad(&scratch, pd), st, fail);
   if (scratch) b->args[b->nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, scratch};
-  dnnl_primitive_desc_destroy(pd);
-  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
-  dnnl_primitive_attr_destroy(attr);
+  ddp_dnnl_release_descs(pd, fwd_pd, attr);
   *impl = b;
   return DDP_OK;
 fail:
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  ddp_dnnl_release_descs(pd, fwd_pd, attr);
   bn_destroy(b);
   return st;
 }

@@ -13,18 +13,12 @@
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
 
-static int pool_out(int in, int kernel, int stride, int pad) {
-  if (in < 1 || kernel < 1 || stride < 1 || pad < 0) return 0;
-  const int64_t span = (int64_t)in + 2 * (int64_t)pad - kernel;
-  return span < 0 ? 0 : (int)(span / stride + 1);
-}
-
 int ddp_pool_out_h(const ddp_pool_shape_t *sh) {
-  return pool_out(sh->H, sh->kernel, sh->stride, sh->pad);
+  return ddp_window_out_size(sh->H, sh->kernel, sh->stride, sh->pad);
 }
 
 int ddp_pool_out_w(const ddp_pool_shape_t *sh) {
-  return pool_out(sh->W, sh->kernel, sh->stride, sh->pad);
+  return ddp_window_out_size(sh->W, sh->kernel, sh->stride, sh->pad);
 }
 
 #if DDP_HAVE_DNNL
@@ -121,15 +115,11 @@ static ddp_status_t pool_create(const ddp_dnnl_key_t *key, void **impl) {
   const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(pd, dnnl_query_workspace_md, 0);
   p->ws_bytes = ws_md ? dnnl_memory_desc_get_size(ws_md) : 0;
   if (p->ws_bytes) DDP_CHECK_GOTO(ddp_dnnl_user_memory(&p->ws, ws_md), st, fail);
-  dnnl_primitive_desc_destroy(pd);
-  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
-  dnnl_primitive_attr_destroy(attr);
+  ddp_dnnl_release_descs(pd, fwd_pd, attr);
   *impl = p;
   return DDP_OK;
 fail:
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  ddp_dnnl_release_descs(pd, fwd_pd, attr);
   pool_destroy(p);
   return st;
 }

@@ -182,6 +182,13 @@ fail:
   return st;
 }
 
+void ddp_dnnl_release_descs(dnnl_primitive_desc_t pd, dnnl_primitive_desc_t fwd_pd,
+                            dnnl_primitive_attr_t attr) {
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (fwd_pd) dnnl_primitive_desc_destroy(fwd_pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+}
+
 ddp_status_t ddp_dnnl_scratchpad(dnnl_memory_t *mem, const_dnnl_primitive_desc_t pd) {
   *mem = NULL;
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);

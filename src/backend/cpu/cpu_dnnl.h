@@ -87,6 +87,11 @@ ddp_status_t ddp_dnnl_primitive(dnnl_primitive_t *prim, const_dnnl_primitive_des
 /* Attributes that hand the scratchpad to the caller (ddp_dnnl_scratchpad),
  * so executing never allocates. */
 ddp_status_t ddp_dnnl_user_scratchpad_attr(dnnl_primitive_attr_t *attr);
+/* Destroys what building a primitive needed and no longer does: its
+ * descriptor, the forward descriptor a backward was hinted with, and the
+ * attributes. Each may be NULL. */
+void ddp_dnnl_release_descs(dnnl_primitive_desc_t pd, dnnl_primitive_desc_t fwd_pd,
+                            dnnl_primitive_attr_t attr);
 /* The memory for pd's scratchpad, allocated once (NULL when it needs none). */
 ddp_status_t ddp_dnnl_scratchpad(dnnl_memory_t *mem, const_dnnl_primitive_desc_t pd);
 /* A memory object for md whose buffer is set per call (ddp_dnnl_point). */
