@@ -114,6 +114,9 @@ typedef struct ddp_backend_config {
   int local_size;     /* ranks on this node, for the default thread count */
   int need_model_ops; /* the job trains a model: "auto" skips backends without
                          nn kernels; naming one explicitly is an error */
+  int conv_nondeterministic; /* GPUs: convolution algorithms may be
+                                nondeterministic (0, the zeroed default:
+                                deterministic ones only; --deterministic off) */
   int allow_tf32;     /* GPUs: fp32 GEMMs may use TF32 tensor cores (0, the
                          zeroed default: exact fp32; the CLI's --tf32 is on) */
 } ddp_backend_config_t;
@@ -166,6 +169,9 @@ typedef struct ddp_backend_ops {
 
   /* The model kernels (ddptrain/nn.h); NULL where this backend has none. */
   const struct ddp_nn_ops *nn;
+  /* The convolutional-network kernels (ddptrain/conv.h); NULL where this
+   * backend has none. */
+  const struct ddp_conv_ops *conv;
   /* The optimizer: the fused step, the gradient norm and the half
    * all-reduce's epilogue behind optim/optim.h (an internal table,
    * src/backend/optim_ops.h). NULL where this backend has none: the

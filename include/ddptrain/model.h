@@ -51,6 +51,26 @@ extern "C" {
 
 typedef struct ddp_model ddp_model_t;
 
+/* How the runtime keeps a buffer consistent across ranks. */
+typedef enum ddp_buffer_kind {
+  /* A statistic each rank updates from its own batches (BatchNorm's
+   * running mean and variance without --sync-bn): averaged over the ranks
+   * before every evaluation, checkpoint and export, so all replicas
+   * evaluate and save the same model. */
+  DDP_BUFFER_MEAN = 0,
+  /* A counter every rank advances alike (num_batches_tracked): identical
+   * without help; stored as fp32 (exact to 2^24), exported as an int64
+   * scalar as PyTorch keeps it. */
+  DDP_BUFFER_COUNT = 1,
+} ddp_buffer_kind_t;
+
+/* One entry of a model's buffer table: where it lives in m->buffers (the
+ * parameter table's fields; `decay` unused) and how it is kept. */
+typedef struct ddp_buffer {
+  ddp_param_t t;
+  ddp_buffer_kind_t kind;
+} ddp_buffer_t;
+
 /* The data a model is built for, known before it is created. */
 typedef struct ddp_data_shape {
   ddp_batch_kind_t kind;
@@ -181,6 +201,23 @@ struct ddp_model {
   size_t n_params;
   float *params, *grads; /* backend memory, n_params each */
   int64_t n_outputs;     /* values per row of copy_outputs (0: none) */
+  /* ---- buffers: model state that is not trained (docs/design.md §3.9),
+   * set by create; optional (NULL, 0: none) --------------------------------
+   * BatchNorm's running statistics and batch counters: one fp32 buffer in
+   * backend memory, described by its own table (names are PyTorch
+   * state_dict keys, entries tile [0, n_buffer_floats) like the parameter
+   * table's). The runtime broadcasts them from rank 0 with the weights,
+   * checkpoints and exports them, and keeps them consistent across ranks
+   * as each entry's kind says; they never enter the gradients, the reducer
+   * or the optimizer. */
+  const ddp_buffer_t *buffer_tensors;
+  int n_buffer_tensors;
+  size_t n_buffer_floats;
+  float *buffers;
+  /* 1 when every rank computes the same buffers already (statistics over
+   * all ranks, --sync-bn): the runtime then never averages them. */
+  int buffers_in_sync;
+
   /* ---- set by create, changed by set_precision ------------------------- */
   ddp_dtype_t precision; /* activations and compute_params; DDP_DTYPE_F32 */
   void *compute_params;  /* n_params elements of precision, or NULL in fp32 */
@@ -196,6 +233,13 @@ struct ddp_model {
    * gradient check, which names the first non-finite tensor. */
   ddp_status_t (*watch_fn)(void *ctx, const char *what, void *x, ddp_dtype_t dtype, size_t n);
   void *watch_ctx;
+  /* Sums n fp32 values of backend memory across the ranks, in place, for
+   * statistics a model computes over the whole job inside a pass
+   * (--sync-bn). x is written by work enqueued on the compute stream; the
+   * sum is in place for work enqueued after the call. NULL in a single
+   * process: the sum over one rank is x itself (ddp_model_allreduce). */
+  ddp_status_t (*allreduce_fn)(void *ctx, float *x, size_t n);
+  void *allreduce_ctx;
 };
 
 /* For models: tensor `index` of the table has its final gradient for this
@@ -203,6 +247,10 @@ struct ddp_model {
 static inline void ddp_model_grad_ready(ddp_model_t *m, int index) {
   if (m->grad_ready_fn)
     m->grad_ready_fn(m->grad_ready_ctx, m->tensors[index].offset, m->tensors[index].count);
+}
+/* For models: sums x (n fp32, backend memory) across the ranks, in place. */
+static inline ddp_status_t ddp_model_allreduce(ddp_model_t *m, float *x, size_t n) {
+  return m->allreduce_fn ? m->allreduce_fn(m->allreduce_ctx, x, n) : DDP_OK;
 }
 /* For models: shows x to the watcher, if there is one. */
 static inline ddp_status_t ddp_model_watch(ddp_model_t *m, const char *what, void *x,

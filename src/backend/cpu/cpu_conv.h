@@ -26,24 +26,11 @@
 #define DDPTRAIN_CPU_CONV_H
 
 #include "ddptrain/backend.h"
+#include "ddptrain/conv.h"
 #include "ddptrain/dtype.h"
 
-/* One convolution's sizes. Output OH = (H + 2 pad - R) / stride + 1, OW
- * likewise with W and S; the same stride and zero padding on both axes. */
-typedef struct ddp_conv_shape {
-  int N, H, W, C; /* input (N,H,W,C) */
-  int K, R, S;    /* K filters of R x S x C */
-  int stride, pad;
-} ddp_conv_shape_t;
-
-/* Output positions of a window of `kernel` sliding with `stride` over `in`
- * positions padded by `pad` on each side (convolution and pooling alike);
- * 0 for a shape that does not fit or a size that is not positive. */
-int ddp_window_out_size(int in, int kernel, int stride, int pad);
-
-/* The output's height and width (0 for a shape that does not fit). */
-int ddp_conv_out_h(const ddp_conv_shape_t *sh);
-int ddp_conv_out_w(const ddp_conv_shape_t *sh);
+/* The shapes (ddp_conv_shape_t, ddp_bn_shape_t, ddp_pool_shape_t) and
+ * output sizes are ddptrain/conv.h's. */
 
 /* out (N,OH,OW,K) = conv(inp (N,H,W,C), w (K,R,S,C)). */
 ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
@@ -70,11 +57,6 @@ ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_c
  * rule), so M must be at least 2. Inference (training = 0): the running
  * statistics normalise, nothing is updated, save_mean / save_var may be
  * NULL. gamma, beta (C) fp32. */
-typedef struct ddp_bn_shape {
-  int N, H, W, C;
-  float eps, momentum;
-} ddp_bn_shape_t;
-
 ddp_status_t ddp_cpu_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_mean,
                             float *save_var, float *running_mean, float *running_var,
                             const void *inp, const float *gamma, const float *beta,
@@ -95,13 +77,6 @@ ddp_status_t ddp_cpu_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_
  * kernel / 2). The training forward records where each maximum came from in
  * `ws`, a workspace of ddp_cpu_maxpool_workspace_bytes() bytes that the
  * backward reads; the inference forward (ws NULL) records nothing. */
-typedef struct ddp_pool_shape {
-  int N, H, W, C;
-  int kernel, stride, pad;
-} ddp_pool_shape_t;
-
-int ddp_pool_out_h(const ddp_pool_shape_t *sh);
-int ddp_pool_out_w(const ddp_pool_shape_t *sh);
 /* *bytes = the workspace a training forward of sh needs (builds its
  * primitives, like a prepare). */
 ddp_status_t ddp_cpu_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t dt,
