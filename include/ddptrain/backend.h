@@ -108,17 +108,17 @@ ddp_status_t ddp_gemm_validate(const ddp_gemm_t *g);
 typedef struct ddp_backend ddp_backend_t;
 
 typedef struct ddp_backend_config {
-  const char *device; /* "auto", "cpu", "cuda" or "cuda:N"; NULL = "auto" */
-  int local_rank;     /* picks the GPU when device is "auto" or "cuda" */
-  int threads;        /* CPU math threads; 0 = cores / ranks on this node */
-  int local_size;     /* ranks on this node, for the default thread count */
-  int need_model_ops; /* the job trains a model: "auto" skips backends without
-                         nn kernels; naming one explicitly is an error */
+  const char *device;        /* "auto", "cpu", "cuda" or "cuda:N"; NULL = "auto" */
+  int local_rank;            /* picks the GPU when device is "auto" or "cuda" */
+  int threads;               /* CPU math threads; 0 = cores / ranks on this node */
+  int local_size;            /* ranks on this node, for the default thread count */
+  int need_model_ops;        /* the job trains a model: "auto" skips backends without
+                                nn kernels; naming one explicitly is an error */
   int conv_nondeterministic; /* GPUs: convolution algorithms may be
                                 nondeterministic (0, the zeroed default:
                                 deterministic ones only; --deterministic off) */
-  int allow_tf32;     /* GPUs: fp32 GEMMs may use TF32 tensor cores (0, the
-                         zeroed default: exact fp32; the CLI's --tf32 is on) */
+  int allow_tf32;            /* GPUs: fp32 GEMMs may use TF32 tensor cores (0, the
+                                zeroed default: exact fp32; the CLI's --tf32 is on) */
 } ddp_backend_config_t;
 
 typedef struct ddp_backend_ops {

@@ -98,16 +98,16 @@ typedef struct ddp_conv_ops {
    * likewise with the unbiased variance var * M / (M - 1), so M >= 2.
    * Inference (training = 0): normalises by the running statistics and
    * updates nothing; save_a, save_b may be NULL. gamma, beta (C) fp32. */
-  ddp_status_t (*bn_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
-                         float *save_b, float *running_mean, float *running_var, const void *inp,
+  ddp_status_t (*bn_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a, float *save_b,
+                         float *running_mean, float *running_var, const void *inp,
                          const float *gamma, const float *beta, const ddp_bn_shape_t *sh,
                          int training, ddp_stream_t s);
   /* Training backward: dinp (N,H,W,C) overwritten; dgamma, dbeta (C fp32)
    * = / += per `accumulate`; from dout, inp, gamma and the forward's saves. */
-  ddp_status_t (*bn_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
-                         float *dbeta, const void *dout, const void *inp, const float *gamma,
-                         const float *save_a, const float *save_b, const ddp_bn_shape_t *sh,
-                         int accumulate, ddp_stream_t s);
+  ddp_status_t (*bn_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma, float *dbeta,
+                         const void *dout, const void *inp, const float *gamma, const float *save_a,
+                         const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
+                         ddp_stream_t s);
   ddp_status_t (*bn_prepare)(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh);
 
   /* ---- batch normalization in parts, for statistics over several ranks
@@ -140,9 +140,9 @@ typedef struct ddp_conv_ops {
    * ranks' parameter gradients, as for any parameter). */
   ddp_status_t (*bn_apply_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                                float *dbeta, const void *dout, const void *inp, const float *mean,
-                               const float *var, const float *gamma, const float *g,
-                               const float *l, int64_t M_total, const ddp_bn_shape_t *sh,
-                               int accumulate, ddp_stream_t s);
+                               const float *var, const float *gamma, const float *g, const float *l,
+                               int64_t M_total, const ddp_bn_shape_t *sh, int accumulate,
+                               ddp_stream_t s);
 
   /* ---- pooling ---------------------------------------------------------- */
   /* Max pooling: OH = (H + 2 pad - kernel) / stride + 1, OW likewise; padded
@@ -160,8 +160,8 @@ typedef struct ddp_conv_ops {
   /* Global average pooling: out (N,C) = mean over HW positions of inp
    * (N,HW,C), accumulated in fp32; the backward spreads dout / HW over the
    * positions (dinp overwritten). */
-  ddp_status_t (*avgpool_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
-                              int N, int HW, int C, ddp_stream_t s);
+  ddp_status_t (*avgpool_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp, int N,
+                              int HW, int C, ddp_stream_t s);
   ddp_status_t (*avgpool_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
                               int N, int HW, int C, ddp_stream_t s);
 
