@@ -105,6 +105,11 @@ typedef struct ddp_model_ops {
   unsigned devices; /* DDP_MODEL_ON(DDP_DEVICE_KIND_CPU) | ...; never 0 */
   int uses_nn_ops;  /* 1: needs the backend's nn kernels (ddptrain/nn.h): under
                        --device auto a backend without them is skipped */
+  /* Record models only: 1 when the records are images. --data then names
+   * an image shard (ddpprep --images, docs/design.md §5.6), the built-in
+   * image set without it; record batches hold (B,H,W,C) fp32 pixels the
+   * loader has augmented and normalised (record_shape H, W, C). */
+  int image_data;
 
   /* ---- flags ---------------------------------------------------------- */
   /* The model's own command-line flags: parsed, range-checked and listed by
