@@ -5,7 +5,7 @@ bench/resnet_cpu.sh: global images/s, and top-1 on a held-out shard after a
 fixed budget of steps.
 
 The model is torchvision's ResNet layout written out here (torchvision is
-not a dependency): basic blocks, the CIFAR stem (a 3x3 convolution, stride 1,
+not a dependency): basic blocks (bottleneck ones from depth 50), the CIFAR stem (a 3x3 convolution, stride 1,
 no max-pool) or the ImageNet one (7x7 stride 2 + 3x3 max-pool), global
 average pooling and a linear classifier; convolutions have no bias; BN
 per rank (DDP's default, broadcast_buffers=True). The input pipeline is the
@@ -49,7 +49,8 @@ def read_shard(path):
 
 def build_model(torch, depth, width, in_ch, classes, stem):
     nn = torch.nn
-    blocks = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 34: [3, 4, 6, 3]}[depth]
+    blocks = {10: [1, 1, 1, 1], 18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3]}[depth]
+    bottleneck = depth >= 50
 
     class Basic(nn.Module):
         def __init__(self, cin, cout, stride):
@@ -70,6 +71,30 @@ def build_model(torch, depth, width, in_ch, classes, stem):
             y = self.bn2(self.conv2(y))
             return self.relu(y + idt)
 
+    class Bottleneck(nn.Module):
+        # torchvision's v1.5: the stride on the 3x3 convolution
+        def __init__(self, cin, planes, stride):
+            super().__init__()
+            cout = planes * 4
+            self.conv1 = nn.Conv2d(cin, planes, 1, 1, 0, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, cout, 1, 1, 0, bias=False)
+            self.bn3 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                                nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            idt = x if self.downsample is None else self.downsample(x)
+            y = self.relu(self.bn1(self.conv1(x)))
+            y = self.relu(self.bn2(self.conv2(y)))
+            y = self.bn3(self.conv3(y))
+            return self.relu(y + idt)
+
     class ResNet(nn.Module):
         def __init__(self):
             super().__init__()
@@ -83,11 +108,16 @@ def build_model(torch, depth, width, in_ch, classes, stem):
             self.relu = nn.ReLU(inplace=True)
             layers, cin = [], width
             for i, n in enumerate(blocks):
-                cout = width << i
+                planes = width << i
                 mods = []
                 for j in range(n):
-                    mods.append(Basic(cin, cout, 2 if (j == 0 and i > 0) else 1))
-                    cin = cout
+                    stride = 2 if (j == 0 and i > 0) else 1
+                    if bottleneck:
+                        mods.append(Bottleneck(cin, planes, stride))
+                        cin = planes * 4
+                    else:
+                        mods.append(Basic(cin, planes, stride))
+                        cin = planes
                 layers.append(nn.Sequential(*mods))
             self.layer1, self.layer2, self.layer3, self.layer4 = layers
             self.avgpool = nn.AdaptiveAvgPool2d(1)
@@ -209,7 +239,7 @@ def main():
     p.add_argument("--val-data")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--depth", type=int, default=18, choices=[10, 18, 34])
+    p.add_argument("--depth", type=int, default=18, choices=[10, 18, 34, 50])
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--stem", default="cifar", choices=["cifar", "imagenet"])
     p.add_argument("--batch", type=int, default=32, help="images per rank per step")
