@@ -335,20 +335,20 @@ START_TEST(test_half_xent) {
     float sum_f = 1.5f, sum_h = 1.5f;
     /* loss only */
     ck_assert_int_eq(nn->xent_fused(g_be, DDP_DTYPE_F32, loss_f, &sum_f, NULL, logits.f, tg, 0.0f,
-                                    N, V, VP, NULL),
+                                    0.0f, N, V, VP, NULL),
                      DDP_OK);
     ck_assert_int_eq(
-        nn->xent_fused(g_be, g_dt, loss_h, &sum_h, NULL, logits.h, tg, 0.0f, N, V, VP, NULL),
+        nn->xent_fused(g_be, g_dt, loss_h, &sum_h, NULL, logits.h, tg, 0.0f, 0.0f, N, V, VP, NULL),
         DDP_OK);
     expect_f32(loss_h, loss_f, N, "xent_fused losses");
     expect_f32(&sum_h, &sum_f, 1, "xent_fused loss sum");
     /* fused backward in place over the logits, padding columns included */
     ck_assert_int_eq(nn->xent_fused(g_be, DDP_DTYPE_F32, loss_f, &sum_f, logits.f, logits.f, tg,
-                                    0.25f, N, V, VP, NULL),
+                                    0.25f, 0.0f, N, V, VP, NULL),
                      DDP_OK);
-    ck_assert_int_eq(
-        nn->xent_fused(g_be, g_dt, loss_h, &sum_h, logits.h, logits.h, tg, 0.25f, N, V, VP, NULL),
-        DDP_OK);
+    ck_assert_int_eq(nn->xent_fused(g_be, g_dt, loss_h, &sum_h, logits.h, logits.h, tg, 0.25f, 0.0f,
+                                    N, V, VP, NULL),
+                     DDP_OK);
     expect_half(&logits, "xent_fused dlogits");
     expect_f32(&sum_h, &sum_f, 1, "xent_fused loss sum (second)");
   }
