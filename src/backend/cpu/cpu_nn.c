@@ -404,10 +404,18 @@ static double exp_sum_row(float *e, const float *x, size_t n, float mx) {
   return total;
 }
 
-/* The mean of x[0..n) in double: the smoothing term's uniform target. */
+/* The mean of x[0..n), the smoothing term's uniform target: vector sums of
+ * XENT_BLOCK entries added in double, as exp_sum_row's. */
 static double row_mean(const float *x, size_t n) {
   double total = 0;
-  for (size_t i = 0; i < n; ++i) total += (double)x[i];
+  size_t i = 0;
+  while (i + CPU_VW <= n) {
+    const size_t end = n - i > XENT_BLOCK ? i + XENT_BLOCK : n;
+    cpu_vf acc = cpu_vsplat(0.0f);
+    for (; i + CPU_VW <= end; i += CPU_VW) acc += cpu_vload(x + i);
+    total += (double)cpu_vhsum(acc);
+  }
+  for (; i < n; ++i) total += (double)x[i];
   return total / (double)n;
 }
 
@@ -458,15 +466,17 @@ DDP_CPU_CLONES ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *los
     if (d) {
       const float scale = (float)((double)dloss / sum);
       size_t i = 0;
-      for (; i + CPU_VW <= v; i += CPU_VW) cpu_vstore(d + i, cpu_vload(d + i) * scale);
-      for (; i < v; ++i) d[i] *= scale;
-      if (smoothing != 0.0f) {
+      if (smoothing == 0.0f) {
+        for (; i + CPU_VW <= v; i += CPU_VW) cpu_vstore(d + i, cpu_vload(d + i) * scale);
+        for (; i < v; ++i) d[i] *= scale;
+        d[t] -= dloss;
+      } else {
         /* the target distribution (1 - e) onehot + e / V */
         const float uniform = (float)((double)smoothing * (double)dloss / (double)v);
-        for (i = 0; i < v; ++i) d[i] -= uniform;
+        const cpu_vf u = cpu_vsplat(uniform);
+        for (; i + CPU_VW <= v; i += CPU_VW) cpu_vstore(d + i, cpu_vload(d + i) * scale - u);
+        for (; i < v; ++i) d[i] = d[i] * scale - uniform;
         d[t] -= (float)((1.0 - (double)smoothing) * (double)dloss);
-      } else {
-        d[t] -= dloss;
       }
       if (vp > v) row_zero(d + v, vp - v);
     }
