@@ -8,7 +8,7 @@
 #  - metrics of a record model: samples/s (global) in the progress lines and
 #    samples_per_s in the JSONL, MFU from the model's cost per record (FLOPs
 #    per record x records per second / peak), top-1 always and top-5 only
-#    with more than 10 classes (eval log line, summary, JSONL val_top5);
+#    with more than 10 classes (eval log line, summary, JSONL top5_acc);
 #  - its flags are in --help, and misuse is a clear error with exit 2
 #    (another model's flag, out-of-range values, a GPU for a CPU-only
 #    model) or 1 (a precision the model does not have).
@@ -140,12 +140,12 @@ check(len(rates) == len(steps) and all(abs(x - round(r["samples_per_s"])) <= 1
       for x, r in zip(rates, steps)), "progress lines show samples/s = samples_per_s: %s" % rates)
 check(final.get("samples_per_s", 0) > 0, "final samples_per_s %s" % final.get("samples_per_s"))
 for r in evals + [final]:
-    t1, t5 = r.get("top1_acc"), r.get("val_top5")
+    t1, t5 = r.get("top1_acc"), r.get("top5_acc")
     if K > 10:
         check(t1 is not None and t5 is not None and t1 <= t5 <= 1,
-              "%s: top1_acc %s <= val_top5 %s <= 1" % (r["record"], t1, t5))
+              "%s: top1_acc %s <= top5_acc %s <= 1" % (r["record"], t1, t5))
     else:
-        check(t1 is not None and "val_top5" not in r, "%s: top1_acc %s, no val_top5"
+        check(t1 is not None and "top5_acc" not in r, "%s: top1_acc %s, no top5_acc"
               % (r["record"], t1))
 lines5 = re.findall(r"val loss [0-9.]+ \| top-1 ([0-9.]+)% \| top-5 ([0-9.]+)%", text)
 summ = re.search(r"top-1 accuracy ([0-9.]+)%(, top-5 ([0-9.]+)%)? on (\d+) held-out records", text)
@@ -154,7 +154,7 @@ if K > 10:
     check(len(lines5) == 3 and all(float(x) <= float(y) for x, y in lines5),
           "eval lines show top-1 <= top-5: %s" % lines5)
     check(summ is not None and summ.group(3) is not None and
-          abs(float(summ.group(3)) - 100 * final["val_top5"]) < 0.051,
+          abs(float(summ.group(3)) - 100 * final["top5_acc"]) < 0.051,
           "the summary's top-5 is the final record's")
 else:
     check(not lines5 and "top-5" not in text, "no top-5 anywhere")

@@ -759,11 +759,11 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
 static ddp_status_t write_eval_record(trainer_t *tr, int64_t step, const eval_result_t *ev,
                                       int64_t useful) {
   const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
-  /* val_top5 last: without a top-5 its NULL key ends the list early */
+  /* top5_acc last: without a top-5 its NULL key ends the list early */
   if (ev->n)
     return ddp_metrics_write(&tr->metrics, DDP_METRICS_EVAL, "step", (double)step + 1, "val_loss",
                              ev->val_loss, tokens ? "tokens" : "samples", (double)useful,
-                             "top1_acc", ev->acc, isnan(ev->top5) ? NULL : "val_top5", ev->top5,
+                             "top1_acc", ev->acc, isnan(ev->top5) ? NULL : "top5_acc", ev->top5,
                              NULL);
   return ddp_metrics_write(&tr->metrics, DDP_METRICS_EVAL, "step", (double)step + 1, "val_loss",
                            ev->val_loss, tokens ? "tokens" : "samples", (double)useful, NULL);
@@ -1014,7 +1014,7 @@ static ddp_status_t run(trainer_t *tr) {
         &tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss, "val_loss", fe.val_loss,
         tr->data.kind == DDP_BATCH_TOKENS ? "task_acc" : "top1_acc", fe.acc, tr->rate_key, rate,
         "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "loop_allocs", (double)tot.loop_allocs,
-        isnan(fe.top5) ? NULL : "val_top5", fe.top5, NULL));
+        isnan(fe.top5) ? NULL : "top5_acc", fe.top5, NULL));
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss,
                                 "val_loss", fe.val_loss, tr->rate_key, rate, "peak_mem_mb",
