@@ -325,8 +325,9 @@ int ddpprep_folder_run(const ddpprep_images_opts_t *o, const char *root, ddpprep
     if (!is_dir && names[i][0] != '.') ++skipped;
     if (is_dir) {
       if (strchr(names[i], '\n')) {
-        say("class folder '%s': its name holds a newline, which %s_classes.txt cannot hold", path,
-            o->prefix);
+        /* the name is not printed: it would break the one-line message */
+        say("a class folder in '%s': its name holds a newline, which %s_classes.txt cannot hold",
+            root, o->prefix);
         free(path);
         goto done;
       }
