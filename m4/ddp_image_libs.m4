@@ -9,7 +9,8 @@
 # and it is the API that libjpeg-dev names on every distribution (jpeg_mem_src,
 # which reads from memory, needs libjpeg-turbo or libjpeg >= 8).
 # pkg-config's libjpeg.pc is used when present (libjpeg-turbo ships it),
-# plain -ljpeg otherwise. The header versions are recorded for --build-info.
+# plain -ljpeg otherwise; PNG_CFLAGS/PNG_LIBS and JPEG_CFLAGS/JPEG_LIBS on
+# the command line override both. The versions are recorded for --build-info.
 # Without either library everything else builds, and `ddpprep --images
 # folder` says which library this build lacks (exit status 2).
 AC_DEFUN([DDP_CHECK_PNG], [
@@ -18,6 +19,7 @@ AC_DEFUN([DDP_CHECK_PNG], [
               [ddp_with_png=$withval], [ddp_with_png=guess])
   ddp_have_png=0
   ddp_png_version=
+  AS_IF([test "x$ddp_with_png" = xno], [PNG_CFLAGS=; PNG_LIBS=])
   AS_IF([test "x$ddp_with_png" != xno], [
     PKG_CHECK_MODULES([PNG], [libpng >= 1.6], [
       DDP_SAVE_FLAGS
@@ -50,8 +52,7 @@ AC_DEFUN([DDP_CHECK_JPEG], [
               [ddp_with_jpeg=$withval], [ddp_with_jpeg=guess])
   ddp_have_jpeg=0
   ddp_jpeg_version=
-  JPEG_CFLAGS=
-  JPEG_LIBS=
+  AS_IF([test "x$ddp_with_jpeg" = xno], [JPEG_CFLAGS=; JPEG_LIBS=])
   AS_IF([test "x$ddp_with_jpeg" != xno], [
     PKG_CHECK_MODULES([JPEG], [libjpeg], [], [JPEG_CFLAGS=; JPEG_LIBS=-ljpeg])
     DDP_SAVE_FLAGS

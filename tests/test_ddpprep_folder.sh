@@ -30,13 +30,24 @@ trap 'rm -rf "$dir"' EXIT
 ok() { echo "ok: $1"; }
 ko() { echo "FAIL: $1"; [ -f "$dir/err" ] && sed 's/^/  | /' "$dir/err"; fail=1; }
 
+# --build-info names both libraries, with yes or no as configure found them.
+png=no jpeg=no
+grep -q '^#define DDP_HAVE_PNG 1' "$top_builddir/config.h" && png=yes
+grep -q '^#define DDP_HAVE_JPEG 1' "$top_builddir/config.h" && jpeg=yes
+"$top_builddir/ddptrain" --build-info > "$dir/info" 2>&1
+if grep -qE "^  libpng +$png" "$dir/info" && grep -qE "^  libjpeg +$jpeg" "$dir/info"; then
+  ok "--build-info: libpng $png, libjpeg $jpeg"
+else
+  echo "FAIL: --build-info lacks 'libpng $png' or 'libjpeg $jpeg'"; sed 's/^/  | /' "$dir/info"; fail=1
+fi
+
 mkdir "$dir/one"
-if ! grep -q '^#define DDP_HAVE_PNG 1' "$top_builddir/config.h" ||
-   ! grep -q '^#define DDP_HAVE_JPEG 1' "$top_builddir/config.h"; then
+if [ $png = no ] || [ $jpeg = no ]; then
   "$PREP" --images folder --image-size 4 -o "$dir/bad" "$dir/one" > "$dir/out" 2>&1
   rc=$?
   if [ $rc -eq 2 ] && grep -qE "built without (libpng|libjpeg)" "$dir/out"; then
     echo "ok: a build without libpng or libjpeg refuses --images folder, naming the library"
+    [ $fail = 0 ] || exit 1
     echo "SKIP: this build has no libpng or no libjpeg"; exit 77
   fi
   echo "FAIL: a build without libpng or libjpeg: exit $rc"; sed 's/^/  | /' "$dir/out"; exit 1
