@@ -140,7 +140,7 @@ static const opt_row_t k_rows[] = {
     {"images", 0, K_STR, 0, 0, "FORMAT",
      "convert images, not text, from FORMAT (idx, cifar10, cifar100, folder)"},
     {"image-size", 0, K_INT, 1, 8192, "N", "--images folder: the side of the square images"},
-    {"channels", 0, K_INT, 1, 3, "C", "--images folder: 3 (RGB) or 1 (gray) [3]"},
+    {"channels", 0, K_INT, 1, 3, "C", "--images folder: RGB or gray (3, 1) [3]"},
     {"help", 'h', K_FLAG, 0, 0, NULL, "print this help and exit"},
 };
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
