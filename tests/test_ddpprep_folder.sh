@@ -14,8 +14,9 @@
 #    same byte for byte with 1 and with 4 --threads;
 #  - bad input (missing --image-size, extra paths, flags of folder given to
 #    idx, --channels 2, a missing path, a file, one class, an empty class, a
-#    dangling link, a class name with a newline, a corrupt, truncated or
-#    mislabelled PNG, a truncated or CMYK JPEG, two bad files: the first) exits 2 or 1 with one line
+#    dangling link, a class name with a newline, a corrupt, truncated,
+#    mislabelled or huge PNG, a truncated, CMYK or huge JPEG, two bad files:
+#    the first) exits 2 or 1 with one line
 #    naming the cause and leaves no PREFIX_* file; an earlier output under
 #    the same prefix stays untouched.
 # In a build without libpng or libjpeg, only the refusal is checked (exit 2,
@@ -176,12 +177,17 @@ k = len(good) - 13  # the last byte of IDAT's CRC, before the 12 bytes of IEND
 open(b + "/crc.png", "wb").write(good[:k] + bytes([good[k] ^ 0xFF]) + good[k + 1:])
 open(b + "/cut.png", "wb").write(good[:len(good) - 20])
 open(b + "/notpng.png", "wb").write(b"GIF89a" + b"\0" * 40)
+# a header that claims 20000 x 20000 pixels: refused before any allocation
+open(b + "/huge.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0))
+                                  + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
 if have_pil:
     im = Image.new("RGB", (64, 64)); im.putdata([(x * 4, y * 4, 128) for y in range(64) for x in range(64)])
     im.save(b + "/full.jpg", "JPEG", quality=90)
     j = open(b + "/full.jpg", "rb").read()
     open(b + "/cut.jpg", "wb").write(j[:len(j) // 2])
     Image.new("CMYK", (8, 8), (10, 20, 30, 40)).save(b + "/cmyk.jpg", "JPEG")
+    k = j.index(b"\xff\xc0")  # baseline SOF: length, precision, height, width
+    open(b + "/huge.jpg", "wb").write(j[:k + 5] + struct.pack(">HH", 60000, 60000) + j[k + 9:])
 PY
 [ -f "$dir/expected.json" ] || { echo "FAIL: could not make the test tree"; exit 1; }
 pil=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pil"])' "$dir/expected.json")
@@ -307,11 +313,15 @@ one_bad cut.png x.png
 bad "a truncated PNG" 1 "input '$dir/cb/b/x.png': corrupt PNG data at byte" $F "$dir/cb"
 one_bad notpng.png x.png
 bad "not a PNG" 1 "input '$dir/cb/b/x.png': not a PNG file (no PNG signature at byte 0)" $F "$dir/cb"
+one_bad huge.png x.png
+bad "a PNG of 20000x20000 pixels" 1 "input '$dir/cb/b/x.png': PNG of 20000x20000 pixels is larger than" $F "$dir/cb"
 one_bad notpng.png x.jpg
 bad "not a JPEG" 1 "input '$dir/cb/b/x.jpg': not a JPEG file (no SOI marker at byte 0)" $F "$dir/cb"
 if [ "$pil" = True ]; then
   one_bad cut.jpg x.jpg
   bad "a truncated JPEG" 1 "input '$dir/cb/b/x.jpg': corrupt JPEG data at byte" $F "$dir/cb"
+  one_bad huge.jpg x.jpg
+  bad "a JPEG of 60000x60000 pixels" 1 "input '$dir/cb/b/x.jpg': JPEG of 60000x60000 pixels is larger than" $F "$dir/cb"
   one_bad cmyk.jpg x.jpg
   bad "a CMYK JPEG" 1 "input '$dir/cb/b/x.jpg': CMYK JPEG: not supported (convert it to RGB first)" $F "$dir/cb"
   # the first bad file in path order is named, whatever the threads
