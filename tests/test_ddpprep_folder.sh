@@ -16,9 +16,9 @@
 #    idx, --channels 2, a missing path, a file, one class, an empty class, a
 #    dangling link, a class name with a newline, a corrupt, truncated,
 #    mislabelled or huge PNG, a truncated, CMYK or huge JPEG, two bad files:
-#    the first) exits 2 or 1 with one line
-#    naming the cause and leaves no PREFIX_* file; an earlier output under
-#    the same prefix stays untouched.
+#    the first; PREFIX_classes.txt not writable or not renamable) exits 2 or
+#    1 with one line naming the cause and leaves no PREFIX_* file; an
+#    earlier output under the same prefix stays untouched.
 # In a build without libpng or libjpeg, only the refusal is checked (exit 2,
 # naming the library), then the test SKIPs.
 . "${top_builddir:-.}/tests/env.sh"
@@ -295,6 +295,7 @@ bad "one class" 1 "input folder '$dir/c1' holds 1 class folder; --images folder 
 mkdir -p "$dir/ce/a" "$dir/ce/b"; cp "$B/k1/ok.png" "$dir/ce/a/"; echo x > "$dir/ce/b/x.txt"
 bad "a class without images" 1 "class folder '$dir/ce/b' holds no .png, .jpg or .jpeg file" $F "$dir/ce"
 mkdir -p "$dir/cl/a" "$dir/cl/b"; cp "$B/k1/ok.png" "$dir/cl/a/"; cp "$B/k1/ok.png" "$dir/cl/b/"
+cp -r "$dir/cl" "$dir/cl0"
 ln -s "$dir/gone.png" "$dir/cl/b/link.png"
 bad "a dangling link" 1 "cannot read '$dir/cl/b/link.png': No such file or directory" $F "$dir/cl"
 mkdir -p "$dir/cn/a" "$dir/cn/b
@@ -328,6 +329,22 @@ if [ "$pil" = True ]; then
   one_bad cut.jpg y.jpg && cp "$B/crc.png" "$dir/cb/b/x.png"
   bad "two bad files, 4 threads: the first is named" 1 "input '$dir/cb/b/x.png'" $F --threads 4 "$dir/cb"
 fi
+
+# The names file cannot be written (its temporary name is taken by a folder)
+# or renamed into place (its name is a folder that is not empty): exit 1,
+# one line naming it, and neither shard is left.
+mkdir -p "$dir/w/x_classes.txt.tmp"
+if ! "$PREP" --images folder --image-size 4 -o "$dir/w/x" "$dir/cl0" > "$dir/err" 2>&1 &&
+   grep -q "cannot write '$dir/w/x_classes.txt.tmp'" "$dir/err" && [ "$(wc -l < "$dir/err")" -eq 1 ] &&
+   [ "$(ls "$dir/w")" = x_classes.txt.tmp ]
+then ok "the names file cannot be written: no shard is left"
+else ko "the names file cannot be written"; ls "$dir/w"; fi
+rm -rf "$dir/w" && mkdir -p "$dir/w/x_classes.txt/keep"
+if ! "$PREP" --images folder --image-size 4 --val-frac 0.5 -o "$dir/w/x" "$dir/cl0" > "$dir/err" 2>&1 &&
+   grep -q "cannot rename '$dir/w/x_classes.txt.tmp' to '$dir/w/x_classes.txt'" "$dir/err" &&
+   [ "$(wc -l < "$dir/err")" -eq 1 ] && [ "$(ls "$dir/w")" = x_classes.txt ]
+then ok "the names file cannot be renamed into place: both shards are removed"
+else ko "the names file cannot be renamed into place"; ls "$dir/w"; fi
 
 # A failed run leaves an earlier output under the same prefix as it was.
 cp "$dir/o/rgb_train.img" "$dir/before.img"; cp "$dir/o/rgb_classes.txt" "$dir/before.txt"

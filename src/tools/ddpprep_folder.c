@@ -155,14 +155,16 @@ static char **read_names(const char *dir, size_t *n) {
     goto fail;
   }
   closedir(d);
+  d = NULL;
   if (*n) qsort(v, *n, sizeof *v, cmp_str);
-  return v ? v : calloc(1, sizeof *v);
+  if (!v && !(v = calloc(1, sizeof *v))) goto oom; /* an empty folder: a list of none */
+  return v;
 oom:
   say("out of memory reading folder '%s'", dir);
 fail:
   for (size_t i = 0; i < *n; ++i) free(v[i]);
   free(v);
-  closedir(d);
+  if (d) closedir(d);
   return NULL;
 }
 
