@@ -13,7 +13,7 @@
  *   folder    a folder per class of PNG and JPEG files (ddpprep_folder.c),
  *             which also writes PREFIX_classes.txt through this output.
  *
- * Every input is read through zlib's gzread, which reads gzip and plain
+ * IDX and CIFAR inputs are read through zlib's gzread, which reads gzip and plain
  * files alike, so Debian's gzipped IDX files need no unpacking. Input is
  * streamed: one image at a time besides the labels of an IDX pair. Byte
  * offsets in messages count the uncompressed stream.
