@@ -42,7 +42,8 @@ expect "an on|off metavar" "on off" "$P" --tf32 ""
 expect "DIR|auto: directories and auto" "auto ckpts" "$P" --resume ""
 expect "ddptrain --conf" "--config" "$P" --conf
 expect "ddpprep --val" "--val-frac" "$top_builddir/ddpprep" --val
-expect "ddpprep --images" "idx cifar10 cifar100" "$top_builddir/ddpprep" --images ""
+expect "ddpprep --images" "idx cifar10 cifar100 folder" "$top_builddir/ddpprep" --images ""
+expect "ddpprep --channels" "3 1" "$top_builddir/ddpprep" --channels ""
 expect "ddprun --dr" "--dry-run" "$top_srcdir/launch/ddprun" --dr
 expect "ddpsample --tok" "--tokenizer" "$top_builddir/ddpsample" --tok
 expect "ddpsample --tokenizer: directories" "ckpts" "$top_builddir/ddpsample" --tokenizer ""

@@ -45,6 +45,19 @@ expect "--with-dnnl=no: no oneDNN in the summary" 0 "oneDNN \.+ no" --without-cu
 expect "explicit oneDNN dir without it" fail \
   "error: --with-dnnl=/nonexistent: /nonexistent/include/dnnl.h does not exist" --without-cuda \
   --with-dnnl=/nonexistent
+expect "--with-png=no: no libpng in the summary" 0 "libpng \.+ no" --without-cuda --with-png=no
+grep -q "^#define DDP_HAVE_PNG 0" "$scratch/b/config.h" || { echo "FAIL: --with-png=no defines DDP_HAVE_PNG"; fail=1; }
+expect "--with-jpeg=no: no libjpeg in the summary" 0 "libjpeg \.+ no" --without-cuda --with-jpeg=no
+grep -q "^#define DDP_HAVE_JPEG 0" "$scratch/b/config.h" || { echo "FAIL: --with-jpeg=no defines DDP_HAVE_JPEG"; fail=1; }
+# A library asked for (yes) that the probe cannot link stops configure: a
+# JPEG probe against a missing library, a PNG probe whose pkg-config data
+# names one (libpng's own flags plus a library that does not exist).
+expect "--with-jpeg=yes without a linkable libjpeg" fail \
+  "error: --with-jpeg=yes was given, but libjpeg .* was not found" --without-cuda --with-jpeg=yes \
+  JPEG_CFLAGS=-I/nonexistent JPEG_LIBS=-lddp_no_such_jpeg
+expect "--with-png=yes without a linkable libpng" fail \
+  "error: --with-png=yes was given, but libpng >= 1.6 was not found" --without-cuda --with-png=yes \
+  PNG_CFLAGS=-I/nonexistent PNG_LIBS=-lddp_no_such_png
 # A compiler chosen by the user (CC in the environment, as some GPU images
 # set it) that cannot link MPI alone keeps MPI through the wrapper's flags
 # (it used to build without MPI, with only a warning).

@@ -59,6 +59,10 @@ void ddp_build_info_print(FILE *out) {
   row(out, "CBLAS", 1, "");
 #endif
   row(out, "oneDNN", DDP_HAVE_DNNL, ddp_cpu_dnnl_version());
+  /* ddpprep --images folder links these, ddptrain does not: the versions
+   * are the ones configure found */
+  row(out, "libpng", DDP_HAVE_PNG, DDP_PNG_VERSION);
+  row(out, "libjpeg", DDP_HAVE_JPEG, DDP_JPEG_VERSION);
 #if DDP_HAVE_HWLOC
   snprintf(buf, sizeof buf, "API %#x", (unsigned)hwloc_get_api_version());
   row(out, "hwloc", 1, buf);

@@ -36,7 +36,8 @@
  * job.
  *
  * --images FORMAT converts image data sets to image shards instead
- * (ddpprep_images.c, §5.6); only -o, --val-frac and --seed apply there. */
+ * (ddpprep_images.c, §5.6); only -o, --val-frac and --seed apply there, and
+ * --image-size, --channels and --threads to --images folder. */
 #include <config.h>
 
 #include <pthread.h>
@@ -105,6 +106,8 @@ typedef struct prep_opts {
   int threads;
   int skip_bad;
   const char *images; /* --images FORMAT; NULL: text */
+  int image_size;     /* --image-size; 0: not given */
+  int channels;       /* --channels; 0: not given (3) */
 } prep_opts_t;
 
 typedef enum { K_STR, K_INT, K_FRAC, K_FLAG } kind_t;
@@ -129,12 +132,15 @@ static const opt_row_t k_rows[] = {
     {"seed", 0, K_INT, 0, 9007199254740991.0, "N", "mixed into the per-document split hash [0]"},
     {"tokenizer", 0, K_STR, 0, 0, "DIR",
      "GPT-2 BPE from DIR/vocab.json and DIR/merges.txt instead of bytes"},
-    {"threads", 0, K_INT, 1, MAX_THREADS, "N", "threads encoding with --tokenizer [the cores]"},
+    {"threads", 0, K_INT, 1, MAX_THREADS, "N",
+     "threads encoding with --tokenizer or decoding --images folder [the cores]"},
     {"jsonl-field", 0, K_STR, 0, 0, "NAME", "with --jsonl: the field that holds the text [text]"},
     {"skip-bad", 0, K_FLAG, 0, 0, NULL,
      "with --jsonl: skip and count bad lines instead of failing"},
     {"images", 0, K_STR, 0, 0, "FORMAT",
-     "convert images, not text, from FORMAT (idx, cifar10, cifar100)"},
+     "convert images, not text, from FORMAT (idx, cifar10, cifar100, folder)"},
+    {"image-size", 0, K_INT, 1, 8192, "N", "--images folder: the side of the square images"},
+    {"channels", 0, K_INT, 1, 3, "C", "--images folder: RGB or gray (3, 1) [3]"},
     {"help", 'h', K_FLAG, 0, 0, NULL, "print this help and exit"},
 };
 #define N_ROWS ((int)(sizeof k_rows / sizeof k_rows[0]))
@@ -142,7 +148,8 @@ static const opt_row_t k_rows[] = {
 static void print_help(FILE *out) {
   fprintf(out,
           "Usage: ddpprep -o PREFIX [OPTIONS] [PATH...]\n"
-          "       ddpprep --images FORMAT -o PREFIX [--val-frac F] [--seed N] PATH...\n\n"
+          "       ddpprep --images FORMAT -o PREFIX [--val-frac F] [--seed N] PATH...\n"
+          "       ddpprep --images folder --image-size N -o PREFIX [--channels C] DIR\n\n"
           "Turns text into token shards: byte-level (token = byte, EOT = 256, vocab 257),\n"
           "or GPT-2 BPE with --tokenizer DIR (vocab and EOT from the tokenizer).\n"
           "The directory of PREFIX is created if missing.\n"
@@ -163,10 +170,15 @@ static void print_help(FILE *out) {
           "            gzipped or not\n"
           "  cifar10   CIFAR-10 binary batches (data_batch_N.bin, test_batch.bin)\n"
           "  cifar100  CIFAR-100 binary batches (train.bin, test.bin); the fine labels\n"
-          "Only --output, --val-frac and --seed apply to images.\n");
+          "  folder    DIR/CLASS/.../IMAGE: a folder per class (sorted names, labels\n"
+          "            0, 1, ...; names in PREFIX_classes.txt) of PNG and JPEG files,\n"
+          "            resized (shorter side N) and centre-cropped to N x N; other files\n"
+          "            are skipped and counted\n"
+          "Only --output, --val-frac and --seed apply to images, and --image-size,\n"
+          "--channels and --threads to folder.\n");
   fprintf(out,
           "\nExit status: 0 success, 1 runtime failure, 2 bad command line (or --tokenizer\n"
-          "in a build without PCRE2).\n");
+          "in a build without PCRE2, --images folder in one without libpng or libjpeg).\n");
 }
 
 static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
@@ -184,6 +196,13 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
     }
     if (strcmp(row->name, "seed") == 0)
       o->seed = (uint64_t)x;
+    else if (strcmp(row->name, "image-size") == 0)
+      o->image_size = (int)x;
+    else if (strcmp(row->name, "channels") == 0 && x == 2) {
+      say_error("option --channels: 2 is not 1 (gray) or 3 (RGB)");
+      return -1;
+    } else if (strcmp(row->name, "channels") == 0)
+      o->channels = (int)x;
     else if (strcmp(row->name, "threads") == 0)
       o->threads = (int)x;
     else
@@ -204,7 +223,7 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
     o->tokenizer = v;
   } else if (row->kind == K_STR && strcmp(row->name, "images") == 0) {
     if (!ddpprep_images_known_format(v)) {
-      say_error("option --images: unknown format '%s' (idx, cifar10 or cifar100)", v);
+      say_error("option --images: unknown format '%s' (idx, cifar10, cifar100 or folder)", v);
       return -1;
     }
     o->images = v;
@@ -238,7 +257,9 @@ static int set_opt(prep_opts_t *o, const opt_row_t *row, const char *v) {
 /* Returns 0 and the positional arguments (paths) in paths[0..*n_paths). */
 static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *n_paths) {
   int only_paths = 0, have_sep = 0, have_jsonl = 0, have_field = 0;
-  const char *text_only = NULL; /* the first option that --images excludes */
+  const char *text_only = NULL;   /* the first option that --images excludes */
+  const char *folder_only = NULL; /* the first option only --images folder takes */
+  int have_threads = 0;
   *n_paths = 0;
   for (int i = 1; i < argc; ++i) {
     char *arg = argv[i];
@@ -284,14 +305,23 @@ static int parse_args(prep_opts_t *o, int argc, char **argv, char **paths, int *
     have_sep |= strcmp(row->name, "doc-sep") == 0;
     have_jsonl |= strcmp(row->name, "jsonl") == 0;
     have_field |= strcmp(row->name, "jsonl-field") == 0;
+    have_threads |= strcmp(row->name, "threads") == 0;
+    const int for_folder = strcmp(row->name, "image-size") == 0 ||
+                           strcmp(row->name, "channels") == 0 || strcmp(row->name, "threads") == 0;
+    if (!folder_only && for_folder && strcmp(row->name, "threads") != 0) folder_only = row->name;
     if (!text_only && strcmp(row->name, "output") != 0 && strcmp(row->name, "val-frac") != 0 &&
         strcmp(row->name, "seed") != 0 && strcmp(row->name, "images") != 0 &&
-        strcmp(row->name, "help") != 0)
+        strcmp(row->name, "help") != 0 && !for_folder)
       text_only = row->name;
   }
   if (o->help) return 0;
   if (o->images && text_only) {
     say_error("--%s applies to text input only, not to --images", text_only);
+    return -1;
+  }
+  const int folder = o->images && strcmp(o->images, "folder") == 0;
+  if (!folder && (folder_only || (o->images && have_threads))) {
+    say_error("--%s applies to --images folder only", folder_only ? folder_only : "threads");
     return -1;
   }
   if (have_sep && have_jsonl) {
@@ -987,7 +1017,10 @@ int main(int argc, char **argv) {
 
   if (p.opt.images) {
     str_list_t made = {0};
-    const ddpprep_images_opts_t io = {p.opt.images, p.opt.prefix, p.opt.val_frac, p.opt.seed};
+    const ddpprep_images_opts_t io = {p.opt.images,     p.opt.prefix,
+                                      p.opt.val_frac,   p.opt.seed,
+                                      p.opt.image_size, p.opt.channels ? p.opt.channels : 3,
+                                      p.opt.threads};
     int irc = make_prefix_dir(p.opt.prefix, &made) == 0 ? 0 : EXIT_RUNTIME;
     if (irc == 0) {
       struct sigaction isa;

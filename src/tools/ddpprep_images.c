@@ -10,8 +10,10 @@
  *             order); CIFAR-100's records start with a coarse and a fine
  *             label byte, and the fine label (100 classes) is kept. Planes
  *             (CHW) are interleaved to the shards' HWC.
+ *   folder    a folder per class of PNG and JPEG files (ddpprep_folder.c),
+ *             which also writes PREFIX_classes.txt through this output.
  *
- * Every input is read through zlib's gzread, which reads gzip and plain
+ * IDX and CIFAR inputs are read through zlib's gzread, which reads gzip and plain
  * files alike, so Debian's gzipped IDX files need no unpacking. Input is
  * streamed: one image at a time besides the labels of an IDX pair. Byte
  * offsets in messages count the uncompressed stream.
@@ -32,6 +34,7 @@
 #include <zlib.h>
 
 #include "data/image_shard.h"
+#include "tools/ddpprep_folder.h"
 #include "tools/ddpprep_split.h"
 
 enum { RC_OK = 0, RC_RUNTIME = 1, RC_USAGE = 2 };
@@ -53,7 +56,8 @@ static void say(const char *fmt, ...) {
 }
 
 int ddpprep_images_known_format(const char *name) {
-  return strcmp(name, "idx") == 0 || strcmp(name, "cifar10") == 0 || strcmp(name, "cifar100") == 0;
+  return strcmp(name, "idx") == 0 || strcmp(name, "cifar10") == 0 ||
+         strcmp(name, "cifar100") == 0 || strcmp(name, "folder") == 0;
 }
 
 /* ---- input ------------------------------------------------------------------ */
@@ -150,12 +154,13 @@ static uint32_t be32(const unsigned char *p) {
 
 /* ---- output ----------------------------------------------------------------- */
 
-typedef struct out {
+typedef struct ddpprep_img_out {
   const ddpprep_images_opts_t *o;
   char *path[2]; /* train, val */
   ddp_image_writer_t *w[2];
   ddp_image_shape_t shape;
   const volatile sig_atomic_t *stop;
+  char *side_path, *side_text, *note; /* ddpprep_img_out_side; NULL: none */
 } out_t;
 
 static int out_open(out_t *out, const ddp_image_shape_t *shape) {
@@ -190,14 +195,64 @@ static int out_add(out_t *out, const uint8_t *pixels, size_t n, int32_t label) {
   return 0;
 }
 
-/* Renames both outputs into place, or removes every trace of them. */
+int ddpprep_img_out_open(ddpprep_img_out_t *out, const ddp_image_shape_t *shape) {
+  return out_open(out, shape);
+}
+
+int ddpprep_img_out_add(ddpprep_img_out_t *out, const uint8_t *pixels, size_t n, int32_t label) {
+  return out_add(out, pixels, n, label);
+}
+
+int ddpprep_img_out_side(ddpprep_img_out_t *out, const char *suffix, const char *text,
+                         const char *note) {
+  const size_t len = strlen(out->o->prefix) + strlen(suffix) + 2;
+  if (!(out->side_path = malloc(len)) || !(out->side_text = strdup(text)) ||
+      !(out->note = strdup(note))) {
+    say("out of memory");
+    return -1;
+  }
+  snprintf(out->side_path, len, "%s_%s", out->o->prefix, suffix);
+  return 0;
+}
+
+/* Writes the side file to "<path>.tmp" and fsyncs it; the rename comes
+ * after the shards'. On failure nothing is left. */
+static int side_write(const out_t *out, const char *tmp) {
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    say("cannot write '%s': %s", tmp, strerror(errno));
+    return -1;
+  }
+  const int ok = fputs(out->side_text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  const int err = errno;
+  if (fclose(f) != 0 || !ok) {
+    say("cannot write '%s': %s", tmp, strerror(ok ? errno : err));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+/* Renames both outputs (and the side file) into place, or removes every
+ * trace of them. */
 static int out_close(out_t *out, int ok) {
   const ddp_image_shape_t *shape = &out->shape;
   const int64_t n_train = ddp_image_writer_count(out->w[0]);
   const int64_t n_val = ddp_image_writer_count(out->w[1]);
+  char *side_tmp = NULL;
   if (ok && n_train == 0) {
     say("every record went to validation: lower --val-frac");
     ok = 0;
+  }
+  if (ok && out->side_path) {
+    const size_t len = strlen(out->side_path) + 5;
+    ok = (side_tmp = malloc(len)) != NULL;
+    if (ok) snprintf(side_tmp, len, "%s.tmp", out->side_path);
+    ok = ok && side_write(out, side_tmp) == 0;
+    if (!ok) {
+      free(side_tmp);
+      side_tmp = NULL;
+    }
   }
   if (ok) {
     ok = ddp_image_writer_finish(out->w[0]) == DDP_OK;
@@ -208,16 +263,29 @@ static int out_close(out_t *out, int ok) {
     out->w[1] = NULL;
     if (!ok) unlink(out->path[0]);
   }
+  if (side_tmp && ok && rename(side_tmp, out->side_path) != 0) {
+    say("cannot rename '%s' to '%s': %s", side_tmp, out->side_path, strerror(errno));
+    unlink(out->path[0]);
+    if (n_val > 0) unlink(out->path[1]);
+    ok = 0;
+  }
+  if (side_tmp && !ok) unlink(side_tmp);
   for (int i = 0; i < 2; ++i) ddp_image_writer_abort(out->w[i]);
   if (ok)
     fprintf(stderr,
             "ddpprep: images: %lld (train %lld, val %lld), %dx%dx%d (height x width x channels), "
-            "%d classes; wrote %s%s%s\n",
+            "%d classes; wrote %s%s%s%s%s%s%s\n",
             (long long)(n_train + n_val), (long long)n_train, (long long)n_val, (int)shape->height,
             (int)shape->width, (int)shape->channels, (int)shape->n_classes, out->path[0],
-            n_val > 0 ? " and " : "", n_val > 0 ? out->path[1] : "");
+            n_val > 0 ? " and " : "", n_val > 0 ? out->path[1] : "",
+            out->side_path ? ", class names in " : "", out->side_path ? out->side_path : "",
+            out->note ? "; " : "", out->note ? out->note : "");
   free(out->path[0]);
   free(out->path[1]);
+  free(side_tmp);
+  free(out->side_path);
+  free(out->side_text);
+  free(out->note);
   return ok ? RC_OK : RC_RUNTIME;
 }
 
@@ -361,7 +429,11 @@ static int run_cifar(out_t *out, char *const *paths, int n_paths, int hundred) {
 
 int ddpprep_images_run(const ddpprep_images_opts_t *o, char *const *paths, int n_paths,
                        const volatile sig_atomic_t *stop) {
-  const int idx = strcmp(o->format, "idx") == 0;
+  const int idx = strcmp(o->format, "idx") == 0, folder = strcmp(o->format, "folder") == 0;
+  if (folder) {
+    const int rc = ddpprep_folder_check(o, n_paths);
+    if (rc != 0) return rc;
+  }
   if (idx && n_paths != 2) {
     say("--images idx needs two inputs, an IDX images and an IDX labels file (got %d)", n_paths);
     return RC_USAGE;
@@ -375,7 +447,8 @@ int ddpprep_images_run(const ddpprep_images_opts_t *o, char *const *paths, int n
   out.o = o;
   out.stop = stop;
   g_stop = stop;
-  const int rc = idx ? run_idx(&out, paths)
-                     : run_cifar(&out, paths, n_paths, strcmp(o->format, "cifar100") == 0);
+  const int rc = folder ? ddpprep_folder_run(o, paths[0], &out, stop)
+                 : idx  ? run_idx(&out, paths)
+                        : run_cifar(&out, paths, n_paths, strcmp(o->format, "cifar100") == 0);
   return out_close(&out, rc == 0);
 }
