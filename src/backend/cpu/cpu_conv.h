@@ -101,6 +101,9 @@ ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, 
 /* The checks each of them makes first: the CPU backend and fp32; `op`
  * names the caller in the message. */
 ddp_status_t ddp_cpu_conv_ops_admit(const ddp_backend_t *be, ddp_dtype_t dt, const char *op);
+/* acc[j] += row[j] for j < n, in double and vectorised: one position's
+ * contribution to per-channel sums (pooling, batch norm). */
+void ddp_cpu_add_row_f64(double *restrict acc, const float *restrict row, size_t n);
 
 ddp_status_t ddp_cpu_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
                               size_t n, ddp_stream_t s);
