@@ -130,8 +130,8 @@ ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
                                   const float *g, const float *l, int64_t M_total,
                                   const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s);
 
-/* The CPU backend's conv table (cpu_conv_table.c): the functions above and
- * the kernels of cpu_conv_ops.c. */
+/* The CPU backend's conv table (cpu_conv_table.c): the oneDNN functions and
+ * the kernels of ours above. */
 extern const ddp_conv_ops_t ddp_conv_cpu_ops;
 
 #endif

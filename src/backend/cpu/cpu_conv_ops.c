@@ -48,8 +48,8 @@ ddp_status_t ddp_cpu_conv_ops_admit(const ddp_backend_t *be, ddp_dtype_t dt, con
 }
 
 /* max(x, 0) that keeps a NaN (a diverging run must still show it) and maps
- * -0 to +0, so the two backends agree bit for bit: lanes x <= 0 become 0,
- * and a NaN compares false. */
+ * -0 to +0, a definition a GPU twin can match bit for bit: lanes x <= 0
+ * become 0, and a NaN compares false. */
 static inline cpu_vf relu_v(cpu_vf x) {
   return cpu_vselect(x <= 0.0f, cpu_vsplat(0.0f), x);
 }
