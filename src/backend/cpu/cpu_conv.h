@@ -16,14 +16,16 @@
  * NHWC filter layout). oneDNN may keep the weights in a blocked layout of
  * its choosing internally; the ops reorder into and out of it (cpu_dnnl.h).
  *
- * These are functions rather than a table on the backend because they have
- * one implementation so far; they become the CPU side of a `conv` table
- * (docs/design.md §3.7) when the cuDNN twins exist. The first call for a
+ * The backend reaches them through its `conv` table (ddp_conv_cpu_ops, at
+ * the end of this file; docs/design.md §3.7). The first call for a
  * shape builds its oneDNN primitives (milliseconds); the prepare functions
  * do that before the step loop. Without oneDNN in the build every op
  * returns DDP_ERR_UNSUPPORTED and says so. A rejected call writes nothing. */
 #ifndef DDPTRAIN_CPU_CONV_H
 #define DDPTRAIN_CPU_CONV_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "ddptrain/backend.h"
 #include "ddptrain/conv.h"
@@ -89,5 +91,47 @@ ddp_status_t ddp_cpu_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, v
  * (overwrites; positions that were no window's maximum get 0). */
 ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
                                  const void *ws, const ddp_pool_shape_t *sh, ddp_stream_t s);
+
+/* ---- kernels of ours (cpu_conv_ops.c, cpu_conv_bn_parts.c) --------------
+ * The conv table's ReLU, add + ReLU, global average pooling and the
+ * batch-norm parts for statistics over several ranks, with the contracts of
+ * ddptrain/conv.h. They need no oneDNN: they work in every build. fp32 only
+ * (DDP_ERR_UNSUPPORTED naming the op and the type otherwise). */
+
+/* The checks each of them makes first: the CPU backend and fp32; `op`
+ * names the caller in the message. */
+ddp_status_t ddp_cpu_conv_ops_admit(const ddp_backend_t *be, ddp_dtype_t dt, const char *op);
+/* acc[j] += row[j] for j < n, in double and vectorised: one position's
+ * contribution to per-channel sums (pooling, batch norm). */
+void ddp_cpu_add_row_f64(double *restrict acc, const float *restrict row, size_t n);
+
+ddp_status_t ddp_cpu_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                              size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_add_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *a,
+                                  const void *b, size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                              const void *out, size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_avgpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                                 int N, int HW, int C, ddp_stream_t s);
+ddp_status_t ddp_cpu_avgpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                 int N, int HW, int C, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_reduce_fwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *inp,
+                                   const float *mean, const ddp_bn_shape_t *sh, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_apply_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *running_mean,
+                                  float *running_var, const void *inp, const float *mean,
+                                  const float *var, const float *gamma, const float *beta,
+                                  int64_t M_total, const ddp_bn_shape_t *sh, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_reduce_bwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *dout,
+                                   const void *inp, const float *mean, const ddp_bn_shape_t *sh,
+                                   ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                                  float *dbeta, const void *dout, const void *inp,
+                                  const float *mean, const float *var, const float *gamma,
+                                  const float *g, const float *l, int64_t M_total,
+                                  const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s);
+
+/* The CPU backend's conv table (cpu_conv_table.c): the oneDNN functions and
+ * the kernels of ours above. */
+extern const ddp_conv_ops_t ddp_conv_cpu_ops;
 
 #endif
