@@ -241,28 +241,42 @@ __global__ void bn_running_kernel(float *rm, float *rv, const float *mean, const
   rv[c] = (1.0f - momentum) * rv[c] + momentum * (var[c] * unbias);
 }
 
+__device__ __forceinline__ float istd_of(const float *istd, const float *var, float eps, int c) {
+  return istd ? istd[c] : 1.0f / sqrtf(var[c] + eps);
+}
+
 template <int DT>
 __global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, const float *mean,
-                                    const float *var, const float *gamma, const float *g, float eps,
-                                    float inv_m, size_t n, int C) {
+                                    const float *var, const float *istd_in, const float *gamma,
+                                    const float *g, float eps, float inv_m, size_t n, int C) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int c = (int)(i % C);
-    const float istd = 1.0f / sqrtf(var[c] + eps);
+    const float istd = istd_of(istd_in, var, eps, c);
     const float xh = (load<DT>(x, i) - mean[c]) * istd;
     const float r = load<DT>(dy, i) - g[c] * inv_m - xh * istd * g[C + c] * inv_m;
     store<DT>(dinp, i, gamma[c] * istd * r);
   }
 }
 
-__global__ void bn_param_grad_kernel(float *dgamma, float *dbeta, const float *var, const float *l,
-                                     float eps, int C, int accumulate) {
+__global__ void bn_param_grad_kernel(float *dgamma, float *dbeta, const float *var,
+                                     const float *istd, const float *l, float eps, int C,
+                                     int accumulate) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const float istd = 1.0f / sqrtf(var[c] + eps);
-  const float dg = l[C + c] * istd, db = l[c];
+  const float dg = l[C + c] * istd_of(istd, var, eps, c), db = l[c];
   dgamma[c] = accumulate ? dgamma[c] + dg : dg;
   dbeta[c] = accumulate ? dbeta[c] + db : db;
+}
+
+__global__ void bn_divide_kernel(float *out, const float *sums, float inv_m, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) out[c] = sums[c] * inv_m;
+}
+
+__global__ void bn_istd_kernel(float *istd, const float *var, float eps, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) istd[c] = 1.0f / sqrtf(var[c] + eps);
 }
 
 /* ---- convolution helpers -------------------------------------------------- */
@@ -379,16 +393,30 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *
 extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma,
                                               float *dbeta, const void *dy, const void *x,
                                               const float *mean, const float *var,
-                                              const float *gamma, const float *g, const float *l,
-                                              float eps, double M_total, int64_t M, int C,
-                                              int accumulate, cudaStream_t stream) {
+                                              const float *istd, const float *gamma, const float *g,
+                                              const float *l, float eps, double M_total, int64_t M,
+                                              int C, int accumulate, cudaStream_t stream) {
   const size_t n = (size_t)M * C;
   const float inv_m = (float)(1.0 / M_total);
   CONV_DISPATCH("bn_apply_bwd", dt,
                 bn_apply_bwd_kernel<DT><<<grid_for(n), kEwThreads, 0, stream>>>(
-                    dinp, dy, x, mean, var, gamma, g, eps, inv_m, n, C););
-  bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, l, eps, C,
-                                                                 accumulate);
+                    dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C));
+  bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
+                                                                 C, accumulate);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_divide(float *out, const float *sums, double M, int C,
+                                           cudaStream_t stream) {
+  bn_divide_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(out, sums, (float)(1.0 / M), C);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_istd(float *istd, const float *var, float eps, int C,
+                                         cudaStream_t stream) {
+  bn_istd_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(istd, var, eps, C);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }

@@ -105,13 +105,20 @@ ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *running_mea
                                    cudaStream_t stream);
 
 /* dinp = gamma istd (dy - g[c] / M_total - (x - mean) istd^2 g[C+c] /
- * M_total), istd = 1 / sqrt(var + eps) (overwrites); dbeta = / += l[c],
- * dgamma = / += l[C+c] istd per accumulate. */
+ * M_total) (overwrites); dbeta = / += l[c], dgamma = / += l[C+c] istd per
+ * accumulate. istd is read from `istd` where given, else computed as
+ * 1 / sqrt(var + eps). */
 ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, float *dbeta,
                                    const void *dy, const void *x, const float *mean,
-                                   const float *var, const float *gamma, const float *g,
-                                   const float *l, float eps, double M_total, int64_t M, int C,
-                                   int accumulate, cudaStream_t stream);
+                                   const float *var, const float *istd, const float *gamma,
+                                   const float *g, const float *l, float eps, double M_total,
+                                   int64_t M, int C, int accumulate, cudaStream_t stream);
+
+/* out[c] = sums[c] / M, c < C: a mean or a biased variance from its sum. */
+ddp_status_t ddp_cuda_bn_divide(float *out, const float *sums, double M, int C,
+                                cudaStream_t stream);
+/* istd[c] = 1 / sqrt(var[c] + eps), c < C. */
+ddp_status_t ddp_cuda_bn_istd(float *istd, const float *var, float eps, int C, cudaStream_t stream);
 
 /* ---- convolution helpers ---------------------------------------------- */
 /* dw[i] = (accumulate ? dw[i] : 0) + src[i] widened from dt, i < n: a half

@@ -1,20 +1,28 @@
-/* Batch normalization on the GPU through cuDNN (the conv table's bn_fwd,
- * bn_bwd and bn_prepare; contracts in ddptrain/conv.h).
+/* Batch normalization on the GPU (the conv table's bn_fwd, bn_bwd and
+ * bn_prepare; contracts in ddptrain/conv.h): cuDNN for fp32 and fp16, the
+ * --sync-bn kernels of ours (kernels/conv_ops.cu) for bf16.
  *
- * Mode: CUDNN_BATCHNORM_SPATIAL, per channel over N*H*W, on NHWC tensors of
- * any of the three storage types with fp32 parameters and statistics.
- * SPATIAL_PERSISTENT is faster on NHWC half tensors, but cuDNN documents
- * that it may overflow on inputs of large magnitude; SPATIAL is the general
- * path, exact to fp32 summation for any input (tests/check_gpu_conv.c also
- * checks that its backward repeats bit for bit).
+ * cuDNN's mode is CUDNN_BATCHNORM_SPATIAL, per channel over N*H*W, on NHWC
+ * tensors with fp32 parameters and statistics. SPATIAL_PERSISTENT is
+ * faster on NHWC half tensors, but cuDNN documents that it may overflow on
+ * inputs of large magnitude; SPATIAL is the general path
+ * (tests/check_gpu_conv.c also checks that its backward repeats bit for
+ * bit). cuDNN's conventions against the contract: its
+ * exponentialAverageFactor is the contract's momentum (running = factor *
+ * batch + (1 - factor) * running), and it moves the running variance by the
+ * unbiased batch variance, M / (M - 1) times the biased one it normalises
+ * with, as PyTorch does; the saves are the batch mean and the inverse
+ * standard deviation 1 / sqrt(var + eps), which only this backend's bn_bwd
+ * reads. The parameter gradients' accumulate is cuDNN's betaParamDiff.
  *
- * cuDNN's conventions against the contract: its exponentialAverageFactor
- * is the contract's momentum (running = factor * batch + (1 - factor) *
- * running), and it moves the running variance by the unbiased batch
- * variance, M / (M - 1) times the biased one it normalises with, as
- * PyTorch does; the saves are the batch mean and the inverse standard
- * deviation 1 / sqrt(var + eps), which only this backend's bn_bwd reads.
- * The parameter gradients' accumulate is cuDNN's betaParamDiff. */
+ * bf16 stays off cuDNN's legacy batch norm, as in PyTorch, which never
+ * calls it for bf16; so do batches beyond the sizes PyTorch hands it (N >
+ * 880801 training, 65535 inference). Those run the parts: two fixed-order
+ * reductions (the mean, then the variance about it), the apply with the
+ * running statistics, and in the backward one reduction and the apply;
+ * they save the same mean and inverse std, so either path's backward reads
+ * either's saves. The parts' partial sums, the two sums and the variance
+ * live in the table's shared workspace, which bn_prepare sizes. */
 #include <config.h>
 
 #include <cudnn.h>
@@ -48,6 +56,65 @@ ddp_status_t ddp_cuda_bn_check_shape(const char *op, const ddp_bn_shape_t *sh, i
   return DDP_OK;
 }
 
+/* cuDNN for this call, or our kernels (see the file comment). */
+static int use_cudnn(ddp_dtype_t dt, const ddp_bn_shape_t *sh, int training) {
+  if (dt == DDP_DTYPE_BF16) return 0;
+  return training ? sh->N <= 880801 : sh->N <= 65535;
+}
+
+/* Workspace floats of our path: the reductions' partials, 2C sums, C var. */
+static size_t own_floats(const ddp_bn_shape_t *sh) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  return ddp_cuda_bn_scratch_floats(M, sh->C) + 3 * (size_t)sh->C;
+}
+
+typedef struct own_ws {
+  float *partials, *sums, *var;
+} own_ws_t;
+
+static ddp_status_t own_workspace(ddp_backend_t *be, const ddp_bn_shape_t *sh, own_ws_t *w) {
+  void *ws = NULL;
+  DDP_CHECK(ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws));
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  w->partials = ws;
+  w->sums = w->partials + ddp_cuda_bn_scratch_floats(M, sh->C);
+  w->var = w->sums + 2 * (size_t)sh->C;
+  return DDP_OK;
+}
+
+static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_mean,
+                            float *save_istd, float *running_mean, float *running_var,
+                            const void *inp, const float *gamma, const float *beta,
+                            const ddp_bn_shape_t *sh, int training, cudaStream_t cs) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  const int C = sh->C;
+  if (!training)
+    return ddp_cuda_bn_apply_fwd(dt, out, NULL, NULL, inp, running_mean, running_var, gamma, beta,
+                                 sh->eps, 0.0f, 1.0f, M, C, cs);
+  own_ws_t w;
+  DDP_CHECK(own_workspace(be, sh, &w));
+  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, NULL, M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_divide(save_mean, w.sums, (double)M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, save_mean, M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_divide(w.var, w.sums, (double)M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_istd(save_istd, w.var, sh->eps, C, cs));
+  const float unbias = (float)((double)M / (double)(M - 1));
+  return ddp_cuda_bn_apply_fwd(dt, out, running_mean, running_var, inp, save_mean, w.var, gamma,
+                               beta, sh->eps, sh->momentum, unbias, M, C, cs);
+}
+
+static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                            float *dbeta, const void *dout, const void *inp, const float *gamma,
+                            const float *save_mean, const float *save_istd,
+                            const ddp_bn_shape_t *sh, int accumulate, cudaStream_t cs) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  own_ws_t w;
+  DDP_CHECK(own_workspace(be, sh, &w));
+  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, dout, save_mean, M, sh->C, cs));
+  return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, save_mean, NULL, save_istd,
+                               gamma, w.sums, w.sums, sh->eps, (double)M, M, sh->C, accumulate, cs);
+}
+
 /* Binds the handle to the stream and describes x (NHWC in dt) and the
  * per-channel parameters (1,C,1,1 fp32, as cuDNN derives them). */
 static ddp_status_t describe(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh,
@@ -71,8 +138,12 @@ ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float
              "batch_norm_fwd: out, inp, gamma, beta, running_mean and running_var are required");
   if (training && (!save_a || !save_b))
     DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_norm_fwd: training needs save_a and save_b");
+  const cudaStream_t cs = ddp_cuda_stream(be, s);
+  if (!use_cudnn(dt, sh, training))
+    return own_fwd(be, dt, out, save_a, save_b, running_mean, running_var, inp, gamma, beta, sh,
+                   training, cs);
   cudnnHandle_t h;
-  DDP_CHECK(describe(be, dt, sh, ddp_cuda_stream(be, s), &h));
+  DDP_CHECK(describe(be, dt, sh, cs, &h));
   const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
   const cudnnTensorDescriptor_t pd = ddp_cuda_conv_bn_param_desc(be);
   const float one = 1.0f, zero = 0.0f;
@@ -97,8 +168,12 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "batch_norm_bwd: dinp, dgamma, dbeta, dout, inp, gamma, save_a and save_b are "
              "required");
+  const cudaStream_t cs = ddp_cuda_stream(be, s);
+  if (!use_cudnn(dt, sh, 1))
+    return own_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate,
+                   cs);
   cudnnHandle_t h;
-  DDP_CHECK(describe(be, dt, sh, ddp_cuda_stream(be, s), &h));
+  DDP_CHECK(describe(be, dt, sh, cs, &h));
   const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
   const cudnnTensorDescriptor_t pd = ddp_cuda_conv_bn_param_desc(be);
   const float one = 1.0f, zero = 0.0f;
@@ -109,12 +184,12 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
 }
 
 /* cuDNN's batch norm needs no workspace and no search; preparing creates
- * the handle (loading cuDNN) and sizes the shared workspace for the
- * --sync-bn parts of the same shape, so neither allocates in the loop. */
+ * the handle (loading cuDNN) and sizes the shared workspace for our path
+ * and the --sync-bn parts of the same shape, so neither allocates in the
+ * loop. */
 ddp_status_t ddp_cuda_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_prepare", dt));
   DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_prepare", sh, 0));
   void *ws = NULL;
-  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
-  return ddp_cuda_conv_workspace(be, ddp_cuda_bn_scratch_floats(M, sh->C) * sizeof(float), &ws);
+  return ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws);
 }

@@ -215,9 +215,9 @@ static ddp_status_t cuda_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
   REQUIRE(dinp && dgamma && dbeta && dout && inp && mean && var && gamma && g && l,
           "bn_apply_bwd: dinp, dgamma, dbeta, dout, inp, mean, var, gamma, g and l are required");
   DDP_CHECK(check_m_total("bn_apply_bwd", M_total, sh, 0));
-  return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, mean, var, gamma, g, l, sh->eps,
-                               (double)M_total, (int64_t)sh->N * sh->H * sh->W, sh->C, accumulate,
-                               ddp_cuda_stream(be, s));
+  return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, mean, var, NULL, gamma, g, l,
+                               sh->eps, (double)M_total, (int64_t)sh->N * sh->H * sh->W, sh->C,
+                               accumulate, ddp_cuda_stream(be, s));
 }
 
 const ddp_conv_ops_t ddp_conv_cuda_ops = {
