@@ -35,11 +35,12 @@
  * CPU backend's conv table and fail, naming it, where it is missing. */
 #include <config.h>
 
-#if !DDP_HAVE_CUDNN
+#if !DDP_HAVE_CUDA || !DDP_HAVE_CUDNN
 #include <stdio.h>
 
 int main(void) {
-  fprintf(stderr, "SKIP: built without cuDNN, so the CUDA backend has no conv table\n");
+  fprintf(stderr, "SKIP: built without %s, so there is no CUDA conv table\n",
+          DDP_HAVE_CUDA ? "cuDNN" : "CUDA");
   return 77;
 }
 #else
