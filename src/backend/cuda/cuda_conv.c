@@ -365,14 +365,14 @@ static ddp_status_t run_search(ddp_backend_t *be, cudnnHandle_t h, const conv_pl
 }
 
 /* Allowed: it ran, it is deterministic unless the backend does not ask for
- * that, and it uses no tensor cores for fp32 without TF32. */
+ * that, fp32 is never converted down to fp16 (ALLOW_CONVERSION), and fp32
+ * without TF32 uses no tensor cores. */
 static int allowed(ddp_backend_t *be, ddp_dtype_t dt, const candidate_t *k) {
   const ddp_cuda_state_t *st = ddp_cuda_state(be);
   if (k->status != CUDNN_STATUS_SUCCESS) return 0;
   if (!st->conv_nondeterministic && k->determinism != CUDNN_DETERMINISTIC) return 0;
-  if (dt == DDP_DTYPE_F32 && !st->allow_tf32 &&
-      (k->math == CUDNN_TENSOR_OP_MATH || k->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-    return 0;
+  if (dt == DDP_DTYPE_F32 && k->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return 0;
+  if (dt == DDP_DTYPE_F32 && !st->allow_tf32 && k->math == CUDNN_TENSOR_OP_MATH) return 0;
   return 1;
 }
 
