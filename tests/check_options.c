@@ -19,7 +19,8 @@ START_TEST(test_options_defaults) {
   ck_assert_int_eq(o.threads, 0);
   ck_assert_int_eq(o.seed, 1337);
   ck_assert(o.peak_gflops == 0.0);
-  ck_assert_str_eq(o.tf32, "on"); /* TF32 for fp32 GEMMs on GPUs unless told otherwise */
+  ck_assert_str_eq(o.tf32, "on");          /* TF32 for fp32 GEMMs on GPUs unless told otherwise */
+  ck_assert_str_eq(o.deterministic, "on"); /* deterministic GPU convolutions by default */
   ck_assert_int_eq(o.help + o.version + o.build_info, 0);
 }
 END_TEST
@@ -36,6 +37,21 @@ START_TEST(test_options_tf32_on_off) {
   ck_assert_int_eq(parse(&o, NULL, "--tf32", "off", NULL), DDP_OK);
   ck_assert_str_eq(o.tf32, "off");
   ck_assert_int_eq(parse(&o, NULL, "--tf32", "ON", NULL), DDP_OK);
+}
+END_TEST
+
+START_TEST(test_options_deterministic_on_off) {
+  ddp_options_t o;
+  char *log;
+  const char *bad[] = {"yes", "0", "", "deterministic", "offf"};
+  for (int i = 0; i < 5; ++i) {
+    ck_assert_int_eq(parse(&o, &log, "--deterministic", bad[i], NULL), DDP_ERR_INVALID_ARG);
+    ddp_assert_contains(log, "option --deterministic:");
+    free(log);
+  }
+  ck_assert_int_eq(parse(&o, NULL, "--deterministic", "off", NULL), DDP_OK);
+  ck_assert_str_eq(o.deterministic, "off");
+  ck_assert_int_eq(parse(&o, NULL, "--deterministic=ON", NULL), DDP_OK);
 }
 END_TEST
 
@@ -264,7 +280,7 @@ START_TEST(test_options_rank_rules) {
   ck_assert_int_eq(parse(&o, NULL, "--device", "cuda:3", "--save", "ck", "--threads", "3", NULL),
                    DDP_OK);
   char value[1100];
-  int device = -1, save = -1, threads = -1, lr = -1, tf32 = -1;
+  int device = -1, save = -1, threads = -1, lr = -1, tf32 = -1, deterministic = -1;
   for (int i = 0; i < ddp_options_count(); ++i) {
     const char *name = ddp_options_name(i);
     if (strcmp(name, "device") == 0) device = i;
@@ -272,6 +288,7 @@ START_TEST(test_options_rank_rules) {
     if (strcmp(name, "threads") == 0) threads = i;
     if (strcmp(name, "lr") == 0) lr = i;
     if (strcmp(name, "tf32") == 0) tf32 = i;
+    if (strcmp(name, "deterministic") == 0) deterministic = i;
   }
   /* the kind of device must agree, not its number */
   ck_assert_int_eq(ddp_options_rank_value(&o, device, value, sizeof value), 0);
@@ -285,6 +302,7 @@ START_TEST(test_options_rank_rules) {
   ck_assert_int_eq(ddp_options_rank_value(&o, lr, value, sizeof value), 0);
   ck_assert_int_eq(ddp_options_must_agree(lr), 1);
   ck_assert_int_eq(ddp_options_must_agree(tf32), 1);
+  ck_assert_int_eq(ddp_options_must_agree(deterministic), 1);
   /* a rank's own cores */
   ck_assert_int_eq(ddp_options_rank_value(&o, threads, value, sizeof value), 1);
   ck_assert_int_eq(ddp_options_must_agree(threads), 0);
@@ -363,6 +381,7 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_missing_value_and_stray_arguments);
   tcase_add_test(tc, test_options_bad_device);
   tcase_add_test(tc, test_options_tf32_on_off);
+  tcase_add_test(tc, test_options_deterministic_on_off);
   tcase_add_test(tc, test_options_help_lists_every_flag);
   tcase_add_test(tc, test_options_format_round_trips);
   tcase_add_test(tc, test_options_validate_refuses_combinations);

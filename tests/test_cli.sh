@@ -38,6 +38,8 @@ check "missing value" 2 "option --seed needs a value" "$DDPTRAIN" --seed
 check "bad device" 2 "option --device: 'tpu' is not valid" "$DDPTRAIN" --device tpu
 check "bad --tf32" 2 "option --tf32: 'maybe' is not valid" "$DDPTRAIN" --tf32 maybe
 check "--help explains --tf32" 0 "TF32 tensor cores" "$DDPTRAIN" --help
+check "bad --deterministic" 2 "option --deterministic: 'maybe' is not valid" "$DDPTRAIN" --deterministic maybe
+check "--help explains --deterministic" 0 "repeat their results bit for bit" "$DDPTRAIN" --help
 check "bad --recompute" 2 "option --recompute: 'yes' is not valid" "$DDPTRAIN" --recompute yes
 check "--help explains --recompute" 0 "recompute LayerNorm and GELU outputs" "$DDPTRAIN" --help
 check "bad --attention" 2 "option --attention: 'fast' is not valid" "$DDPTRAIN" --attention fast

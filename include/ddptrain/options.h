@@ -95,6 +95,8 @@ typedef struct ddp_options {
   char device[32];
   char tf32[8]; /* "on" | "off" */
   char nvtx[8]; /* "on" | "off" */
+  /* "on" | "off": GPU convolutions by deterministic algorithms only */
+  char deterministic[8];
   int64_t threads;
   int64_t seed;
   double peak_gflops;

@@ -245,6 +245,11 @@ static const opt_row_t k_rows[] = {
      "accumulation); off = exact fp32. bf16/fp16 products always use tensor cores with fp32 "
      "accumulation; the CPU ignores this",
      validate_on_off, SAME},
+    {"deterministic", 0, OPT_STRING, OFF(deterministic), "on", 0, 0, "on|off", "Run control",
+     "GPU convolutions use only algorithms that repeat their results bit for bit; off = cuDNN "
+     "may also choose faster ones that sum with atomics (run-to-run differences in the last "
+     "bits); the CPU ignores this",
+     validate_on_off, SAME},
     {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
      "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "
      "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "

@@ -18,6 +18,9 @@
 
 #include "backend/backend_impl.h"
 #include "backend/caching_alloc.h"
+#if DDP_HAVE_CUDNN
+#include "backend/cuda/cuda_conv.h"
+#endif
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/cuda_nn.h"
@@ -99,6 +102,7 @@ static ddp_status_t cuda_init(ddp_backend_t *be, const ddp_backend_config_t *cfg
   be->device = dev;
   be->threads = 1;
   st->allow_tf32 = cfg->allow_tf32 != 0;
+  st->conv_nondeterministic = cfg->conv_nondeterministic != 0;
   rc = ddp_cuda_gemm_init(be);
   if (rc != DDP_OK) {
     be->impl = NULL;
@@ -128,6 +132,7 @@ static void cuda_shutdown(ddp_backend_t *be) {
     cuda_free(be, st->scratch);
     st->scratch = NULL;
   }
+  if (be->ops->conv && be->ops->conv->release) be->ops->conv->release(be);
   ddp_cuda_gemm_shutdown(be);
   cublasDestroy(st->blas);
   cudaStreamDestroy(st->compute);
@@ -353,6 +358,9 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .gemm = ddp_cuda_gemm,
     .mem_info = cuda_mem_info,
     .nn = &ddp_nn_cuda_ops,
+#if DDP_HAVE_CUDNN
+    .conv = &ddp_conv_cuda_ops, /* cuDNN's convolutions and batch norm, our kernels */
+#endif
     .optim = &ddp_optim_cuda_ops,
     .cache_stats = cuda_cache_stats,
     .trim = cuda_trim,

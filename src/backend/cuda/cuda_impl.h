@@ -21,6 +21,8 @@ typedef struct ddp_cuda_state {
   cudaStream_t compute;
   cublasHandle_t blas;
   struct ddp_cuda_gemm *gemm; /* cuBLASLt handle, workspace, plans (cuda_gemm.c) */
+  struct ddp_cuda_conv *conv; /* cuDNN handle, plans, workspace (cuda_conv.c); NULL until used */
+  int conv_nondeterministic;  /* convolution algorithms need not be deterministic */
   int allow_tf32;             /* fp32 GEMMs on TF32 tensor cores */
   ddp_caching_alloc_t *cache;
   /* Scratch shared by the nn and optimizer ops. They all run in order on

@@ -1,0 +1,432 @@
+/* Convolutional-network kernels of ours (launchers in kernels/conv_ops.h):
+ * ReLU, add + ReLU, global average and max pooling, the batch-norm parts
+ * and the half weight-gradient fold.
+ *
+ * Element-wise kernels are grid-stride loops in which each thread reads the
+ * inputs of the elements it writes and nothing else, so an output may be
+ * the same buffer as an input. Pooling backwards are gathers (one thread
+ * per input element), never scatters, and the batch-norm reductions sum in
+ * an order fixed by the shape (slices, eight lanes, a tree, then the slices
+ * in order): nothing here uses atomics, so every result repeats bit for
+ * bit. Arithmetic is fp32; half values are widened exactly and each stored
+ * value is rounded once to nearest even (nn_io.cuh). */
+#include <stdint.h>
+
+#include "conv_ops.h"
+#include "core/foreign_check.h"
+#include "nn_io.cuh"
+
+namespace {
+
+using namespace ddp_nn;
+
+/* Runs the statement(s) with DT, a constexpr int, set to the runtime dt;
+ * DDP_ERR_UNSUPPORTED for a type with no kernel, and the launch's error. */
+#define CONV_DISPATCH(what, dt, ...)                                                            \
+  do {                                                                                          \
+    switch (dt) {                                                                               \
+      case DDP_DTYPE_F32: {                                                                     \
+        constexpr int DT = DDP_DTYPE_F32;                                                       \
+        __VA_ARGS__;                                                                            \
+        break;                                                                                  \
+      }                                                                                         \
+      case DDP_DTYPE_BF16: {                                                                    \
+        constexpr int DT = DDP_DTYPE_BF16;                                                      \
+        __VA_ARGS__;                                                                            \
+        break;                                                                                  \
+      }                                                                                         \
+      case DDP_DTYPE_F16: {                                                                     \
+        constexpr int DT = DDP_DTYPE_F16;                                                       \
+        __VA_ARGS__;                                                                            \
+        break;                                                                                  \
+      }                                                                                         \
+      default:                                                                                  \
+        DDP_FAIL(DDP_ERR_UNSUPPORTED, "%s: activation dtype %s (%d) is not fp32, bf16 or fp16", \
+                 what, ddp_dtype_name(dt), (int)(dt));                                          \
+    }                                                                                           \
+    DDP_CUDA_CHECK(cudaGetLastError());                                                         \
+  } while (0)
+
+/* ---- activations ---------------------------------------------------------- */
+
+enum { kRelu = 0, kAddRelu = 1, kReluBwd = 2 };
+
+/* kRelu: out = relu(x); kAddRelu: out = relu(x + y); kReluBwd: out = y > 0
+ * ? x : 0 with x = dout, y = the forward's output. A NaN input gives 0, as
+ * the comparison form of the CPU twin. */
+template <int DT, int OP>
+__global__ void relu_kernel(void *out, const void *x, const void *y, size_t n) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float r;
+    if constexpr (OP == kRelu) {
+      const float v = load<DT>(x, i);
+      r = v > 0.0f ? v : 0.0f;
+    } else if constexpr (OP == kAddRelu) {
+      const float v = load<DT>(x, i) + load<DT>(y, i);
+      r = v > 0.0f ? v : 0.0f;
+    } else {
+      r = load<DT>(y, i) > 0.0f ? load<DT>(x, i) : 0.0f;
+    }
+    store<DT>(out, i, r);
+  }
+}
+
+template <int OP>
+ddp_status_t relu_launch(const char *what, ddp_dtype_t dt, void *out, const void *x, const void *y,
+                         size_t n, cudaStream_t s) {
+  if (n == 0) return DDP_OK;
+  CONV_DISPATCH(what, dt, relu_kernel<DT, OP><<<grid_for(n), kEwThreads, 0, s>>>(out, x, y, n););
+
+  return DDP_OK;
+}
+
+/* ---- global average pooling ------------------------------------------------- */
+
+template <int DT>
+__global__ void avgpool_fwd_kernel(void *out, const void *inp, int N, int HW, int C) {
+  const size_t total = (size_t)N * C, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const size_t n = i / C, c = i % C;
+    const size_t base = n * (size_t)HW * C + c;
+    float acc = 0.0f;
+    for (int p = 0; p < HW; ++p) acc += load<DT>(inp, base + (size_t)p * C);
+    store<DT>(out, i, acc / (float)HW);
+  }
+}
+
+template <int DT>
+__global__ void avgpool_bwd_kernel(void *dinp, const void *dout, int N, int HW, int C) {
+  const size_t total = (size_t)N * HW * C, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const size_t c = i % C, n = i / ((size_t)HW * C);
+    store<DT>(dinp, i, load<DT>(dout, n * C + c) / (float)HW);
+  }
+}
+
+/* ---- max pooling ------------------------------------------------------------ */
+
+template <int DT>
+__global__ void maxpool_fwd_kernel(void *out, uint16_t *ws, const void *inp,
+                                   ddp_cuda_pool_dims_t d) {
+  const size_t total = (size_t)d.N * d.OH * d.OW * d.C, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int c = (int)(i % d.C);
+    size_t t = i / d.C;
+    const int ow = (int)(t % d.OW);
+    t /= d.OW;
+    const int oh = (int)(t % d.OH);
+    const size_t n = t / d.OH;
+    const int h0 = oh * d.stride - d.pad, w0 = ow * d.stride - d.pad;
+    float best = 0.0f;
+    int where = -1;
+    for (int kh = 0; kh < d.kernel; ++kh) {
+      const int h = h0 + kh;
+      if (h < 0 || h >= d.H) continue;
+      for (int kw = 0; kw < d.kernel; ++kw) {
+        const int w = w0 + kw;
+        if (w < 0 || w >= d.W) continue;
+        const float v = load<DT>(inp, ((n * d.H + h) * d.W + w) * d.C + c);
+        if (where < 0 || v > best) best = v, where = kh * d.kernel + kw;
+      }
+    }
+    store<DT>(out, i, best);
+    if (ws) ws[i] = (uint16_t)where;
+  }
+}
+
+template <int DT>
+__global__ void maxpool_bwd_kernel(void *dinp, const void *dout, const uint16_t *ws,
+                                   ddp_cuda_pool_dims_t d) {
+  const size_t total = (size_t)d.N * d.H * d.W * d.C, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int c = (int)(i % d.C);
+    size_t t = i / d.C;
+    const int w = (int)(t % d.W);
+    t /= d.W;
+    const int h = (int)(t % d.H);
+    const size_t n = t / d.H;
+    /* Windows oh with oh*stride - pad <= h < oh*stride - pad + kernel. */
+    const int hp = h + d.pad, wp = w + d.pad;
+    const int oh_lo = hp - d.kernel + 1 > 0 ? (hp - d.kernel + d.stride) / d.stride : 0;
+    const int ow_lo = wp - d.kernel + 1 > 0 ? (wp - d.kernel + d.stride) / d.stride : 0;
+    const int oh_hi = min(hp / d.stride, d.OH - 1), ow_hi = min(wp / d.stride, d.OW - 1);
+    float acc = 0.0f;
+    for (int oh = oh_lo; oh <= oh_hi; ++oh)
+      for (int ow = ow_lo; ow <= ow_hi; ++ow) {
+        const size_t o = ((n * d.OH + oh) * d.OW + ow) * d.C + c;
+        const int kh = hp - oh * d.stride, kw = wp - ow * d.stride;
+        if (ws[o] == kh * d.kernel + kw) acc += load<DT>(dout, o);
+      }
+    store<DT>(dinp, i, acc);
+  }
+}
+
+/* ---- batch-norm reductions -------------------------------------------------- */
+
+constexpr int kBnChans = 32; /* channels per block: one warp reads 32 neighbours */
+constexpr int kBnLanes = 8;  /* rows read at once per block */
+
+/* Block (32, 8), grid (ceil(C / 32), slices). Lane ty of slice p adds rows
+ * p*R + ty, p*R + ty + 8, ... of its channel; the eight lanes are added in
+ * a fixed tree and the slice's partials land at scratch[(k*P + p)*C + c]. */
+template <int DT, bool BWD>
+__global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy, const float *mean,
+                                  int64_t M, int C, int64_t rows_per_slice) {
+  __shared__ float sa[kBnLanes][kBnChans + 1], sb[kBnLanes][kBnChans + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kBnChans + tx, p = blockIdx.y, P = gridDim.y;
+  float a = 0.0f, b = 0.0f;
+  if (c < C) {
+    const float mu = mean ? mean[c] : 0.0f;
+    const int64_t lo = (int64_t)p * rows_per_slice;
+    const int64_t hi = lo + rows_per_slice < M ? lo + rows_per_slice : M;
+    for (int64_t m = lo + ty; m < hi; m += kBnLanes) {
+      const size_t i = (size_t)m * C + c;
+      if constexpr (BWD) {
+        const float g = load<DT>(dy, i);
+        a += g;
+        b += g * (load<DT>(x, i) - mu);
+      } else if (mean) {
+        const float v = load<DT>(x, i) - mu;
+        a += v * v;
+      } else {
+        a += load<DT>(x, i);
+      }
+    }
+  }
+  sa[ty][tx] = a;
+  sb[ty][tx] = b;
+  __syncthreads();
+  for (int half = kBnLanes / 2; half > 0; half >>= 1) {
+    if (ty < half) {
+      sa[ty][tx] += sa[ty + half][tx];
+      sb[ty][tx] += sb[ty + half][tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && c < C) {
+    scratch[(size_t)p * C + c] = sa[0][tx];
+    if (BWD) scratch[(size_t)(P + p) * C + c] = sb[0][tx];
+  }
+}
+
+/* sums[k*C + c] = the slices' partials added in slice order. */
+__global__ void bn_slices_kernel(float *sums, const float *scratch, int C, int P, int nsums) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nsums * C) return;
+  const int k = i / C, c = i % C;
+  float acc = 0.0f;
+  for (int p = 0; p < P; ++p) acc += scratch[(size_t)(k * P + p) * C + c];
+  sums[i] = acc;
+}
+
+template <int DT>
+__global__ void bn_apply_fwd_kernel(void *out, const void *x, const float *mean, const float *var,
+                                    const float *gamma, const float *beta, float eps, size_t n,
+                                    int C) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int c = (int)(i % C);
+    const float istd = 1.0f / sqrtf(var[c] + eps);
+    store<DT>(out, i, (load<DT>(x, i) - mean[c]) * istd * gamma[c] + beta[c]);
+  }
+}
+
+__global__ void bn_running_kernel(float *rm, float *rv, const float *mean, const float *var,
+                                  float momentum, float unbias, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  rm[c] = (1.0f - momentum) * rm[c] + momentum * mean[c];
+  rv[c] = (1.0f - momentum) * rv[c] + momentum * (var[c] * unbias);
+}
+
+__device__ __forceinline__ float istd_of(const float *istd, const float *var, float eps, int c) {
+  return istd ? istd[c] : 1.0f / sqrtf(var[c] + eps);
+}
+
+template <int DT>
+__global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, const float *mean,
+                                    const float *var, const float *istd_in, const float *gamma,
+                                    const float *g, float eps, float inv_m, size_t n, int C) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int c = (int)(i % C);
+    const float istd = istd_of(istd_in, var, eps, c);
+    const float xh = (load<DT>(x, i) - mean[c]) * istd;
+    const float r = load<DT>(dy, i) - g[c] * inv_m - xh * istd * g[C + c] * inv_m;
+    store<DT>(dinp, i, gamma[c] * istd * r);
+  }
+}
+
+__global__ void bn_param_grad_kernel(float *dgamma, float *dbeta, const float *var,
+                                     const float *istd, const float *l, float eps, int C,
+                                     int accumulate) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const float dg = l[C + c] * istd_of(istd, var, eps, c), db = l[c];
+  dgamma[c] = accumulate ? dgamma[c] + dg : dg;
+  dbeta[c] = accumulate ? dbeta[c] + db : db;
+}
+
+__global__ void bn_divide_kernel(float *out, const float *sums, float inv_m, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) out[c] = sums[c] * inv_m;
+}
+
+__global__ void bn_istd_kernel(float *istd, const float *var, float eps, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) istd[c] = 1.0f / sqrtf(var[c] + eps);
+}
+
+/* ---- convolution helpers -------------------------------------------------- */
+
+template <int DT>
+__global__ void dw_fold_kernel(float *dw, const void *src, size_t n, int accumulate) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = load<DT>(src, i);
+    dw[i] = accumulate ? dw[i] + v : v;
+  }
+}
+
+unsigned blocks_for(int n) {
+  return (unsigned)((n + kEwThreads - 1) / kEwThreads);
+}
+
+}  // namespace
+
+extern "C" ddp_status_t ddp_cuda_relu_fwd(ddp_dtype_t dt, void *out, const void *inp, size_t n,
+                                          cudaStream_t stream) {
+  return relu_launch<kRelu>("relu_fwd", dt, out, inp, inp, n, stream);
+}
+
+extern "C" ddp_status_t ddp_cuda_add_relu_fwd(ddp_dtype_t dt, void *out, const void *a,
+                                              const void *b, size_t n, cudaStream_t stream) {
+  return relu_launch<kAddRelu>("add_relu_fwd", dt, out, a, b, n, stream);
+}
+
+extern "C" ddp_status_t ddp_cuda_relu_bwd(ddp_dtype_t dt, void *dinp, const void *dout,
+                                          const void *out, size_t n, cudaStream_t stream) {
+  return relu_launch<kReluBwd>("relu_bwd", dt, dinp, dout, out, n, stream);
+}
+
+extern "C" ddp_status_t ddp_cuda_avgpool_fwd(ddp_dtype_t dt, void *out, const void *inp, int N,
+                                             int HW, int C, cudaStream_t stream) {
+  const size_t n = (size_t)N * C;
+  CONV_DISPATCH("avgpool_fwd", dt,
+                avgpool_fwd_kernel<DT>
+                <<<grid_for(n), kEwThreads, 0, stream>>>(out, inp, N, HW, C););
+
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_avgpool_bwd(ddp_dtype_t dt, void *dinp, const void *dout, int N,
+                                             int HW, int C, cudaStream_t stream) {
+  const size_t n = (size_t)N * HW * C;
+  CONV_DISPATCH("avgpool_bwd", dt,
+                avgpool_bwd_kernel<DT>
+                <<<grid_for(n), kEwThreads, 0, stream>>>(dinp, dout, N, HW, C););
+
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_maxpool_fwd(ddp_dtype_t dt, void *out, uint16_t *ws,
+                                             const void *inp, const ddp_cuda_pool_dims_t *d,
+                                             cudaStream_t stream) {
+  const size_t n = (size_t)d->N * d->OH * d->OW * d->C;
+  const ddp_cuda_pool_dims_t dims = *d;
+  CONV_DISPATCH("maxpool_fwd", dt,
+                maxpool_fwd_kernel<DT>
+                <<<grid_for(n), kEwThreads, 0, stream>>>(out, ws, inp, dims););
+
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_maxpool_bwd(ddp_dtype_t dt, void *dinp, const void *dout,
+                                             const uint16_t *ws, const ddp_cuda_pool_dims_t *d,
+                                             cudaStream_t stream) {
+  const size_t n = (size_t)d->N * d->H * d->W * d->C;
+  const ddp_cuda_pool_dims_t dims = *d;
+  CONV_DISPATCH("maxpool_bwd", dt,
+                maxpool_bwd_kernel<DT>
+                <<<grid_for(n), kEwThreads, 0, stream>>>(dinp, dout, ws, dims););
+
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch,
+                                           const void *x, const void *dy, const float *mean,
+                                           int64_t M, int C, cudaStream_t stream) {
+  const int P = ddp_cuda_bn_slices(M);
+  const int64_t rows = (M + P - 1) / P;
+  const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P),
+      block(kBnChans, kBnLanes);
+  const int nsums = dy ? 2 : 1;
+  CONV_DISPATCH("bn_reduce", dt,
+                if (dy) bn_partial_kernel<DT, true>
+                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows);
+                else bn_partial_kernel<DT, false>
+                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows););
+  bn_slices_kernel<<<blocks_for(nsums * C), kEwThreads, 0, stream>>>(sums, scratch, C, P, nsums);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *running_mean,
+                                              float *running_var, const void *x, const float *mean,
+                                              const float *var, const float *gamma,
+                                              const float *beta, float eps, float momentum,
+                                              float unbias, int64_t M, int C, cudaStream_t stream) {
+  const size_t n = (size_t)M * C;
+  CONV_DISPATCH("bn_apply_fwd", dt,
+                bn_apply_fwd_kernel<DT><<<grid_for(n), kEwThreads, 0, stream>>>(
+                    out, x, mean, var, gamma, beta, eps, n, C););
+  if (running_mean) {
+    bn_running_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(running_mean, running_var, mean,
+                                                                var, momentum, unbias, C);
+    DDP_CUDA_CHECK(cudaGetLastError());
+  }
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma,
+                                              float *dbeta, const void *dy, const void *x,
+                                              const float *mean, const float *var,
+                                              const float *istd, const float *gamma, const float *g,
+                                              const float *l, float eps, double M_total, int64_t M,
+                                              int C, int accumulate, cudaStream_t stream) {
+  const size_t n = (size_t)M * C;
+  const float inv_m = (float)(1.0 / M_total);
+  CONV_DISPATCH("bn_apply_bwd", dt,
+                bn_apply_bwd_kernel<DT><<<grid_for(n), kEwThreads, 0, stream>>>(
+                    dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C));
+  bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
+                                                                 C, accumulate);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_divide(float *out, const float *sums, double M, int C,
+                                           cudaStream_t stream) {
+  bn_divide_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(out, sums, (float)(1.0 / M), C);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_istd(float *istd, const float *var, float eps, int C,
+                                         cudaStream_t stream) {
+  bn_istd_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(istd, var, eps, C);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_conv_dw_fold(ddp_dtype_t dt, float *dw, const void *src, size_t n,
+                                              int accumulate, cudaStream_t stream) {
+  if (n == 0) return DDP_OK;
+  CONV_DISPATCH("conv_bwd_weights", dt,
+                dw_fold_kernel<DT>
+                <<<grid_for(n), kEwThreads, 0, stream>>>(dw, src, n, accumulate););
+
+  return DDP_OK;
+}

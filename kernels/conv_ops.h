@@ -1,0 +1,133 @@
+/* Launchers for the convolutional-network kernels of ours
+ * (kernels/conv_ops.cu): ReLU and the residual add + ReLU, global average
+ * and max pooling, the four parts of batch normalization over several
+ * ranks, and folding a half weight gradient into its fp32 buffer.
+ *
+ * A C header like kernels/kernels.h: extern "C", outputs first, the stream
+ * last, a ddp_status_t, enqueue only. The caller
+ * (src/backend/cuda/cuda_conv_ops.c) validates shapes and pointers with the
+ * messages of ddptrain/conv.h's contracts; the launchers refuse only a dtype
+ * they have no kernel for. dt is the storage type of the activations
+ * (DDP_DTYPE_F32, BF16 or F16); every statistic, parameter and parameter
+ * gradient is fp32, and math is fp32 with one rounding per stored value.
+ * Layouts are channels-last: element (m, c) of M positions by C channels is
+ * at m * C + c. No kernel here uses atomics: every sum is taken in an order
+ * fixed by the shape, so results repeat bit for bit. The CPU twins are the
+ * CPU backend's conv ops of the same names (ddptrain/conv.h). */
+#ifndef DDPTRAIN_KERNELS_CONV_OPS_H
+#define DDPTRAIN_KERNELS_CONV_OPS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddptrain/dtype.h"
+#include "ddptrain/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- activations (n elements; out / dinp may be an input) ------------ */
+/* out = inp > 0 ? inp : 0. */
+ddp_status_t ddp_cuda_relu_fwd(ddp_dtype_t dt, void *out, const void *inp, size_t n,
+                               cudaStream_t stream);
+/* out = max(a + b, 0) with a + b in fp32, stored once in dt. */
+ddp_status_t ddp_cuda_add_relu_fwd(ddp_dtype_t dt, void *out, const void *a, const void *b,
+                                   size_t n, cudaStream_t stream);
+/* dinp = out > 0 ? dout : 0. */
+ddp_status_t ddp_cuda_relu_bwd(ddp_dtype_t dt, void *dinp, const void *dout, const void *out,
+                               size_t n, cudaStream_t stream);
+
+/* ---- global average pooling: inp (N, HW, C) <-> out (N, C) ------------- */
+/* out[n, c] = sum over p in order of inp[n, p, c], divided by HW. */
+ddp_status_t ddp_cuda_avgpool_fwd(ddp_dtype_t dt, void *out, const void *inp, int N, int HW, int C,
+                                  cudaStream_t stream);
+/* dinp[n, p, c] = dout[n, c] / HW (overwrites). */
+ddp_status_t ddp_cuda_avgpool_bwd(ddp_dtype_t dt, void *dinp, const void *dout, int N, int HW,
+                                  int C, cudaStream_t stream);
+
+/* ---- max pooling over kernel x kernel windows ------------------------- */
+/* The sizes of one max pooling (output OH x OW, as ddptrain/conv.h). */
+typedef struct ddp_cuda_pool_dims {
+  int N, H, W, C, kernel, stride, pad, OH, OW;
+} ddp_cuda_pool_dims_t;
+
+/* Bytes of the training forward's record: one uint16 window position per
+ * output element (kernel <= 255, so kernel * kernel fits). */
+static inline size_t ddp_cuda_maxpool_ws_bytes(const ddp_cuda_pool_dims_t *d) {
+  return (size_t)d->N * d->OH * d->OW * d->C * sizeof(uint16_t);
+}
+
+/* out (N,OH,OW,C) = each window's maximum; padded positions never win and
+ * ties go to the first position in window order (row by row), as
+ * PyTorch's. ws (NULL: inference) records the winner's position in its
+ * window, kh * kernel + kw. */
+ddp_status_t ddp_cuda_maxpool_fwd(ddp_dtype_t dt, void *out, uint16_t *ws, const void *inp,
+                                  const ddp_cuda_pool_dims_t *d, cudaStream_t stream);
+/* dinp (N,H,W,C) = the sum of dout over the windows whose winner is this
+ * position (overwrites). A gather, one thread per input element adding its
+ * windows in row order: no atomics where windows overlap. */
+ddp_status_t ddp_cuda_maxpool_bwd(ddp_dtype_t dt, void *dinp, const void *dout, const uint16_t *ws,
+                                  const ddp_cuda_pool_dims_t *d, cudaStream_t stream);
+
+/* ---- batch normalization in parts ------------------------------------- */
+/* The M positions of a reduction are cut into this many fixed slices
+ * (depends on M only); each leaves one fp32 partial per channel and sum. */
+static inline int ddp_cuda_bn_slices(int64_t M) {
+  int64_t p = (M + 255) / 256;
+  return (int)(p < 1 ? 1 : p > 512 ? 512 : p);
+}
+/* fp32 scratch floats a reduction of M positions by C channels needs. */
+static inline size_t ddp_cuda_bn_scratch_floats(int64_t M, int C) {
+  return (size_t)2 * (size_t)ddp_cuda_bn_slices(M) * (size_t)C;
+}
+
+/* Per-channel sums over the M positions of x (M, C), into `sums`:
+ *   dy NULL, mean NULL: sums[c] = sum x;
+ *   dy NULL, mean given: sums[c] = sum (x - mean[c])^2;
+ *   dy given (mean required): sums[c] = sum dy, sums[C + c] = sum dy (x -
+ *   mean[c]).
+ * scratch: ddp_cuda_bn_scratch_floats(M, C) floats, overwritten. Each slice
+ * sums its rows eight lanes at a time and adds the lanes in a fixed tree; a
+ * second kernel adds the slices in order. */
+ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
+                                const void *dy, const float *mean, int64_t M, int C,
+                                cudaStream_t stream);
+
+/* out = (x - mean) / sqrt(var + eps) * gamma + beta; when running_mean is
+ * not NULL, running_mean = (1 - momentum) running_mean + momentum mean and
+ * running_var likewise with var * unbias (M_total / (M_total - 1)). */
+ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *running_mean,
+                                   float *running_var, const void *x, const float *mean,
+                                   const float *var, const float *gamma, const float *beta,
+                                   float eps, float momentum, float unbias, int64_t M, int C,
+                                   cudaStream_t stream);
+
+/* dinp = gamma istd (dy - g[c] / M_total - (x - mean) istd^2 g[C+c] /
+ * M_total) (overwrites); dbeta = / += l[c], dgamma = / += l[C+c] istd per
+ * accumulate. istd is read from `istd` where given, else computed as
+ * 1 / sqrt(var + eps). */
+ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, float *dbeta,
+                                   const void *dy, const void *x, const float *mean,
+                                   const float *var, const float *istd, const float *gamma,
+                                   const float *g, const float *l, float eps, double M_total,
+                                   int64_t M, int C, int accumulate, cudaStream_t stream);
+
+/* out[c] = sums[c] / M, c < C: a mean or a biased variance from its sum. */
+ddp_status_t ddp_cuda_bn_divide(float *out, const float *sums, double M, int C,
+                                cudaStream_t stream);
+/* istd[c] = 1 / sqrt(var[c] + eps), c < C. */
+ddp_status_t ddp_cuda_bn_istd(float *istd, const float *var, float eps, int C, cudaStream_t stream);
+
+/* ---- convolution helpers ---------------------------------------------- */
+/* dw[i] = (accumulate ? dw[i] : 0) + src[i] widened from dt, i < n: a half
+ * weight gradient computed by cuDNN (whose half filters are half) into the
+ * fp32 gradient. */
+ddp_status_t ddp_cuda_conv_dw_fold(ddp_dtype_t dt, float *dw, const void *src, size_t n,
+                                   int accumulate, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,195 @@
+/* Batch normalization on the GPU (the conv table's bn_fwd, bn_bwd and
+ * bn_prepare; contracts in ddptrain/conv.h): cuDNN for fp32 and fp16, the
+ * --sync-bn kernels of ours (kernels/conv_ops.cu) for bf16.
+ *
+ * cuDNN's mode is CUDNN_BATCHNORM_SPATIAL, per channel over N*H*W, on NHWC
+ * tensors with fp32 parameters and statistics. SPATIAL_PERSISTENT is
+ * faster on NHWC half tensors, but cuDNN documents that it may overflow on
+ * inputs of large magnitude; SPATIAL is the general path
+ * (tests/check_gpu_conv.c also checks that its backward repeats bit for
+ * bit). cuDNN's conventions against the contract: its
+ * exponentialAverageFactor is the contract's momentum (running = factor *
+ * batch + (1 - factor) * running), and it moves the running variance by the
+ * unbiased batch variance, M / (M - 1) times the biased one it normalises
+ * with, as PyTorch does; the saves are the batch mean and the inverse
+ * standard deviation 1 / sqrt(var + eps), which only this backend's bn_bwd
+ * reads. The parameter gradients' accumulate is cuDNN's betaParamDiff.
+ *
+ * bf16 stays off cuDNN's legacy batch norm, as in PyTorch, which never
+ * calls it for bf16; so do batches beyond the sizes PyTorch hands it (N >
+ * 880801 training, 65535 inference). Those run the parts: two fixed-order
+ * reductions (the mean, then the variance about it), the apply with the
+ * running statistics, and in the backward one reduction and the apply;
+ * they save the same mean and inverse std, so either path's backward reads
+ * either's saves. The parts' partial sums, the two sums and the variance
+ * live in the table's shared workspace, which bn_prepare sizes. */
+#include <config.h>
+
+#include <cudnn.h>
+#include <limits.h>
+#include <math.h>
+
+#include "backend/cuda/cuda_conv.h"
+#include "backend/cuda/cuda_impl.h"
+#include "conv_ops.h"
+#include "core/foreign_check.h"
+
+#define BN_MODE CUDNN_BATCHNORM_SPATIAL
+
+/* The CPU twin's limits (src/backend/cpu/cpu_conv_bn.c), in its words. */
+ddp_status_t ddp_cuda_bn_check_shape(const char *op, const ddp_bn_shape_t *sh, int training) {
+  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
+  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: every size must be positive (N=%d H=%d W=%d C=%d)", op,
+             sh->N, sh->H, sh->W, sh->C);
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  if (M * sh->C > INT_MAX)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: %lld elements exceed %d", op, (long long)(M * sh->C),
+             INT_MAX);
+  if (training && M < 2)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: training needs at least 2 values per channel (N*H*W = %lld)",
+             op, (long long)M);
+  if (!(sh->eps > 0 && isfinite(sh->eps)))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: eps %g must be positive and finite", op, (double)sh->eps);
+  if (!(sh->momentum >= 0 && sh->momentum <= 1))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: momentum %g must be in [0, 1]", op, (double)sh->momentum);
+  return DDP_OK;
+}
+
+/* cuDNN for this call, or our kernels (see the file comment). */
+static int use_cudnn(ddp_dtype_t dt, const ddp_bn_shape_t *sh, int training) {
+  if (dt == DDP_DTYPE_BF16) return 0;
+  return training ? sh->N <= 880801 : sh->N <= 65535;
+}
+
+/* Workspace floats of our path: the reductions' partials, 2C sums, C var. */
+static size_t own_floats(const ddp_bn_shape_t *sh) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  return ddp_cuda_bn_scratch_floats(M, sh->C) + 3 * (size_t)sh->C;
+}
+
+typedef struct own_ws {
+  float *partials, *sums, *var;
+} own_ws_t;
+
+static ddp_status_t own_workspace(ddp_backend_t *be, const ddp_bn_shape_t *sh, own_ws_t *w) {
+  void *ws = NULL;
+  DDP_CHECK(ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws));
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  w->partials = ws;
+  w->sums = w->partials + ddp_cuda_bn_scratch_floats(M, sh->C);
+  w->var = w->sums + 2 * (size_t)sh->C;
+  return DDP_OK;
+}
+
+static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_mean,
+                            float *save_istd, float *running_mean, float *running_var,
+                            const void *inp, const float *gamma, const float *beta,
+                            const ddp_bn_shape_t *sh, int training, cudaStream_t cs) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  const int C = sh->C;
+  if (!training)
+    return ddp_cuda_bn_apply_fwd(dt, out, NULL, NULL, inp, running_mean, running_var, gamma, beta,
+                                 sh->eps, 0.0f, 1.0f, M, C, cs);
+  own_ws_t w;
+  DDP_CHECK(own_workspace(be, sh, &w));
+  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, NULL, M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_divide(save_mean, w.sums, (double)M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, save_mean, M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_divide(w.var, w.sums, (double)M, C, cs));
+  DDP_CHECK(ddp_cuda_bn_istd(save_istd, w.var, sh->eps, C, cs));
+  const float unbias = (float)((double)M / (double)(M - 1));
+  return ddp_cuda_bn_apply_fwd(dt, out, running_mean, running_var, inp, save_mean, w.var, gamma,
+                               beta, sh->eps, sh->momentum, unbias, M, C, cs);
+}
+
+static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                            float *dbeta, const void *dout, const void *inp, const float *gamma,
+                            const float *save_mean, const float *save_istd,
+                            const ddp_bn_shape_t *sh, int accumulate, cudaStream_t cs) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  own_ws_t w;
+  DDP_CHECK(own_workspace(be, sh, &w));
+  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, dout, save_mean, M, sh->C, cs));
+  return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, save_mean, NULL, save_istd,
+                               gamma, w.sums, w.sums, sh->eps, (double)M, M, sh->C, accumulate, cs);
+}
+
+/* Binds the handle to the stream and describes x (NHWC in dt) and the
+ * per-channel parameters (1,C,1,1 fp32, as cuDNN derives them). */
+static ddp_status_t describe(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh,
+                             cudaStream_t stream, cudnnHandle_t *h) {
+  DDP_CHECK(ddp_cuda_conv_handle(be, stream, h));
+  const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
+  DDP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, ddp_cuda_cudnn_dtype(dt), sh->N,
+                                             sh->C, sh->H, sh->W));
+  DDP_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(ddp_cuda_conv_bn_param_desc(be), x, BN_MODE));
+  return DDP_OK;
+}
+
+ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                             float *save_b, float *running_mean, float *running_var,
+                             const void *inp, const float *gamma, const float *beta,
+                             const ddp_bn_shape_t *sh, int training, ddp_stream_t s) {
+  DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_fwd", dt));
+  DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_fwd", sh, training));
+  if (!out || !inp || !gamma || !beta || !running_mean || !running_var)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "batch_norm_fwd: out, inp, gamma, beta, running_mean and running_var are required");
+  if (training && (!save_a || !save_b))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_norm_fwd: training needs save_a and save_b");
+  const cudaStream_t cs = ddp_cuda_stream(be, s);
+  if (!use_cudnn(dt, sh, training))
+    return own_fwd(be, dt, out, save_a, save_b, running_mean, running_var, inp, gamma, beta, sh,
+                   training, cs);
+  cudnnHandle_t h;
+  DDP_CHECK(describe(be, dt, sh, cs, &h));
+  const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
+  const cudnnTensorDescriptor_t pd = ddp_cuda_conv_bn_param_desc(be);
+  const float one = 1.0f, zero = 0.0f;
+  if (training)
+    DDP_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        h, BN_MODE, &one, &zero, x, inp, x, out, pd, gamma, beta, (double)sh->momentum,
+        running_mean, running_var, (double)sh->eps, save_a, save_b));
+  else
+    DDP_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(h, BN_MODE, &one, &zero, x, inp, x, out,
+                                                            pd, gamma, beta, running_mean,
+                                                            running_var, (double)sh->eps));
+  return DDP_OK;
+}
+
+ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                             float *dbeta, const void *dout, const void *inp, const float *gamma,
+                             const float *save_a, const float *save_b, const ddp_bn_shape_t *sh,
+                             int accumulate, ddp_stream_t s) {
+  DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_bwd", dt));
+  DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_bwd", sh, 1));
+  if (!dinp || !dgamma || !dbeta || !dout || !inp || !gamma || !save_a || !save_b)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "batch_norm_bwd: dinp, dgamma, dbeta, dout, inp, gamma, save_a and save_b are "
+             "required");
+  const cudaStream_t cs = ddp_cuda_stream(be, s);
+  if (!use_cudnn(dt, sh, 1))
+    return own_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate,
+                   cs);
+  cudnnHandle_t h;
+  DDP_CHECK(describe(be, dt, sh, cs, &h));
+  const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
+  const cudnnTensorDescriptor_t pd = ddp_cuda_conv_bn_param_desc(be);
+  const float one = 1.0f, zero = 0.0f;
+  DDP_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      h, BN_MODE, &one, &zero, &one, accumulate ? &one : &zero, x, inp, x, dout, x, dinp, pd, gamma,
+      dgamma, dbeta, (double)sh->eps, save_a, save_b));
+  return DDP_OK;
+}
+
+/* cuDNN's batch norm needs no workspace and no search; preparing creates
+ * the handle (loading cuDNN) and sizes the shared workspace for our path
+ * and the --sync-bn parts of the same shape, so neither allocates in the
+ * loop. */
+ddp_status_t ddp_cuda_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
+  DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_prepare", dt));
+  DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_prepare", sh, 0));
+  void *ws = NULL;
+  return ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws);
+}
