@@ -7,7 +7,8 @@
 #     averaging), its counter is theirs; every pass's ddp_model_allreduce
 #     summed over the ranks (the model fails the run otherwise);
 #  2. bit-exact resume with the buffers: 8 steps straight = 4 + resume + 4,
-#     every tensor of the two final checkpoints the same bits;
+#     every tensor of the two final checkpoints the same bits, with and
+#     without --zero 1;
 #  3. a 2-rank checkpoint resumes on 1 rank, its buffers restored;
 #  4. the export holds the buffers under their names, the counter as an
 #     I64 scalar (PyTorch's num_batches_tracked);
@@ -89,13 +90,9 @@ else
   echo "FAIL: the 2-rank run with buffers failed"; show avg; fail=1
 fi
 
-# 2. bit-exact resume, buffers included (evaluations at steps 3 and 6 and the
-#    checkpoint at 4 average them in both runs alike)
-EV="--steps 8 --eval-every 3"
-# shellcheck disable=SC2086
-if run full 2 $EV --save "$dir/full" --save-every 4 && run first 2 $EV --stop-at 4 --save "$dir/split" &&
-   cp -r "$dir/split" "$dir/one" && run second 2 $EV --resume "$dir/split" --save "$dir/split"; then
-  if res=$(py - "$dir/full/ckpt_00000008.safetensors" "$dir/split/ckpt_00000008.safetensors" << 'EOF'
+# 2. bit-exact resume with the buffers (evaluations at steps 3 and 6 and the
+#    checkpoint at 4 average them in both runs alike), also under --zero 1
+cat > "$dir/same.py" << 'EOF'
 import sys
 from st import load
 a, b = load(sys.argv[1]), load(sys.argv[2])
@@ -109,17 +106,28 @@ if bad:
     sys.exit("tensors differ: %s" % bad)
 print("%d tensors bit-identical, %d of them buffers" % (len(a), len(bufs)))
 EOF
-  ); then
-    echo "ok: --stop-at 4 + --resume equals 8 straight steps: $res"
+resume_case() { # resume_case TAG ARGS...: 8 straight steps against 4 + resume + 4
+  tag=$1
+  shift
+  if run "full$tag" 2 "$@" --save "$dir/full$tag" --save-every 4 &&
+     run "first$tag" 2 "$@" --stop-at 4 --save "$dir/split$tag" &&
+     cp -r "$dir/split$tag" "$dir/one$tag" &&
+     run "second$tag" 2 "$@" --resume "$dir/split$tag" --save "$dir/split$tag"; then
+    if res=$(py "$dir/same.py" "$dir/full$tag/ckpt_00000008.safetensors" \
+                "$dir/split$tag/ckpt_00000008.safetensors"); then
+      echo "ok: --stop-at 4 + --resume equals 8 straight steps ($*): $res"
+    else
+      echo "FAIL: the resumed run differs ($*): $res"; fail=1
+    fi
   else
-    echo "FAIL: the resumed run differs: $res"; fail=1
+    echo "FAIL: the resume runs failed ($*)"; show "full$tag"; show "first$tag"; show "second$tag"
+    fail=1
   fi
-else
-  echo "FAIL: the resume runs failed"; show full; show first; show second; fail=1
-fi
+}
+resume_case "" --steps 8 --eval-every 3
+resume_case _zero --steps 8 --eval-every 3 --zero 1 --bufnet-features 48 # >= 2 x 64 parameters
 
 # 3 and 4. the step-4 checkpoint of 2 ranks on 1 rank; the export
-rm -f "$dir/one/ckpt_00000008.safetensors"
 if run one 1 --steps 6 --resume "$dir/one" --save "$dir/one" --export "$dir/one.st"; then
   if res=$(py - "$dir/one/ckpt_00000006.safetensors" "$dir/one.st" << 'EOF'
 import struct, sys

@@ -357,6 +357,9 @@ void ddp_model_describe(const ddp_model_t *m, char *buf, size_t len) {
     m->ops->describe(m, buf, len);
     return;
   }
-  snprintf(buf, len, "%s, %.3fM parameters in %d tensors", m->ops->name, (double)m->n_params / 1e6,
-           m->n_tensors);
+  const int n = snprintf(buf, len, "%s, %.3fM parameters in %d tensors", m->ops->name,
+                         (double)m->n_params / 1e6, m->n_tensors);
+  if (m->n_buffer_tensors && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ", %zu buffer values in %d buffers", m->n_buffer_floats,
+             m->n_buffer_tensors);
 }
