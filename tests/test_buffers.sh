@@ -14,7 +14,8 @@
 #     I64 scalar (PyTorch's num_batches_tracked);
 #  5. a checkpoint lacking a buffer, or holding one of another shape, is
 #     refused naming it; counters that differ between the ranks stop the
-#     run at its checkpoint; a model with a defective buffer table is
+#     run at its checkpoint; buffer tables that differ between the ranks
+#     stop it at start-up; a model with a defective buffer table is
 #     refused. None of them writes a checkpoint.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
@@ -184,7 +185,10 @@ refuse 1 "a buffer of another shape" \
   --steps 4 --resume "$dir/extra" --save "$dir/refused" --bufnet-extra 3
 refuse 2 "counters that differ between the ranks" \
   "ranks disagree on model bufnet's counter buffers (kind COUNT) before a checkpoint" \
-  --steps 2 --save "$dir/refused" --bufnet-skew-count 1
+  --steps 2 --save "$dir/refused" --bufnet-skew 1
+refuse 2 "buffer tables that differ between the ranks (a kind)" \
+  "ranks disagree on the parameter and buffer layout (tensor names, shapes, order; buffer kinds)" \
+  --steps 2 --save "$dir/refused" --bufnet-skew 2
 refuse 1 "a buffer table with a gap" \
   "model bufnet, buffer table: tensor out.running_mean starts at element 18, expected 17" \
   --steps 2 --save "$dir/refused" --bufnet-bad-table 1
