@@ -8,7 +8,9 @@
 # markdown table (median of passes).
 #
 # With TRAIN_MODEL=NAME (an image model registered in the build tree's
-# ddptrain, e.g. resnet) it then trains that model on the built-in set for
+# ddptrain, e.g. resnet; TRAIN_PROG names another program built on
+# ddp_main, e.g. the test program tests/image_model with its model imglin)
+# it then trains that model on the built-in set for
 # TRAIN_STEPS steps (default 50) with TRAIN_ARGS and prints the trainer's
 # samples/s and its data wait beside the loader's rate: the loader keeps up
 # when its images/s on --loader-threads is well above the trainer's.
@@ -34,7 +36,7 @@ echo "|---|---|---|---|---|---|"
 fm=/usr/share/datasets/fashion-mnist
 if [ -r "$fm/train-images-idx3-ubyte.gz" ]; then
   "$build/ddpprep" --images idx -o "$work/fm" "$fm/train-images-idx3-ubyte.gz" \
-    "$fm/train-labels-idx1-ubyte.gz" > /dev/null
+    "$fm/train-labels-idx1-ubyte.gz" > /dev/null 2>&1
   "$work/image_loader" "$work/fm_train.img" "$batch" "$threads" "$passes" 2>> "$work/notes"
 else
   echo "Fashion-MNIST skipped: the package dataset-fashion-mnist is not installed" >> "$work/notes"
@@ -46,7 +48,7 @@ if [ -n "${TRAIN_MODEL:-}" ]; then
   echo
   log="$work/train.log"
   # shellcheck disable=SC2086
-  if "$build/ddptrain" --model "$TRAIN_MODEL" --steps "${TRAIN_STEPS:-50}" --batch-size "$batch" \
+  if "${TRAIN_PROG:-$build/ddptrain}" --model "$TRAIN_MODEL" --steps "${TRAIN_STEPS:-50}" --batch-size "$batch" \
        --log-every 10 --eval-every 0 ${TRAIN_ARGS:-} > "$log" 2>&1; then
     echo "trainer, --model $TRAIN_MODEL on the built-in set (batch $batch):"
     grep -E "summary: .*samples/s|waiting for data|model:" "$log" | sed 's/^/    /'

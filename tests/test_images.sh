@@ -83,9 +83,10 @@ if [ -r "$fm/train-images-idx3-ubyte.gz" ] && [ -r "$fm/train-labels-idx1-ubyte.
       else
         echo "FAIL: Fashion-MNIST top-1 '$acc' (expected >= 55%)"; show fm; fail=1
       fi
-      grep -qF "images 28x28x1, 10 classes ($dir/fm_train.img)" "$dir/fm.log" &&
-        grep -qF "mean 0.28" "$dir/fm.log" ||
-        { echo "FAIL: the Fashion-MNIST data line"; show fm; fail=1; }
+      if ! grep -qF "images 28x28x1, 10 classes ($dir/fm_train.img)" "$dir/fm.log" ||
+         ! grep -qF "mean 0.28" "$dir/fm.log"; then
+        echo "FAIL: the Fashion-MNIST data line"; show fm; fail=1
+      fi
     else
       echo "FAIL: training on Fashion-MNIST failed"; show fm; fail=1
     fi
