@@ -21,18 +21,19 @@
 #include "data/image_source.h"
 #include "data/sampler.h"
 
-enum { H = 5, W = 6, C = 2, NIMG = 7 };
+enum { H = 5, W = 6, CMAX = 4, NIMG = 7 };
 static char g_dir[64], g_path[96];
+/* channels of the shard under test: 2, and 1 .. 4 in the loop test (the
+ * fill has paths of its own for 1 and 3) */
+static int C = 2;
 
-/* A shard of NIMG small images with distinct pixels and labels i % 3. */
-static void dir_setup(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/ddp_imgsrc_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(g_dir));
-  snprintf(g_path, sizeof g_path, "%s/small.img", g_dir);
+/* A shard of NIMG small images of C channels with distinct pixels (none 0)
+ * and labels i % 3. */
+static void write_shard(void) {
   const ddp_image_shape_t shape = {.height = H, .width = W, .channels = C, .n_classes = 3};
   ddp_image_writer_t *w = NULL;
   ck_assert_int_eq(ddp_image_writer_open(&w, g_path, &shape), DDP_OK);
-  uint8_t px[H * W * C];
+  uint8_t px[H * W * CMAX];
   for (int i = 0; i < NIMG; ++i) {
     for (int k = 0; k < H * W * C; ++k) px[k] = (uint8_t)(1 + (i * 37 + k * 7) % 250);
     ck_assert_int_eq(ddp_image_writer_add(w, px, i % 3), DDP_OK);
@@ -40,12 +41,21 @@ static void dir_setup(void) {
   ck_assert_int_eq(ddp_image_writer_finish(w), DDP_OK);
 }
 
+static void dir_setup(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/ddp_imgsrc_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(g_dir));
+  snprintf(g_path, sizeof g_path, "%s/small.img", g_dir);
+  C = 2;
+  write_shard();
+}
+
 static void dir_teardown(void) {
   unlink(g_path);
   rmdir(g_dir);
 }
 
-static const float k_mean[C] = {0.25f, 0.5f}, k_std[C] = {0.5f, 0.125f};
+static const float k_mean[CMAX] = {0.25f, 0.5f, 0.375f, 0.0f},
+                   k_std[CMAX] = {0.5f, 0.125f, 0.25f, 1.0f};
 
 static float normalized(int v, int c) {
   return ((float)v / 255.0f - k_mean[c]) / k_std[c];
@@ -55,7 +65,7 @@ static float normalized(int v, int c) {
 static void reference(const ddp_image_source_t *s, int64_t item, int P, int dy, int dx, int flip,
                       float *out) {
   const int PH = H + 2 * P, PW = W + 2 * P;
-  uint8_t padded[(H + 16) * (W + 16) * C];
+  uint8_t padded[(H + 16) * (W + 16) * CMAX];
   memset(padded, 0, sizeof padded);
   const uint8_t *img = s->pixels + item * s->stride;
   for (int y = 0; y < H; ++y)
@@ -77,10 +87,12 @@ static void open_small(ddp_image_source_t *s) {
 }
 
 START_TEST(test_fill_matches_reference) {
+  C = 1 + _i; /* loop test: 1 .. 4 channels */
+  write_shard();
   ddp_image_source_t s;
   open_small(&s);
   const ddp_image_aug_t aug = {.crop_pad = 2, .hflip = 1};
-  float out[NIMG * H * W * C], ref[H * W * C];
+  float out[NIMG * H * W * CMAX], ref[H * W * CMAX];
   int32_t labels[NIMG];
   int64_t items[NIMG];
   int seen_dy[5] = {0}, seen_flip[2] = {0}, corner_pad = 0;
@@ -94,7 +106,7 @@ START_TEST(test_fill_matches_reference) {
       ck_assert(dy >= 0 && dy <= 4 && dx >= 0 && dx <= 4 && (flip == 0 || flip == 1));
       seen_dy[dy]++, seen_flip[flip]++;
       reference(&s, items[r], 2, dy, dx, flip, ref);
-      ck_assert_mem_eq(out + r * H * W * C, ref, sizeof ref);
+      ck_assert_mem_eq(out + r * H * W * C, ref, H * W * C * sizeof(float));
       ck_assert_int_eq(labels[r], items[r] % 3);
       /* a crop from the top-left corner of the padded image: the padding
        * is zero before normalisation (no pixel of the image is 0) */
@@ -112,13 +124,13 @@ START_TEST(test_fill_matches_reference) {
   ck_assert_int_eq(ddp_image_source_fill(&s, NULL, 42, 3, items, NIMG, 1, out, labels), DDP_OK);
   for (int r = 0; r < NIMG; ++r) {
     reference(&s, items[r], 0, 0, 0, 0, ref);
-    ck_assert_mem_eq(out + r * H * W * C, ref, sizeof ref);
+    ck_assert_mem_eq(out + r * H * W * C, ref, H * W * C * sizeof(float));
   }
   /* crop-pad 0 and no flip: the augmented fill is the plain one */
   const ddp_image_aug_t none = {0, 0};
-  float plain[NIMG * H * W * C];
+  float plain[NIMG * H * W * CMAX];
   ck_assert_int_eq(ddp_image_source_fill(&s, &none, 42, 3, items, NIMG, 1, plain, labels), DDP_OK);
-  ck_assert_mem_eq(plain, out, sizeof plain);
+  ck_assert_mem_eq(plain, out, NIMG * H * W * C * sizeof(float));
   ddp_image_source_destroy(&s);
 }
 END_TEST
@@ -130,7 +142,7 @@ START_TEST(test_padding_is_zero_before_normalisation) {
    * first row does and check the value there */
   const ddp_image_aug_t aug = {.crop_pad = 8, .hflip = 0};
   int found = 0;
-  float out[H * W * C];
+  float out[H * W * CMAX];
   int32_t label;
   for (int64_t item = 0; item < NIMG; ++item)
     for (int64_t epoch = 0; epoch < 16 && !found; ++epoch) {
@@ -152,7 +164,7 @@ END_TEST
 START_TEST(test_normalisation_statistics) {
   ddp_image_source_t s;
   ck_assert_int_eq(ddp_image_source_open(&s, g_path), DDP_OK);
-  float mean[C], std[C];
+  float mean[CMAX], std[CMAX];
   ddp_image_source_channel_stats(&s, mean, std);
   for (int c = 0; c < C; ++c) {
     double sum = 0, sq = 0, n = 0;
@@ -169,7 +181,7 @@ START_TEST(test_normalisation_statistics) {
   ck_assert_int_eq(ddp_image_source_set_normalization(&s, NULL, NULL), DDP_OK);
   ck_assert_float_eq(s.lut[1][255], 1.0f);
   ck_assert_float_eq(s.lut[0][0], 0.0f);
-  const float zero[C] = {0.0f, 0.0f};
+  const float zero[CMAX] = {0.0f, 0.0f};
   ddp_test_log_start();
   const ddp_status_t st = ddp_image_source_set_normalization(&s, zero, zero);
   free(ddp_test_log_stop());
@@ -182,7 +194,8 @@ START_TEST(test_same_item_same_pixels_whatever_the_batch) {
   ddp_image_source_t s;
   open_small(&s);
   const ddp_image_aug_t aug = {.crop_pad = 3, .hflip = 1};
-  enum { ROW = H * W * C };
+  enum { ROW = H * W * 2 }; /* the fixture's shard */
+  ck_assert_int_eq(C, 2);
   float all[NIMG * ROW], part[3 * ROW], one[ROW], threaded[NIMG * ROW];
   int32_t lab[NIMG];
   const int64_t order[NIMG] = {6, 2, 4, 0, 5, 1, 3}, some[3] = {4, 6, 1};
@@ -398,7 +411,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("image_source");
   TCase *tc = tcase_create("fill");
   tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
-  tcase_add_test(tc, test_fill_matches_reference);
+  tcase_add_loop_test(tc, test_fill_matches_reference, 0, 4);
   tcase_add_test(tc, test_padding_is_zero_before_normalisation);
   tcase_add_test(tc, test_normalisation_statistics);
   tcase_add_test(tc, test_same_item_same_pixels_whatever_the_batch);

@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,27 +180,51 @@ void ddp_image_aug_draw(const ddp_image_aug_t *aug, uint64_t seed, int64_t epoch
   *flip = aug && aug->hflip ? (int)(w[2] >> 31) : 0;
 }
 
-/* One image: out[y,x,c] = lut[c][I(y + dy - P, x' + dx - P, c)] with x' = x
- * or W-1-x (flipped), and lut[c][0] outside the image (the zero padding). */
+/* One image: out[y,x,c] = lut[c][I(y + oy, x' + ox, c)] with x' = x or
+ * W-1-x (flipped), and lut[c][0] outside the image (the zero padding).
+ * The columns that read the image form one range [x0, x1) per image, so
+ * the inner loops carry no bounds checks. */
 static void fill_one(const ddp_image_source_t *s, const uint8_t *img, int oy, int ox, int flip,
                      float *out) {
   const int H = s->shape.height, W = s->shape.width, C = s->shape.channels;
+  /* unflipped: sx = x + ox in [0, W); flipped: sx = W-1-x + ox in [0, W) */
+  int x0 = flip ? ox : -ox, x1 = flip ? W + ox : W - ox;
+  x0 = x0 < 0 ? 0 : x0 > W ? W : x0;
+  x1 = x1 < x0 ? x0 : x1 > W ? W : x1;
+  float pad[DDP_IMG_MAX_CHANNELS];
+  for (int c = 0; c < C; ++c) pad[c] = s->lut[c][0];
   for (int y = 0; y < H; ++y) {
     const int sy = y + oy;
     float *row = out + (size_t)y * W * C;
-    if (sy < 0 || sy >= H) {
-      for (int x = 0; x < W; ++x)
-        for (int c = 0; c < C; ++c) row[x * C + c] = s->lut[c][0];
-      continue;
-    }
+    const int inside = sy >= 0 && sy < H;
+    const int a = inside ? x0 : W, b = inside ? x1 : W;
+    for (int x = 0; x < a; ++x)
+      for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
+    for (int x = b; x < W; ++x)
+      for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
+    if (!inside) continue;
     const uint8_t *src = img + (size_t)sy * W * C;
-    for (int x = 0; x < W; ++x) {
-      const int sx = (flip ? W - 1 - x : x) + ox;
-      float *o = row + x * C;
-      if (sx < 0 || sx >= W)
-        for (int c = 0; c < C; ++c) o[c] = s->lut[c][0];
-      else
-        for (int c = 0; c < C; ++c) o[c] = s->lut[c][src[sx * C + c]];
+    if (!flip) {
+      const uint8_t *in = src + (ptrdiff_t)(a + ox) * C;
+      float *o = row + (size_t)a * C;
+      if (C == 1) {
+        for (int x = a; x < b; ++x) *o++ = s->lut[0][*in++];
+      } else if (C == 3) {
+        for (int x = a; x < b; ++x, in += 3, o += 3) {
+          o[0] = s->lut[0][in[0]];
+          o[1] = s->lut[1][in[1]];
+          o[2] = s->lut[2][in[2]];
+        }
+      } else {
+        for (int x = a; x < b; ++x, in += C, o += C)
+          for (int c = 0; c < C; ++c) o[c] = s->lut[c][in[c]];
+      }
+    } else {
+      for (int x = a; x < b; ++x) {
+        const uint8_t *in = src + (ptrdiff_t)(W - 1 - x + ox) * C;
+        float *o = row + (size_t)x * C;
+        for (int c = 0; c < C; ++c) o[c] = s->lut[c][in[c]];
+      }
     }
   }
 }
