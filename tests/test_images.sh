@@ -6,7 +6,8 @@
 #    --accum 2 bit for bit (augmentation is drawn per item, never per rank),
 #    and a run without flips differs (the augmentation is in the batches);
 #  - --stop-at + --resume equals the uninterrupted run bit for bit (the same
-#    pixels are replayed); resuming with another augmentation warns;
+#    pixels are replayed); resuming with another augmentation warns, on
+#    another image shard is refused;
 #  - a Fashion-MNIST shard made by ddpprep (SKIPped when the Debian package
 #    is absent): it learns, and 2 ranks equal 1 rank with --accum 2;
 #  - the remainder of an epoch is dropped and said so, --plan-only too;
@@ -33,6 +34,11 @@ same() { # same DESC A.st B.st: bit for bit
   if res=$("$COMPARE" "$2" "$3" 0); then echo "ok: $1: $res"; else echo "FAIL: $1: $res"; fail=1; fi
 }
 final_loss() { sed -n 's/.*final train loss \([0-9.]*\).*/\1/p' "$dir/$1.log"; }
+
+# a small image shard: two CIFAR-10 records (a label byte, 3072 pixel bytes)
+{ printf '\003'; head -c 3072 /dev/zero; printf '\007'; head -c 3072 /dev/zero; } > "$dir/c10.bin"
+"$top_builddir/ddpprep" --images cifar10 -o "$dir/tiny" "$dir/c10.bin" > "$dir/prep-tiny.log" 2>&1 ||
+  { echo "FAIL: ddpprep --images cifar10"; show prep-tiny; fail=1; }
 
 # 1. the built-in set: 2 ranks = 1 rank x accum 2, bit for bit
 if run np2 2 --steps 12 --export "$dir/np2.st" && run acc2 1 --steps 12 --accum 2 --export "$dir/acc2.st" &&
@@ -66,6 +72,14 @@ if run other 1 --steps 8 --resume "$dir/ck" --hflip 0 &&
   echo "ok: resuming with --hflip 0 warns"
 else
   echo "FAIL: resuming with --hflip 0"; show other; fail=1
+fi
+# other images are other data: refused, naming the flag
+run otherdata 1 --steps 8 --batch-size 2 --resume "$dir/ck" --data "$dir/tiny_train.img"
+if grep -qF "cannot resume from $dir/ck/" "$dir/otherdata.log" &&
+   grep -qF -- "--data is '' there and '$dir/tiny_train.img' now" "$dir/otherdata.log"; then
+  echo "ok: resuming on another image shard is refused"
+else
+  echo "FAIL: resuming on another image shard"; show otherdata; fail=1
 fi
 
 # 3. Fashion-MNIST through ddpprep
@@ -110,10 +124,6 @@ fi
 
 # 4. bad combinations: one line, exit 2, before training
 printf 'not an image shard' > "$dir/records.safetensors"
-# a small image shard: two CIFAR-10 records (a label byte, 3072 pixel bytes)
-{ printf '\003'; head -c 3072 /dev/zero; printf '\007'; head -c 3072 /dev/zero; } > "$dir/c10.bin"
-"$top_builddir/ddpprep" --images cifar10 -o "$dir/tiny" "$dir/c10.bin" > "$dir/prep-tiny.log" 2>&1 ||
-  { echo "FAIL: ddpprep --images cifar10"; show prep-tiny; fail=1; }
 expect() { # expect MESSAGE ARGS...
   msg=$1
   shift
