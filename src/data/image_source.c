@@ -206,7 +206,7 @@ static void fill_one(const ddp_image_source_t *s, const uint8_t *img, int oy, in
       for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
     for (int x = b; x < W; ++x)
       for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
-    if (!inside) continue;
+    if (a >= b) continue; /* the row lies wholly in the padding */
     const uint8_t *src = img + (size_t)sy * W * C;
     if (!flip) {
       const uint8_t *in = src + (ptrdiff_t)(a + ox) * C;
