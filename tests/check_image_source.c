@@ -135,6 +135,66 @@ START_TEST(test_fill_matches_reference) {
 }
 END_TEST
 
+/* --pad-to: filling an image centred on a larger zero canvas equals filling
+ * a shard whose images are those canvases, for the same draws (the oracle
+ * is the plain path: a canvas written out as pixels, zeros included). Odd
+ * and even margins (H 5 -> 8: 1 above, 2 below; W 6 -> 9: 1 left, 2 right). */
+START_TEST(test_pad_to_equals_a_padded_shard) {
+  enum { S = 9, OH = 9, OW = 9 };
+  C = 3;
+  write_shard();
+  ddp_image_source_t s;
+  open_small(&s);
+  ddp_image_source_set_pad_to(&s, 4); /* smaller than the image: no canvas */
+  ck_assert_int_eq(s.out_h, H);
+  ck_assert_int_eq(s.out_w, W);
+  ddp_image_source_set_pad_to(&s, S);
+  ck_assert_int_eq(s.out_h, OH);
+  ck_assert_int_eq(s.out_w, OW);
+  ck_assert_int_eq(s.out_floats, OH * OW * C);
+  /* the canvases as a shard of their own */
+  char big[128];
+  snprintf(big, sizeof big, "%s/canvas.img", g_dir);
+  const ddp_image_shape_t shape = {.height = OH, .width = OW, .channels = C, .n_classes = 3};
+  ddp_image_writer_t *w = NULL;
+  ck_assert_int_eq(ddp_image_writer_open(&w, big, &shape), DDP_OK);
+  const int ty = (OH - H) / 2, tx = (OW - W) / 2;
+  for (int i = 0; i < NIMG; ++i) {
+    uint8_t canvas[OH * OW * CMAX];
+    memset(canvas, 0, sizeof canvas);
+    const uint8_t *img = s.pixels + i * s.stride;
+    for (int y = 0; y < H; ++y)
+      memcpy(canvas + ((y + ty) * OW + tx) * C, img + y * W * C, (size_t)W * C);
+    ck_assert_int_eq(ddp_image_writer_add(w, canvas, i % 3), DDP_OK);
+  }
+  ck_assert_int_eq(ddp_image_writer_finish(w), DDP_OK);
+  ddp_image_source_t t;
+  ck_assert_int_eq(ddp_image_source_open(&t, big), DDP_OK);
+  ck_assert_int_eq(ddp_image_source_set_normalization(&t, k_mean, k_std), DDP_OK);
+  const ddp_image_aug_t aug = {.crop_pad = 3, .hflip = 1};
+  float a[NIMG * OH * OW * CMAX], b[NIMG * OH * OW * CMAX];
+  int32_t la[NIMG], lb[NIMG];
+  int64_t items[NIMG];
+  for (int64_t epoch = 0; epoch < 16; ++epoch) {
+    for (int i = 0; i < NIMG; ++i) items[i] = (i * 5 + epoch) % NIMG;
+    ck_assert_int_eq(ddp_image_source_fill(&s, &aug, 7, epoch, items, NIMG, 2, a, la), DDP_OK);
+    ck_assert_int_eq(ddp_image_source_fill(&t, &aug, 7, epoch, items, NIMG, 1, b, lb), DDP_OK);
+    ck_assert_mem_eq(a, b, sizeof(float) * NIMG * OH * OW * C);
+    ck_assert_mem_eq(la, lb, sizeof la);
+  }
+  ck_assert_int_eq(ddp_image_source_fill(&s, NULL, 7, 0, items, NIMG, 1, a, la), DDP_OK);
+  ck_assert_int_eq(ddp_image_source_fill(&t, NULL, 7, 0, items, NIMG, 1, b, lb), DDP_OK);
+  ck_assert_mem_eq(a, b, sizeof(float) * NIMG * OH * OW * C);
+  /* the canvas is part of what the ranks compare */
+  const uint64_t fp = ddp_image_source_fingerprint(&s);
+  ddp_image_source_set_pad_to(&s, 0);
+  ck_assert_uint_ne(fp, ddp_image_source_fingerprint(&s));
+  ddp_image_source_destroy(&t);
+  ddp_image_source_destroy(&s);
+  unlink(big);
+}
+END_TEST
+
 START_TEST(test_padding_is_zero_before_normalisation) {
   ddp_image_source_t s;
   open_small(&s);
@@ -443,6 +503,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("fill");
   tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
   tcase_add_loop_test(tc, test_fill_matches_reference, 0, 4);
+  tcase_add_test(tc, test_pad_to_equals_a_padded_shard);
   tcase_add_test(tc, test_padding_is_zero_before_normalisation);
   tcase_add_test(tc, test_normalisation_statistics);
   tcase_add_test(tc, test_statistics_of_a_large_set_are_sampled);

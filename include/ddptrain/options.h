@@ -71,6 +71,7 @@ typedef struct ddp_options {
   /* image models (docs/design.md §4.4): training augmentation, the
    * normalisation, and the threads of one micro-batch's fill */
   int64_t crop_pad; /* -1: 4 for images up to 64 pixels a side, else 0 */
+  int64_t pad_to;   /* image models: canvas side the images are centred on (0: none) */
   int64_t hflip;
   char normalize[8]; /* "train" | "none" */
   int64_t loader_threads;

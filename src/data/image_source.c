@@ -54,6 +54,7 @@ ddp_status_t ddp_image_source_open(ddp_image_source_t *s, const char *path) {
   s->n = sh->count;
   s->image_bytes = sh->image_bytes;
   s->stride = sh->record_bytes;
+  ddp_image_source_set_pad_to(s, 0);
   s->pixels = ddp_image_shard_pixels(sh, 0);
   snprintf(s->source, sizeof s->source, "%s", path);
   s->labels = malloc((size_t)s->n * sizeof *s->labels);
@@ -92,6 +93,7 @@ ddp_status_t ddp_image_source_builtin(ddp_image_source_t *s, uint64_t seed, int 
                                  .n_classes = DDP_BUILTIN_IMAGE_CLASSES};
   s->n = n;
   s->image_bytes = s->stride = DDP_BUILTIN_IMAGE_BYTES;
+  ddp_image_source_set_pad_to(s, 0);
   snprintf(s->source, sizeof s->source, "built-in images, seed %llu, %s split",
            (unsigned long long)seed, split == DDP_SPLIT_VAL ? "validation" : "training");
   s->owned = malloc((size_t)n * DDP_BUILTIN_IMAGE_BYTES);
@@ -184,27 +186,39 @@ void ddp_image_aug_draw(const ddp_image_aug_t *aug, uint64_t seed, int64_t epoch
   *flip = aug && aug->hflip ? (int)(w[2] >> 31) : 0;
 }
 
-/* One image: out[y,x,c] = lut[c][I(y + oy, x' + ox, c)] with x' = x or
- * W-1-x (flipped), and lut[c][0] outside the image (the zero padding).
+void ddp_image_source_set_pad_to(ddp_image_source_t *s, int size) {
+  const int H = s->shape.height, W = s->shape.width;
+  s->out_h = size > H ? size : H;
+  s->out_w = size > W ? size : W;
+  s->out_floats = (int64_t)s->out_h * s->out_w * s->shape.channels;
+}
+
+/* One image on its canvas (OH x OW, the image at top-left (ty, tx)):
+ * out[y,x,c] = lut[c][I(y + oy - ty, x' + ox - tx, c)] with x' = x or
+ * OW-1-x (flipped), and lut[c][0] outside the image (the zero padding).
  * The columns that read the image form one range [x0, x1) per image, so
  * the inner loops carry no bounds checks. */
 static void fill_one(const ddp_image_source_t *s, const uint8_t *img, int oy, int ox, int flip,
                      float *out) {
   const int H = s->shape.height, W = s->shape.width, C = s->shape.channels;
-  /* unflipped: sx = x + ox in [0, W); flipped: sx = W-1-x + ox in [0, W) */
-  int x0 = flip ? ox : -ox, x1 = flip ? W + ox : W - ox;
-  x0 = x0 < 0 ? 0 : x0 > W ? W : x0;
-  x1 = x1 < x0 ? x0 : x1 > W ? W : x1;
+  const int OH = s->out_h, OW = s->out_w;
+  oy -= (OH - H) / 2; /* canvas rows to image rows */
+  ox -= (OW - W) / 2;
+  /* unflipped: sx = x + ox in [0, W); flipped: sx = OW-1-x + ox in [0, W) */
+  const int k = OW - 1 + ox;
+  int x0 = flip ? k - W + 1 : -ox, x1 = flip ? k + 1 : W - ox;
+  x0 = x0 < 0 ? 0 : x0 > OW ? OW : x0;
+  x1 = x1 < x0 ? x0 : x1 > OW ? OW : x1;
   float pad[DDP_IMG_MAX_CHANNELS];
   for (int c = 0; c < C; ++c) pad[c] = s->lut[c][0];
-  for (int y = 0; y < H; ++y) {
+  for (int y = 0; y < OH; ++y) {
     const int sy = y + oy;
-    float *row = out + (size_t)y * W * C;
+    float *row = out + (size_t)y * OW * C;
     const int inside = sy >= 0 && sy < H;
-    const int a = inside ? x0 : W, b = inside ? x1 : W;
+    const int a = inside ? x0 : OW, b = inside ? x1 : OW;
     for (int x = 0; x < a; ++x)
       for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
-    for (int x = b; x < W; ++x)
+    for (int x = b; x < OW; ++x)
       for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
     if (a >= b) continue; /* the row lies wholly in the padding */
     const uint8_t *src = img + (size_t)sy * W * C;
@@ -225,7 +239,7 @@ static void fill_one(const ddp_image_source_t *s, const uint8_t *img, int oy, in
       }
     } else {
       for (int x = a; x < b; ++x) {
-        const uint8_t *in = src + (ptrdiff_t)(W - 1 - x + ox) * C;
+        const uint8_t *in = src + (ptrdiff_t)(k - x) * C;
         float *o = row + (size_t)x * C;
         for (int c = 0; c < C; ++c) o[c] = s->lut[c][in[c]];
       }
@@ -252,7 +266,7 @@ static void *fill_rows(void *arg) {
     const int64_t k = j->items[r];
     int dy = P, dx = P, flip = 0;
     if (j->aug) ddp_image_aug_draw(j->aug, j->seed, j->epoch, k, &dy, &dx, &flip);
-    fill_one(s, s->pixels + k * s->stride, dy - P, dx - P, flip, j->out + r * s->image_bytes);
+    fill_one(s, s->pixels + k * s->stride, dy - P, dx - P, flip, j->out + r * s->out_floats);
     j->labels[r] = s->labels[k];
   }
   return NULL;
@@ -302,6 +316,8 @@ uint64_t ddp_image_source_fingerprint(const ddp_image_source_t *s) {
   uint64_t h = ddp_fnv1a64(DDP_FNV1A64_INIT, &s->content_hash, sizeof s->content_hash);
   h = ddp_fnv1a64(h, &s->shape, sizeof s->shape);
   h = ddp_fnv1a64(h, &s->n, sizeof s->n);
+  const int canvas[2] = {s->out_h, s->out_w};
+  h = ddp_fnv1a64(h, canvas, sizeof canvas);
   h = ddp_fnv1a64(h, s->mean, sizeof s->mean);
   return ddp_fnv1a64(h, s->std, sizeof s->std);
 }

@@ -4,8 +4,9 @@
  * data set is never held as floats.
  *
  * Filling a micro-batch writes (B,H,W,C) fp32 for the items the sampler
- * chose: for training, a random crop of the image padded with P zero pixels
- * on each side (--crop-pad) and a horizontal flip with probability 1/2
+ * chose (on a canvas of --pad-to pixels a side when that is larger than the
+ * image, the image centred on zeros): for training, a random crop of the image padded with P zero
+ * pixels on each side (--crop-pad) and a horizontal flip with probability 1/2
  * (--hflip); then, for training and evaluation alike, per-channel
  * normalisation (x/255 - mean) / std, with mean and std measured once on the
  * training split (--normalize train) or mean 0, std 1 (--normalize none).
@@ -40,7 +41,12 @@ typedef struct ddp_image_source {
   ddp_image_shape_t shape;
   int64_t n;
   int64_t image_bytes; /* H * W * C */
-  int64_t stride;      /* bytes from one image's pixels to the next */
+  /* What a fill writes per image: out_h x out_w x C, the image centred on a
+   * zero canvas when --pad-to makes it larger than H x W (Fashion-MNIST's
+   * 28 x 28 padded to 32 x 32, as LeNet did); H, W otherwise. */
+  int out_h, out_w;
+  int64_t out_floats;
+  int64_t stride; /* bytes from one image's pixels to the next */
   const uint8_t *pixels;
   int32_t *labels;     /* (n) */
   ddp_window_t *items; /* the sampler's index: n items of one target */
@@ -65,6 +71,11 @@ ddp_status_t ddp_image_source_open(ddp_image_source_t *s, const char *path);
 ddp_status_t ddp_image_source_builtin(ddp_image_source_t *s, uint64_t seed, int split, int64_t n);
 void ddp_image_source_destroy(ddp_image_source_t *s);
 
+/* Sets the canvas every fill writes: at least `size` pixels a side (0: the
+ * image's own size), the image centred on zero padding (zero before
+ * normalisation, like the crop's padding). */
+void ddp_image_source_set_pad_to(ddp_image_source_t *s, int size);
+
 /* The most images the normalisation statistics read: all of a set up to
  * this size, evenly spaced ones of a larger set, so that start-up does not
  * read all of a set of millions of images a second time. */
@@ -85,7 +96,7 @@ ddp_status_t ddp_image_source_set_normalization(ddp_image_source_t *s, const flo
 void ddp_image_aug_draw(const ddp_image_aug_t *aug, uint64_t seed, int64_t epoch, int64_t item,
                         int *dy, int *dx, int *flip);
 
-/* Writes rows images (items[r] each) as (rows, H, W, C) fp32 into out and
+/* Writes rows images (items[r] each) as (rows, out_h, out_w, C) fp32 into out and
  * their labels into labels. aug NULL: no augmentation (evaluation).
  * threads > 1 splits the rows over that many threads (the same bytes as
  * one). An item outside [0, n) is DDP_ERR_INVALID_ARG. */

@@ -147,6 +147,10 @@ static const opt_row_t k_rows[] = {
      "image models: random crop after padding P zero pixels on each side; 0 = no crop, -1 = 4 "
      "for images up to 64 pixels a side, else 0",
      NULL, 0},
+    {"pad-to", 0, OPT_INT, OFF(pad_to), "0", 0, 4096, "S", "Data",
+     "image models: centre each image on a zero canvas of at least S x S pixels (e.g. "
+     "Fashion-MNIST's 28 x 28 to 32 x 32), before the crop; 0 = the images' own size",
+     NULL, 0},
     {"hflip", 0, OPT_INT, OFF(hflip), "1", 0, 1, "0|1", "Data",
      "image models: flip each training image left-right with probability 1/2", NULL, 0},
     {"normalize", 0, OPT_STRING, OFF(normalize), "train", 0, 0, "train|none", "Data",

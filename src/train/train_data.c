@@ -118,6 +118,8 @@ static ddp_status_t load_images(const ddp_options_t *o, ddp_train_data_t *d) {
   d->fill_threads = (int)o->loader_threads;
   d->aug.crop_pad = o->crop_pad < 0 ? ddp_image_default_crop_pad(ts) : (int)o->crop_pad;
   d->aug.hflip = (int)o->hflip;
+  ddp_image_source_set_pad_to(t, (int)o->pad_to);
+  if (d->have_val) ddp_image_source_set_pad_to(v, (int)o->pad_to);
   if (strcmp(o->normalize, "none") != 0) {
     /* the training split's statistics, for evaluation too */
     float mean[DDP_IMG_MAX_CHANNELS], std[DDP_IMG_MAX_CHANNELS];
@@ -126,11 +128,11 @@ static ddp_status_t load_images(const ddp_options_t *o, ddp_train_data_t *d) {
     if (d->have_val) DDP_CHECK(ddp_image_source_set_normalization(v, mean, std));
   }
   d->shape.record_ndim = 3;
-  d->shape.record_shape[0] = ts->height;
-  d->shape.record_shape[1] = ts->width;
+  d->shape.record_shape[0] = t->out_h;
+  d->shape.record_shape[1] = t->out_w;
   d->shape.record_shape[2] = ts->channels;
   d->shape.record_shape[3] = 1;
-  d->shape.record_floats = t->image_bytes;
+  d->shape.record_floats = t->out_floats;
   d->shape.n_classes = ts->n_classes;
   return DDP_OK;
 }
@@ -167,7 +169,9 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
     const ddp_image_source_t *t = &d->train.images;
     const ddp_image_shape_t *sh = &t->shape;
     const int C = sh->channels;
-    char norm[160] = "none (x/255)";
+    char norm[160] = "none (x/255)", canvas[48] = "";
+    if (t->out_h != sh->height || t->out_w != sh->width)
+      snprintf(canvas, sizeof canvas, "centred on %dx%d; ", t->out_h, t->out_w);
     if (strcmp(o->normalize, "none") != 0) {
       int at = snprintf(norm, sizeof norm, "mean");
       for (int c = 0; c < C; ++c)
@@ -177,10 +181,11 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
         at += snprintf(norm + at, sizeof norm - (size_t)at, " %.4f", (double)t->std[c]);
     }
     snprintf(buf, len,
-             "%lld images %dx%dx%d, %d classes (%s)%s; augmentation: crop-pad %d, hflip %d; "
+             "%lld images %dx%dx%d, %d classes (%s)%s; %saugmentation: crop-pad %d, hflip %d; "
              "normalisation: %s",
              (long long)t->n, sh->height, sh->width, C, sh->n_classes, t->source,
-             d->have_val ? "" : "; no validation split", d->aug.crop_pad, d->aug.hflip, norm);
+             d->have_val ? "" : "; no validation split", canvas, d->aug.crop_pad, d->aug.hflip,
+             norm);
     return;
   }
   const ddp_records_t *r = &d->train.records;
