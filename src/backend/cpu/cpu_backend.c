@@ -19,6 +19,7 @@
 #include "ddptrain/check.h"
 #include "ddptrain/nn.h"
 #include "backend/backend_impl.h"
+#include "backend/cpu/cpu_conv.h"
 #include "backend/cpu/cpu_nn_impl.h"
 #include "backend/cpu/cpu_optim.h"
 
@@ -69,6 +70,7 @@ static ddp_status_t cpu_init(ddp_backend_t *be, const ddp_backend_config_t *cfg,
 
 static void cpu_shutdown(ddp_backend_t *be) {
   ddp_cpu_nn_workspace_free(be);
+  ddp_conv_cpu_ops.release(be); /* the oneDNN primitives the conv ops cached */
   if (be->bytes_in_use)
     DDP_LOG_DEBUG("cpu backend: %zu bytes still allocated at shutdown", be->bytes_in_use);
 }
@@ -245,4 +247,5 @@ const ddp_backend_ops_t ddp_backend_cpu_ops = {
     .mem_info = cpu_mem_info,
     .nn = &ddp_nn_cpu_ops,
     .optim = &ddp_optim_cpu_ops,
+    .conv = &ddp_conv_cpu_ops,
 };

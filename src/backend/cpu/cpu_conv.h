@@ -16,9 +16,8 @@
  * NHWC filter layout). oneDNN may keep the weights in a blocked layout of
  * its choosing internally; the ops reorder into and out of it (cpu_dnnl.h).
  *
- * These are functions rather than a table on the backend because they have
- * one implementation so far; they become the CPU side of a `conv` table
- * (docs/design.md §3.7) when the cuDNN twins exist. The first call for a
+ * The backend reaches them through its `conv` table (ddp_conv_cpu_ops, at
+ * the end of this file; docs/design.md §3.7). The first call for a
  * shape builds its oneDNN primitives (milliseconds); the prepare functions
  * do that before the step loop. Without oneDNN in the build every op
  * returns DDP_ERR_UNSUPPORTED and says so. A rejected call writes nothing. */
@@ -89,5 +88,9 @@ ddp_status_t ddp_cpu_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, v
  * (overwrites; positions that were no window's maximum get 0). */
 ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
                                  const void *ws, const ddp_pool_shape_t *sh, ddp_stream_t s);
+
+/* The CPU backend's conv table (cpu_conv_table.c): the functions above and
+ * the kernels of cpu_conv_ops.c. */
+extern const ddp_conv_ops_t ddp_conv_cpu_ops;
 
 #endif
