@@ -24,6 +24,9 @@
 #ifndef DDPTRAIN_CPU_CONV_H
 #define DDPTRAIN_CPU_CONV_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "ddptrain/backend.h"
 #include "ddptrain/conv.h"
 #include "ddptrain/dtype.h"
@@ -88,6 +91,41 @@ ddp_status_t ddp_cpu_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, v
  * (overwrites; positions that were no window's maximum get 0). */
 ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
                                  const void *ws, const ddp_pool_shape_t *sh, ddp_stream_t s);
+
+/* ---- kernels of ours (cpu_conv_ops.c, cpu_conv_bn_parts.c) --------------
+ * The conv table's ReLU, add + ReLU, global average pooling and the
+ * batch-norm parts for statistics over several ranks, with the contracts of
+ * ddptrain/conv.h. They need no oneDNN: they work in every build. fp32 only
+ * (DDP_ERR_UNSUPPORTED naming the op and the type otherwise). */
+
+/* The checks each of them makes first: the CPU backend and fp32; `op`
+ * names the caller in the message. */
+ddp_status_t ddp_cpu_conv_ops_admit(const ddp_backend_t *be, ddp_dtype_t dt, const char *op);
+
+ddp_status_t ddp_cpu_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                              size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_add_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *a,
+                                  const void *b, size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                              const void *out, size_t n, ddp_stream_t s);
+ddp_status_t ddp_cpu_avgpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
+                                 int N, int HW, int C, ddp_stream_t s);
+ddp_status_t ddp_cpu_avgpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                 int N, int HW, int C, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_reduce_fwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *inp,
+                                   const float *mean, const ddp_bn_shape_t *sh, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_apply_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *running_mean,
+                                  float *running_var, const void *inp, const float *mean,
+                                  const float *var, const float *gamma, const float *beta,
+                                  int64_t M_total, const ddp_bn_shape_t *sh, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_reduce_bwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *dout,
+                                   const void *inp, const float *mean, const ddp_bn_shape_t *sh,
+                                   ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                                  float *dbeta, const void *dout, const void *inp,
+                                  const float *mean, const float *var, const float *gamma,
+                                  const float *g, const float *l, int64_t M_total,
+                                  const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s);
 
 /* The CPU backend's conv table (cpu_conv_table.c): the functions above and
  * the kernels of cpu_conv_ops.c. */

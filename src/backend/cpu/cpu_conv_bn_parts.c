@@ -1,0 +1,223 @@
+/* Batch normalization in parts on the CPU (ddptrain/conv.h's bn_reduce_fwd,
+ * bn_apply_fwd, bn_reduce_bwd, bn_apply_bwd), fp32 NHWC.
+ *
+ * Synchronised batch norm (--sync-bn) needs each rank's per-channel sums
+ * between the passes, so the ranks can add them up and normalise by the
+ * statistics of the whole global batch; oneDNN's primitive computes and
+ * uses its statistics in one call and cannot be split there, so these are
+ * kernels of ours (on the GPU too). With one rank, or with the ranks' sums
+ * added, they compute what the library's bn_fwd / bn_bwd compute over the
+ * whole batch.
+ *
+ * Every sum runs over the positions in order, per channel, in double, so a
+ * rank's partial sums are bit-reproducible and the variance's second pass
+ * loses nothing to cancellation. Channels go in blocks whose accumulators
+ * and coefficients live on the stack: nothing allocates, and every op
+ * validates all its arguments before writing anything. */
+#include <config.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/cpu_conv.h"
+#include "ddptrain/check.h"
+
+/* Channels per block (see cpu_conv_ops.c). */
+#define CHANNEL_BLOCK 256
+
+static ddp_status_t check_shape(const ddp_bn_shape_t *sh, const char *op) {
+  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
+  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: every size must be positive (N=%d H=%d W=%d C=%d)", op,
+             sh->N, sh->H, sh->W, sh->C);
+  return DDP_OK;
+}
+
+static ddp_status_t check_eps(const ddp_bn_shape_t *sh, const char *op) {
+  if (!(sh->eps > 0 && isfinite(sh->eps)))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: eps %g must be positive and finite", op, (double)sh->eps);
+  return DDP_OK;
+}
+
+/* M_total counts every rank's positions, this rank's among them; training
+ * statistics need two of them (the unbiased variance divides by M_total -
+ * 1, and one value has no variance to normalise by). */
+static ddp_status_t check_m_total(const ddp_bn_shape_t *sh, int64_t M_total, int training,
+                                  const char *op) {
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  if (M_total < M)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: M_total %lld is fewer than this rank's own N*H*W = %lld positions", op,
+             (long long)M_total, (long long)M);
+  if (training && M_total < 2)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: training needs at least 2 values per channel over all ranks (M_total = %lld)", op,
+             (long long)M_total);
+  return DDP_OK;
+}
+
+static inline size_t positions(const ddp_bn_shape_t *sh) {
+  return (size_t)sh->N * (size_t)sh->H * (size_t)sh->W;
+}
+
+static inline size_t block_len(size_t c0, size_t c) {
+  return c - c0 < CHANNEL_BLOCK ? c - c0 : CHANNEL_BLOCK;
+}
+
+ddp_status_t ddp_cpu_bn_reduce_fwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *inp,
+                                   const float *mean, const ddp_bn_shape_t *sh, ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_conv_ops_admit(be, dt, "bn_reduce_fwd"));
+  DDP_CHECK(check_shape(sh, "bn_reduce_fwd"));
+  if (!sums || !inp) DDP_FAIL(DDP_ERR_INVALID_ARG, "bn_reduce_fwd: sums and inp are required");
+  const float *x = inp;
+  const size_t M = positions(sh), c = (size_t)sh->C;
+  double acc[CHANNEL_BLOCK], mu[CHANNEL_BLOCK];
+  for (size_t c0 = 0; c0 < c; c0 += CHANNEL_BLOCK) {
+    const size_t nc = block_len(c0, c);
+    for (size_t j = 0; j < nc; ++j) {
+      acc[j] = 0.0;
+      mu[j] = mean ? mean[c0 + j] : 0.0;
+    }
+    if (mean) {
+      for (size_t m = 0; m < M; ++m) {
+        const float *row = x + m * c + c0;
+        for (size_t j = 0; j < nc; ++j) {
+          const double d = row[j] - mu[j];
+          acc[j] += d * d;
+        }
+      }
+    } else {
+      for (size_t m = 0; m < M; ++m) {
+        const float *row = x + m * c + c0;
+        for (size_t j = 0; j < nc; ++j) acc[j] += row[j];
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) sums[c0 + j] = (float)acc[j];
+  }
+  return DDP_OK;
+}
+
+ddp_status_t ddp_cpu_bn_apply_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *running_mean,
+                                  float *running_var, const void *inp, const float *mean,
+                                  const float *var, const float *gamma, const float *beta,
+                                  int64_t M_total, const ddp_bn_shape_t *sh, ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_conv_ops_admit(be, dt, "bn_apply_fwd"));
+  DDP_CHECK(check_shape(sh, "bn_apply_fwd"));
+  DDP_CHECK(check_eps(sh, "bn_apply_fwd"));
+  if (!out || !inp || !mean || !var || !gamma || !beta)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "bn_apply_fwd: out, inp, mean, var, gamma and beta are required");
+  if (!running_mean != !running_var)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "bn_apply_fwd: running_mean and running_var go together (one is NULL)");
+  const int training = running_mean != NULL;
+  if (training && !(sh->momentum >= 0 && sh->momentum <= 1))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "bn_apply_fwd: momentum %g must be in [0, 1]",
+             (double)sh->momentum);
+  DDP_CHECK(check_m_total(sh, M_total, training, "bn_apply_fwd"));
+  float *y = out;
+  const float *x = inp;
+  const size_t M = positions(sh), c = (size_t)sh->C;
+  /* y = x scale + shift with scale = gamma istd, shift = beta - mean scale:
+   * one multiply-add per element. */
+  float scale[CHANNEL_BLOCK], shift[CHANNEL_BLOCK];
+  for (size_t c0 = 0; c0 < c; c0 += CHANNEL_BLOCK) {
+    const size_t nc = block_len(c0, c);
+    for (size_t j = 0; j < nc; ++j) {
+      const double istd = 1.0 / sqrt((double)var[c0 + j] + (double)sh->eps);
+      scale[j] = (float)(gamma[c0 + j] * istd);
+      shift[j] = (float)(beta[c0 + j] - mean[c0 + j] * (gamma[c0 + j] * istd));
+    }
+    for (size_t m = 0; m < M; ++m) {
+      const float *xr = x + m * c + c0;
+      float *yr = y + m * c + c0;
+      for (size_t j = 0; j < nc; ++j) yr[j] = xr[j] * scale[j] + shift[j];
+    }
+  }
+  if (training) {
+    const double mom = sh->momentum, unbias = (double)M_total / (double)(M_total - 1);
+    for (size_t j = 0; j < c; ++j) {
+      running_mean[j] = (float)((1 - mom) * running_mean[j] + mom * mean[j]);
+      running_var[j] = (float)((1 - mom) * running_var[j] + mom * var[j] * unbias);
+    }
+  }
+  return DDP_OK;
+}
+
+ddp_status_t ddp_cpu_bn_reduce_bwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *dout,
+                                   const void *inp, const float *mean, const ddp_bn_shape_t *sh,
+                                   ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_conv_ops_admit(be, dt, "bn_reduce_bwd"));
+  DDP_CHECK(check_shape(sh, "bn_reduce_bwd"));
+  if (!sums || !dout || !inp || !mean)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "bn_reduce_bwd: sums, dout, inp and mean are required");
+  const float *dy = dout, *x = inp;
+  const size_t M = positions(sh), c = (size_t)sh->C;
+  double sum_dy[CHANNEL_BLOCK], sum_dyx[CHANNEL_BLOCK], mu[CHANNEL_BLOCK];
+  for (size_t c0 = 0; c0 < c; c0 += CHANNEL_BLOCK) {
+    const size_t nc = block_len(c0, c);
+    for (size_t j = 0; j < nc; ++j) {
+      sum_dy[j] = sum_dyx[j] = 0.0;
+      mu[j] = mean[c0 + j];
+    }
+    for (size_t m = 0; m < M; ++m) {
+      const float *g = dy + m * c + c0, *xr = x + m * c + c0;
+      for (size_t j = 0; j < nc; ++j) {
+        sum_dy[j] += g[j];
+        sum_dyx[j] += (double)g[j] * (xr[j] - mu[j]);
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) {
+      sums[c0 + j] = (float)sum_dy[j];
+      sums[c + c0 + j] = (float)sum_dyx[j];
+    }
+  }
+  return DDP_OK;
+}
+
+ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                                  float *dbeta, const void *dout, const void *inp,
+                                  const float *mean, const float *var, const float *gamma,
+                                  const float *g, const float *l, int64_t M_total,
+                                  const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s) {
+  DDP_CHECK(ddp_cpu_conv_ops_admit(be, dt, "bn_apply_bwd"));
+  DDP_CHECK(check_shape(sh, "bn_apply_bwd"));
+  DDP_CHECK(check_eps(sh, "bn_apply_bwd"));
+  if (!dinp || !dgamma || !dbeta || !dout || !inp || !mean || !var || !gamma || !g || !l)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "bn_apply_bwd: dinp, dgamma, dbeta, dout, inp, mean, var, gamma, g and l are "
+             "required");
+  DDP_CHECK(check_m_total(sh, M_total, 1, "bn_apply_bwd"));
+  float *dx = dinp;
+  const float *dy = dout, *x = inp;
+  const size_t M = positions(sh), c = (size_t)sh->C;
+  /* dinp = a (dy - k1 - (x - mean) k2), with a = gamma istd, k1 = g[c] /
+   * M_total, k2 = istd^2 g[C+c] / M_total, per channel in double first. */
+  float a[CHANNEL_BLOCK], k1[CHANNEL_BLOCK], k2[CHANNEL_BLOCK], mu[CHANNEL_BLOCK];
+  const double Mt = (double)M_total;
+  for (size_t c0 = 0; c0 < c; c0 += CHANNEL_BLOCK) {
+    const size_t nc = block_len(c0, c);
+    for (size_t j = 0; j < nc; ++j) {
+      const size_t ch = c0 + j;
+      const double istd = 1.0 / sqrt((double)var[ch] + (double)sh->eps);
+      a[j] = (float)(gamma[ch] * istd);
+      k1[j] = (float)(g[ch] / Mt);
+      k2[j] = (float)(istd * istd * g[c + ch] / Mt);
+      mu[j] = mean[ch];
+    }
+    for (size_t m = 0; m < M; ++m) {
+      const float *gr = dy + m * c + c0, *xr = x + m * c + c0;
+      float *dr = dx + m * c + c0;
+      for (size_t j = 0; j < nc; ++j) dr[j] = a[j] * (gr[j] - k1[j] - (xr[j] - mu[j]) * k2[j]);
+    }
+  }
+  /* The parameter gradients from this rank's own sums: the reducer adds
+   * the ranks' gradients as for any parameter. */
+  for (size_t ch = 0; ch < c; ++ch) {
+    const double istd = 1.0 / sqrt((double)var[ch] + (double)sh->eps);
+    const float dgam = (float)(l[c + ch] * istd), dbet = l[ch];
+    dgamma[ch] = accumulate ? dgamma[ch] + dgam : dgam;
+    dbeta[ch] = accumulate ? dbeta[ch] + dbet : dbet;
+  }
+  return DDP_OK;
+}
