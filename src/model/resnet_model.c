@@ -136,6 +136,46 @@ static ddp_status_t prepare(resnet_t *r) {
   return DDP_OK;
 }
 
+/* The conv table may be partial (a backend still growing one): every op
+ * this configuration calls must be there, or the model is refused, naming
+ * the first missing one. */
+static ddp_status_t check_ops(const ddp_backend_t *be, const resnet_config_t *c) {
+  const ddp_conv_ops_t *cv = be->ops->conv;
+  const struct {
+    const char *name;
+    int present, needed;
+  } ops[] = {
+      {"conv_fwd", cv->conv_fwd != NULL, 1},
+      {"conv_bwd_data", cv->conv_bwd_data != NULL, 1},
+      {"conv_bwd_weights", cv->conv_bwd_weights != NULL, 1},
+      {"conv_prepare", cv->conv_prepare != NULL, 1},
+      {"bn_fwd", cv->bn_fwd != NULL, 1},
+      {"bn_bwd", cv->bn_bwd != NULL, 1},
+      {"bn_prepare", cv->bn_prepare != NULL, 1},
+      {"relu_fwd", cv->relu_fwd != NULL, 1},
+      {"relu_bwd", cv->relu_bwd != NULL, 1},
+      {"add_relu_fwd", cv->add_relu_fwd != NULL, 1},
+      {"avgpool_fwd", cv->avgpool_fwd != NULL, 1},
+      {"avgpool_bwd", cv->avgpool_bwd != NULL, 1},
+      {"maxpool_workspace_bytes", cv->maxpool_workspace_bytes != NULL, c->imagenet_stem},
+      {"maxpool_fwd", cv->maxpool_fwd != NULL, c->imagenet_stem},
+      {"maxpool_bwd", cv->maxpool_bwd != NULL, c->imagenet_stem},
+      {"bn_reduce_fwd", cv->bn_reduce_fwd != NULL, c->sync_bn},
+      {"bn_apply_fwd", cv->bn_apply_fwd != NULL, c->sync_bn},
+      {"bn_reduce_bwd", cv->bn_reduce_bwd != NULL, c->sync_bn},
+      {"bn_apply_bwd", cv->bn_apply_bwd != NULL, c->sync_bn},
+      {"nn linear_fwd", be->ops->nn->linear_fwd != NULL, 1},
+      {"nn linear_bwd", be->ops->nn->linear_bwd != NULL, 1},
+      {"nn add", be->ops->nn->add != NULL, 1},
+      {"nn xent_fused", be->ops->nn->xent_fused != NULL, 1},
+  };
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; ++i)
+    if (ops[i].needed && !ops[i].present)
+      DDP_FAIL(DDP_ERR_UNSUPPORTED, "model resnet%s: the %s backend has no %s op",
+               c->sync_bn ? " --sync-bn 1" : "", be->ops->name, ops[i].name);
+  return DDP_OK;
+}
+
 static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   ddp_backend_t *be = s->be;
   if (!be->ops->conv || !be->ops->nn)
@@ -148,6 +188,7 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   resnet_config_t c;
   DDP_CHECK(resnet_config_from_options(s->opts, &c));
   DDP_CHECK(resnet_config_set_data(&c, &s->data));
+  DDP_CHECK(check_ops(be, &c));
   resnet_t *r = calloc(1, sizeof *r);
   if (!r) DDP_FAIL(DDP_ERR_OOM, "resnet: out of host memory");
   m->impl = r;
