@@ -18,9 +18,10 @@
  * promises. Without oneDNN the library comparisons become comparisons with
  * the parts over the whole batch (checked by finite differences above).
  *
- * And: the table is filled (every slot), release empties the primitive
- * cache, `accumulate`, and every refusal (sizes, M_total, bf16, NULL
- * pointers) with a message naming the op and an untouched output. */
+ * And: the table is filled (every slot; without oneDNN its library slots
+ * refuse, saying so), release empties the primitive cache, `accumulate`,
+ * and every refusal (sizes, M_total, bf16, NULL pointers) with a message
+ * naming the op and an untouched output. */
 #include <config.h>
 
 #include <check.h>
@@ -171,6 +172,9 @@ static void fd_check(const char *what, fwd_fn fwd, void *ctx, const float *out, 
                 20 * FD_ATOL);
 }
 
+static const ddp_bn_shape_t k_bn_small = {
+    .N = 1, .H = 4, .W = 4, .C = 3, .eps = 1e-5f, .momentum = 0.1f};
+
 /* ---- the table ---------------------------------------------------------------- */
 
 START_TEST(test_cpu_table_is_filled) {
@@ -194,7 +198,7 @@ END_TEST
 START_TEST(test_release_empties_the_primitive_cache) {
   const ddp_conv_shape_t sh = {
       .N = 1, .H = 4, .W = 4, .C = 2, .K = 3, .R = 3, .S = 3, .stride = 1, .pad = 1};
-  const ddp_bn_shape_t bn = {.N = 1, .H = 4, .W = 4, .C = 3, .eps = 1e-5f, .momentum = 0.1f};
+  const ddp_bn_shape_t bn = k_bn_small;
   g_ops->release(g_be);
   expect_ok(g_ops->conv_prepare(g_be, DDP_DTYPE_F32, &sh), "conv_prepare");
   expect_ok(g_ops->bn_prepare(g_be, DDP_DTYPE_F32, &bn), "bn_prepare");
@@ -208,6 +212,23 @@ START_TEST(test_release_empties_the_primitive_cache) {
   ddp_backend_destroy(g_be);
   g_be = ddp_test_cpu_backend();
   ck_assert_uint_eq(ddp_cpu_dnnl_cache_entries(), 0);
+}
+END_TEST
+
+START_TEST(test_table_without_dnnl_refuses_its_library_slots) {
+  /* The table is there and its oneDNN slots say what is missing. */
+  float x[64] = {0};
+  const ddp_conv_shape_t sh = {
+      .N = 1, .H = 4, .W = 4, .C = 2, .K = 3, .R = 3, .S = 3, .stride = 1, .pad = 1};
+  ddp_test_log_start();
+  const ddp_status_t st = g_ops->conv_fwd(g_be, DDP_DTYPE_F32, x, x, x, &sh, NULL);
+  const ddp_status_t st_bn = g_ops->bn_prepare(g_be, DDP_DTYPE_F32, &k_bn_small);
+  char *log = ddp_test_log_stop();
+  ck_assert_int_eq(st, DDP_ERR_UNSUPPORTED);
+  ck_assert_int_eq(st_bn, DDP_ERR_UNSUPPORTED);
+  ddp_assert_contains(log, "conv_fwd: this build has no oneDNN");
+  ddp_assert_contains(log, "batch_norm_prepare: this build has no oneDNN");
+  free(log);
 }
 END_TEST
 
@@ -757,6 +778,7 @@ int main(void) {
   } else {
     /* The comparisons with the library need oneDNN; two ranks are then
      * compared with the parts over the whole batch. */
+    tcase_add_test(tc, test_table_without_dnnl_refuses_its_library_slots);
     fprintf(stderr, "note: no oneDNN in this build: the library comparisons are left out\n");
   }
   suite_add_tcase(s, tc);
