@@ -1306,7 +1306,7 @@ static ddp_status_t resume_under(const ddp_options_t *written, const ddp_options
   int found = 0;
   ddp_status_t st;
   CAPTURE(*log, st = ddp_train_resume(now, &dist, NULL, g_be, g_dir, 0, &img, dev_params, dev_state,
-                                      &meta, &found));
+                                      NULL, &meta, &found));
   if (st == DDP_OK) {
     ck_assert_int_eq(found, 1);
     ck_assert_int_eq(meta.step, 5);

@@ -25,6 +25,12 @@ extern "C" {
 
 #define DDP_SAFETENSORS_MAX_DIMS 8
 
+/* The file format's int64 ("I64"), which the runtime's own element types
+ * (ddp_dtype_t) do not need: a tensor of this dtype holds int64_t values.
+ * Written for exported counters (BatchNorm's num_batches_tracked is an
+ * int64 scalar in PyTorch) and reported as such by the reader. */
+#define DDP_ST_DTYPE_I64 ((ddp_dtype_t)DDP_DTYPE_COUNT_)
+
 typedef struct ddp_st_tensor {
   const char *name;
   ddp_dtype_t dtype;

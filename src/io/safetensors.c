@@ -14,7 +14,12 @@
 
 #include "ddptrain/check.h"
 
-static const char *const k_dtype_names[DDP_DTYPE_COUNT_] = {"F32", "BF16", "F16", "I32"};
+/* Indexed by ddp_dtype_t, then DDP_ST_DTYPE_I64 (the file format's own). */
+static const char *const k_dtype_names[DDP_DTYPE_COUNT_ + 1] = {"F32", "BF16", "F16", "I32", "I64"};
+
+static size_t elem_size(ddp_dtype_t dtype) {
+  return dtype == DDP_ST_DTYPE_I64 ? sizeof(int64_t) : ddp_dtype_size(dtype);
+}
 
 static ddp_status_t numel_of(const char *what, int ndim, const int64_t *shape, int64_t *numel) {
   if (ndim < 0 || ndim > DDP_SAFETENSORS_MAX_DIMS)
@@ -71,7 +76,7 @@ static char *header_json(const ddp_st_tensor_t *t, int n, const char *const *met
   for (int i = 0; i < n; ++i) {
     int64_t numel = 0;
     numel_of(t[i].name, t[i].ndim, t[i].shape, &numel);
-    size_t bytes = (size_t)numel * ddp_dtype_size(t[i].dtype);
+    size_t bytes = (size_t)numel * elem_size(t[i].dtype);
     json_t *shape = json_array();
     for (int d = 0; d < t[i].ndim; ++d) json_array_append_new(shape, json_integer(t[i].shape[d]));
     json_t *entry = json_pack("{s:s, s:o, s:[I,I]}", "dtype", k_dtype_names[t[i].dtype], "shape",
@@ -98,7 +103,7 @@ ddp_status_t ddp_safetensors_write_opts(const char *path, const ddp_st_tensor_t 
     int64_t numel;
     if (!t[i].name || !t[i].name[0] || strcmp(t[i].name, "__metadata__") == 0)
       DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: tensor %d has no usable name", i);
-    if ((unsigned)t[i].dtype >= DDP_DTYPE_COUNT_)
+    if ((unsigned)t[i].dtype > (unsigned)DDP_ST_DTYPE_I64)
       DDP_FAIL(DDP_ERR_INVALID_ARG, "safetensors_write: tensor '%s' has an invalid dtype",
                t[i].name);
     DDP_CHECK(numel_of(t[i].name, t[i].ndim, t[i].shape, &numel));
@@ -135,9 +140,8 @@ ddp_status_t ddp_safetensors_write_opts(const char *path, const ddp_st_tensor_t 
   for (int i = 0; i < n; ++i) {
     int64_t numel = 0;
     numel_of(t[i].name, t[i].ndim, t[i].shape, &numel);
-    DDP_CHECK_GOTO(
-        write_all(f, t[i].data, (size_t)numel * ddp_dtype_size(t[i].dtype), tmp, &budget), st,
-        remove_tmp);
+    DDP_CHECK_GOTO(write_all(f, t[i].data, (size_t)numel * elem_size(t[i].dtype), tmp, &budget), st,
+                   remove_tmp);
   }
   if (fflush(f) != 0 || fsync(fileno(f)) != 0)
     DDP_FAIL_GOTO(st, DDP_ERR_IO, remove_tmp, "cannot write %s: %s", tmp, strerror(errno));
@@ -253,13 +257,13 @@ static ddp_status_t parse_entry(ddp_safetensors_t *st, const char *name, json_t 
     DDP_FAIL(DDP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", st->path, name);
   ddp_st_tensor_t *t = &st->tensors[i];
   t->name = name;
-  t->dtype = DDP_DTYPE_COUNT_;
-  for (int d = 0; d < DDP_DTYPE_COUNT_; ++d)
-    if (strcmp(dtype, k_dtype_names[d]) == 0) t->dtype = (ddp_dtype_t)d;
-  if (t->dtype == DDP_DTYPE_COUNT_)
+  int known = 0;
+  for (int d = 0; d <= DDP_DTYPE_COUNT_ && !known; ++d)
+    if (strcmp(dtype, k_dtype_names[d]) == 0) t->dtype = (ddp_dtype_t)d, known = 1;
+  if (!known)
     DDP_FAIL(DDP_ERR_UNSUPPORTED,
              "%s: tensor '%s' has dtype %s (ddptrain reads F32, BF16, F16, "
-             "I32)",
+             "I32, I64)",
              st->path, name, dtype);
   t->ndim = (int)json_array_size(shape);
   if (t->ndim > DDP_SAFETENSORS_MAX_DIMS)
@@ -273,7 +277,7 @@ static ddp_status_t parse_entry(ddp_safetensors_t *st, const char *name, json_t 
   int64_t numel = 0;
   if (numel_of(name, t->ndim, t->shape, &numel) != DDP_OK) return DDP_ERR_FORMAT;
   if (b < 0 || e < b || (size_t)e > st->data_size ||
-      (size_t)(e - b) != (size_t)numel * ddp_dtype_size(t->dtype))
+      (size_t)(e - b) != (size_t)numel * elem_size(t->dtype))
     DDP_FAIL(DDP_ERR_FORMAT,
              "%s: tensor '%s' has data_offsets [%lld, %lld] that do not match "
              "its %lld elements of %s or the %zu data bytes in the file",
@@ -340,7 +344,7 @@ static ddp_status_t open_file(const char *path, int header_only, ddp_safetensors
     const ddp_st_tensor_t *a = &st->tensors[order[i - 1]], *b = &st->tensors[order[i]];
     int64_t na = 0;
     numel_of(a->name, a->ndim, a->shape, &na);
-    if (st->begin[order[i - 1]] + (size_t)na * ddp_dtype_size(a->dtype) > st->begin[order[i]])
+    if (st->begin[order[i - 1]] + (size_t)na * elem_size(a->dtype) > st->begin[order[i]])
       DDP_FAIL_GOTO(rc, DDP_ERR_FORMAT, fail, "%s: tensors '%s' and '%s' overlap", path, a->name,
                     b->name);
   }

@@ -3,6 +3,7 @@
  * host copies of the weights, and the generic export and description. */
 #include "ddptrain/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "ddptrain/version.h"
 #include "core/ascii.h"
 #include "model/builtin.h"
+#include "model/model_buffers.h"
 
 /* ---- the registry ------------------------------------------------------------ */
 
@@ -168,6 +170,35 @@ void ddp_model_destroy(ddp_model_t *m) {
   free(m);
 }
 
+/* The buffer table of a model that declares buffers: set, tiling [0,
+ * n_buffer_floats) like the parameter table, kinds known. One logged line
+ * naming the model on a defect. */
+static ddp_status_t check_buffers(const ddp_model_t *m) {
+  const char *name = m->ops->name;
+  if (!m->buffer_tensors && !m->n_buffer_tensors && !m->n_buffer_floats && !m->buffers)
+    return DDP_OK; /* none */
+  if (!m->buffer_tensors || m->n_buffer_tensors < 1 || !m->n_buffer_floats || !m->buffers)
+    DDP_FAIL(DDP_ERR_INTERNAL,
+             "model %s: create declared buffers but left their table, count or memory unset "
+             "(%d entries, %zu floats, buffers %s)",
+             name, m->n_buffer_tensors, m->n_buffer_floats, m->buffers ? "set" : "NULL");
+  ddp_param_t *t = malloc((size_t)m->n_buffer_tensors * sizeof *t);
+  if (!t) DDP_FAIL(DDP_ERR_OOM, "model %s: out of host memory", name);
+  for (int i = 0; i < m->n_buffer_tensors; ++i) t[i] = m->buffer_tensors[i].t;
+  char who[96];
+  snprintf(who, sizeof who, "model %s, buffer table", name);
+  ddp_status_t st = ddp_param_table_check(t, m->n_buffer_tensors, m->n_buffer_floats, who);
+  free(t);
+  if (st != DDP_OK) return st;
+  for (int i = 0; i < m->n_buffer_tensors; ++i) {
+    const ddp_buffer_kind_t k = m->buffer_tensors[i].kind;
+    if (k != DDP_BUFFER_MEAN && k != DDP_BUFFER_COUNT)
+      DDP_FAIL(DDP_ERR_INVALID_ARG, "model %s: buffer %s has an unknown kind %d", name,
+               m->buffer_tensors[i].t.name, (int)k);
+  }
+  return DDP_OK;
+}
+
 ddp_status_t ddp_model_create(const ddp_model_ops_t *ops, const ddp_model_setup_t *setup,
                               ddp_model_t **out) {
   if (!ops || !setup || !setup->be || !setup->opts || !out)
@@ -187,6 +218,7 @@ ddp_status_t ddp_model_create(const ddp_model_ops_t *ops, const ddp_model_setup_
     DDP_FAIL_GOTO(st, DDP_ERR_INTERNAL, fail, "model %s: create left no parameter buffers",
                   ops->name);
   if (st == DDP_OK) st = ddp_param_table_check(m->tensors, m->n_tensors, m->n_params, ops->name);
+  if (st == DDP_OK) st = check_buffers(m);
   if (st != DDP_OK) goto fail;
   *out = m;
   return DDP_OK;
@@ -214,21 +246,77 @@ ddp_status_t ddp_model_params_from_host(ddp_model_t *m, const float *host) {
   return ddp_backend_sync(m->be, NULL);
 }
 
+/* ---- buffers in an export (model/model_buffers.h) ------------------------------ */
+
+void ddp_model_buffer_export_free(ddp_model_buffer_export_t *bx) {
+  free(bx->tensors);
+  free(bx->values);
+  free(bx->counts);
+  *bx = (ddp_model_buffer_export_t){0};
+}
+
+ddp_status_t ddp_model_buffer_export_prepare(ddp_model_t *m, ddp_model_buffer_export_t *bx) {
+  *bx = (ddp_model_buffer_export_t){0};
+  const int n = m->n_buffer_tensors;
+  if (n == 0) return DDP_OK;
+  ddp_status_t st = DDP_OK;
+  bx->tensors = calloc((size_t)n, sizeof *bx->tensors);
+  bx->values = malloc(m->n_buffer_floats * sizeof *bx->values);
+  bx->counts = malloc(m->n_buffer_floats * sizeof *bx->counts);
+  if (!bx->tensors || !bx->values || !bx->counts)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "export: out of host memory for model %s's buffers",
+                  m->ops->name);
+  DDP_CHECK_GOTO(ddp_backend_copy(m->be, bx->values, m->buffers, m->n_buffer_floats * sizeof(float),
+                                  DDP_COPY_KIND_DEVICE_TO_HOST, NULL),
+                 st, fail);
+  DDP_CHECK_GOTO(ddp_backend_sync(m->be, NULL), st, fail);
+  for (int i = 0; i < n; ++i) {
+    const ddp_buffer_t *b = &m->buffer_tensors[i];
+    ddp_st_tensor_t *t = &bx->tensors[i];
+    *t = (ddp_st_tensor_t){.name = b->t.name, .dtype = DDP_DTYPE_F32, .ndim = b->t.ndim};
+    for (int d = 0; d < b->t.ndim; ++d) t->shape[d] = b->t.shape[d];
+    t->data = bx->values + b->t.offset;
+    if (b->kind != DDP_BUFFER_COUNT) continue;
+    /* counters: int64, a single one as a scalar (PyTorch's num_batches_tracked) */
+    int64_t *c = bx->counts + b->t.offset;
+    for (size_t k = 0; k < b->t.count; ++k) {
+      const float v = bx->values[b->t.offset + k];
+      if (!(v >= 0.0f) || v != floorf(v))
+        DDP_FAIL_GOTO(st, DDP_ERR_NUMERIC, fail,
+                      "export: counter buffer %s of model %s holds %g, not a whole number",
+                      b->t.name, m->ops->name, (double)v);
+      c[k] = (int64_t)v;
+    }
+    t->dtype = DDP_ST_DTYPE_I64;
+    t->data = c;
+    if (b->t.count == 1) t->ndim = 0;
+  }
+  bx->n = n;
+  return DDP_OK;
+fail:
+  ddp_model_buffer_export_free(bx);
+  return st;
+}
+
 /* ---- generic export and description ------------------------------------------- */
 
 enum { META_MAX = 2 * (4 + DDP_MODEL_OPTION_SLOTS) + 1 };
 
-/* Every tensor of the table under its name, fp32; the metadata names the
- * producer, the model and each of the model's own flags. */
+/* Every tensor of the table under its name, fp32, then the buffers
+ * (ddp_model_buffer_export_prepare); the metadata names the producer, the
+ * model and each of the model's own flags. */
 static ddp_status_t export_generic(ddp_model_t *m, const char *path) {
   const int nt = m->n_tensors;
   ddp_status_t st = DDP_OK;
+  ddp_model_buffer_export_t bx = {0};
   float *host = malloc(m->n_params * sizeof *host);
-  ddp_st_tensor_t *t = calloc((size_t)nt, sizeof *t);
+  ddp_st_tensor_t *t = calloc((size_t)nt + (size_t)m->n_buffer_tensors, sizeof *t);
   char(*values)[DDP_OPTION_TEXT_MAX + 32] = calloc(DDP_MODEL_OPTION_SLOTS, sizeof *values);
   const char *meta[META_MAX];
   if (!host || !t || !values) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "export: out of host memory");
   DDP_CHECK_GOTO(ddp_model_params_to_host(m, host), st, out);
+  DDP_CHECK_GOTO(ddp_model_buffer_export_prepare(m, &bx), st, out);
+  for (int i = 0; i < bx.n; ++i) t[nt + i] = bx.tensors[i];
   for (int i = 0; i < nt; ++i) {
     const ddp_param_t *p = &m->tensors[i];
     t[i] = (ddp_st_tensor_t){
@@ -250,8 +338,9 @@ static ddp_status_t export_generic(ddp_model_t *m, const char *path) {
     meta[k++] = flag, meta[k++] = values[v++];
   }
   meta[k] = NULL;
-  st = ddp_safetensors_write(path, t, nt, meta);
+  st = ddp_safetensors_write(path, t, nt + bx.n, meta);
 out:
+  ddp_model_buffer_export_free(&bx);
   free(values);
   free(t);
   free(host);
@@ -268,6 +357,9 @@ void ddp_model_describe(const ddp_model_t *m, char *buf, size_t len) {
     m->ops->describe(m, buf, len);
     return;
   }
-  snprintf(buf, len, "%s, %.3fM parameters in %d tensors", m->ops->name, (double)m->n_params / 1e6,
-           m->n_tensors);
+  const int n = snprintf(buf, len, "%s, %.3fM parameters in %d tensors", m->ops->name,
+                         (double)m->n_params / 1e6, m->n_tensors);
+  if (m->n_buffer_tensors && n > 0 && (size_t)n < len)
+    snprintf(buf + n, len - (size_t)n, ", %zu buffer values in %d buffers", m->n_buffer_floats,
+             m->n_buffer_tensors);
 }

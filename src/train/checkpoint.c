@@ -136,7 +136,8 @@ static char *dump(json_t *j) {
 
 ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ckpt_image_t *img,
                             int64_t enospc_after_bytes) {
-  const int nt = img->n_tensors * (1 + img->n_slots);
+  const int n_state = img->n_tensors * (1 + img->n_slots);
+  const int nt = n_state + img->n_buffer_tensors;
   ddp_status_t st = DDP_OK;
   ddp_st_tensor_t *t = calloc((size_t)nt, sizeof *t);
   char *names = calloc((size_t)nt, 96);
@@ -157,6 +158,15 @@ ddp_status_t ddp_ckpt_write(const char *path, const char *tmp_path, const ddp_ck
                                .data = base + g->offset};
       for (int d = 0; d < g->ndim; ++d) t[j].shape[d] = g->shape[d];
     }
+  for (int i = 0, j = n_state; i < img->n_buffer_tensors; ++i, ++j) {
+    const ddp_param_t *g = &img->buffer_tensors[i].t;
+    snprintf(names + 96 * j, 96, "buffer.%s", g->name);
+    t[j] = (ddp_st_tensor_t){.name = names + 96 * j,
+                             .dtype = DDP_DTYPE_F32,
+                             .ndim = g->ndim,
+                             .data = img->buffers + g->offset};
+    for (int d = 0; d < g->ndim; ++d) t[j].shape[d] = g->shape[d];
+  }
   const ddp_ckpt_meta_t *m = &img->meta;
   snprintf(step, sizeof step, "%lld", (long long)m->step);
   json_t *slots = json_array();
@@ -387,6 +397,10 @@ ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img) {
       DDP_CHECK(
           load_tensor(ck, name, g, s < 0 ? img->params : img->state + (size_t)s * img->n_params));
     }
+  for (int i = 0; i < img->n_buffer_tensors; ++i) {
+    snprintf(name, sizeof name, "buffer.%s", img->buffer_tensors[i].t.name);
+    DDP_CHECK(load_tensor(ck, name, &img->buffer_tensors[i].t, img->buffers));
+  }
   img->meta = ck->meta;
   return DDP_OK;
 }

@@ -65,7 +65,9 @@ static void write_one(ddp_ckpt_writer_t *w) {
   if (st == DDP_OK) {
     ddp_ckpt_prune(w->dir, w->keep, w->protect);
     snprintf(w->last_good, sizeof w->last_good, "%s", path);
-    const double mib = (double)w->img.n_params * (1 + w->img.n_slots) * 4 / 1048576.0;
+    const double mib =
+        ((double)w->img.n_params * (1 + w->img.n_slots) + (double)w->img.n_buffer_floats) * 4 /
+        1048576.0;
     DDP_LOG_INFO("checkpoint: step %lld written to %s (%.1f MiB in %.2f s, in the background)",
                  (long long)step, path, mib, dt);
   } else {
@@ -124,7 +126,8 @@ ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, int64_t resumed_f
   w->protect = resumed_from;
   w->fault_step = fault > 0 ? (int64_t)fault : -1;
   w->img = *layout;
-  const size_t floats = layout->n_params * (size_t)(1 + layout->n_slots);
+  const size_t state_floats = layout->n_params * (size_t)(1 + layout->n_slots);
+  const size_t floats = state_floats + layout->n_buffer_floats;
   w->img.params = malloc(floats * sizeof(float));
   w->config = strdup(config);
   if (!w->img.params || !w->config)
@@ -136,6 +139,7 @@ ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, int64_t resumed_f
   volatile char *touch = (volatile char *)w->img.params;
   for (size_t b = 0; b < floats * sizeof(float); b += 4096) touch[b] = 1;
   w->img.state = w->img.params + layout->n_params;
+  w->img.buffers = layout->n_buffer_floats ? w->img.params + state_floats : NULL;
   w->img.config = w->config;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
@@ -157,10 +161,12 @@ static void wait_idle(ddp_ckpt_writer_t *w) {
   pthread_mutex_unlock(&w->mu);
 }
 
-ddp_status_t ddp_ckpt_writer_stage(ddp_ckpt_writer_t *w, float **params, float **state) {
+ddp_status_t ddp_ckpt_writer_stage(ddp_ckpt_writer_t *w, float **params, float **state,
+                                   float **buffers) {
   wait_idle(w);
   *params = w->img.params;
   *state = w->img.n_slots ? w->img.state : NULL;
+  *buffers = w->img.buffers;
   return DDP_OK;
 }
 
@@ -174,16 +180,19 @@ ddp_status_t ddp_ckpt_writer_commit(ddp_ckpt_writer_t *w, const ddp_ckpt_meta_t 
 }
 
 ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const float *params,
-                                  const float *state, const ddp_ckpt_meta_t *meta,
-                                  double *pause_ms) {
+                                  const float *state, const float *buffers,
+                                  const ddp_ckpt_meta_t *meta, double *pause_ms) {
   const double t0 = ddp_clock_seconds();
-  float *hp, *hs;
-  DDP_CHECK(ddp_ckpt_writer_stage(w, &hp, &hs));
+  float *hp, *hs, *hb;
+  DDP_CHECK(ddp_ckpt_writer_stage(w, &hp, &hs, &hb));
   const size_t n = w->img.n_params;
   DDP_CHECK(
       ddp_backend_copy(be, hp, params, n * sizeof(float), DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   if (hs)
     DDP_CHECK(ddp_backend_copy(be, hs, state, (size_t)w->img.n_slots * n * sizeof(float),
+                               DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  if (hb)
+    DDP_CHECK(ddp_backend_copy(be, hb, buffers, w->img.n_buffer_floats * sizeof(float),
                                DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   DDP_CHECK(ddp_backend_sync(be, NULL));
   DDP_CHECK(ddp_ckpt_writer_commit(w, meta));

@@ -15,7 +15,8 @@
 
 typedef struct ddp_ckpt_writer ddp_ckpt_writer_t;
 
-/* layout: tensors, n_tensors, n_params, n_slots and slot_names of the images
+/* layout: tensors, n_tensors, n_params, n_slots, slot_names and the buffer
+ * table (buffer_tensors, n_buffer_tensors, n_buffer_floats) of the images
  * to write (the pointers must outlive the writer); config: JSON text, copied.
  * resumed_from: the step of the checkpoint the run resumed from, -1 for a
  * fresh run. Before its thread writes anything it prepares dir: removes the
@@ -27,19 +28,21 @@ ddp_status_t ddp_ckpt_writer_create(const char *dir, int keep, int64_t resumed_f
                                     ddp_ckpt_writer_t **out);
 void ddp_ckpt_writer_destroy(ddp_ckpt_writer_t *w);
 
-/* Waits for the previous write, copies params (n_params) and state
- * (n_slots x n_params) from backend memory into the staging buffer, and hands
- * it to the thread with meta. *pause_ms: how long the caller was held. */
+/* Waits for the previous write, copies params (n_params), state
+ * (n_slots x n_params) and buffers (n_buffer_floats; ignored without) from
+ * backend memory into the staging buffer, and hands it to the thread with
+ * meta. *pause_ms: how long the caller was held. */
 ddp_status_t ddp_ckpt_writer_save(ddp_ckpt_writer_t *w, ddp_backend_t *be, const float *params,
-                                  const float *state, const ddp_ckpt_meta_t *meta,
-                                  double *pause_ms);
+                                  const float *state, const float *buffers,
+                                  const ddp_ckpt_meta_t *meta, double *pause_ms);
 
 /* The same in two halves, for a caller that fills the staging buffers
  * itself (--zero 1 gathers the sharded state into them): stage waits for
  * the previous write and gives the host buffers (params: n_params floats,
- * state: n_slots x n_params, NULL without slots); commit hands them to the
- * thread with meta. */
-ddp_status_t ddp_ckpt_writer_stage(ddp_ckpt_writer_t *w, float **params, float **state);
+ * state: n_slots x n_params, NULL without slots; buffers: n_buffer_floats,
+ * NULL without); commit hands them to the thread with meta. */
+ddp_status_t ddp_ckpt_writer_stage(ddp_ckpt_writer_t *w, float **params, float **state,
+                                   float **buffers);
 ddp_status_t ddp_ckpt_writer_commit(ddp_ckpt_writer_t *w, const ddp_ckpt_meta_t *meta);
 
 /* Waits until the thread is idle; returns the status of the last write. */

@@ -7,6 +7,10 @@
  *             optim.<slot>.<name>     optimizer state per parameter:
  *                                     exp_avg, exp_avg_sq (AdamW, LAMB) or
  *                                     momentum_buffer (SGD)
+ *             buffer.<name>           the model's buffers (ddptrain/model.h,
+ *                                     fp32, their table's shapes), only for
+ *                                     a model that has them: a file without
+ *                                     them is still format 2
  *   metadata  format    "ddptrain-checkpoint-2"
  *             step      optimizer steps completed = the sampler position
  *                       (the global step the next run starts at)
@@ -38,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddptrain/model.h"
 #include "ddptrain/options.h"
 #include "ddptrain/param.h"
 #include "ddptrain/status.h"
@@ -73,12 +78,17 @@ typedef struct ddp_ckpt_meta {
 
 /* A host-side image of the training state, laid out as the model's flat
  * buffers: params[n_params], state[n_slots * n_params] (slot s at
- * s * n_params, the optimizer's own layout). */
+ * s * n_params, the optimizer's own layout), buffers[n_buffer_floats]. */
 typedef struct ddp_ckpt_image {
   const ddp_param_t *tensors; /* the model's parameter table */
   int n_tensors;
   size_t n_params;
   float *params, *state;
+  /* the model's buffer table and its values (NULL, 0: a model without) */
+  const ddp_buffer_t *buffer_tensors;
+  int n_buffer_tensors;
+  size_t n_buffer_floats;
+  float *buffers;
   int n_slots;
   const char *const *slot_names; /* n_slots names */
   ddp_ckpt_meta_t meta;
@@ -112,8 +122,10 @@ void ddp_ckpt_close(ddp_ckpt_t *ck);
 const ddp_ckpt_meta_t *ddp_ckpt_meta(const ddp_ckpt_t *ck);
 /* A configuration value the writing run had ("lr" -> "0.003"), or NULL. */
 const char *ddp_ckpt_config_value(const ddp_ckpt_t *ck, const char *flag);
-/* Copies the tensors into img->params / img->state after checking that
- * every tensor of img's layout is there with its shape (errors name it). */
+/* Copies the tensors into img->params / img->state / img->buffers after
+ * checking that every tensor of img's layout is there with its shape
+ * (errors name it; tensors the layout lacks, such as another model's
+ * buffers, are not read). */
 ddp_status_t ddp_ckpt_load(const ddp_ckpt_t *ck, ddp_ckpt_image_t *img);
 
 /* This host's name as the temporary files carry it: gethostname(), with any

@@ -22,6 +22,15 @@ static uint64_t layout_hash(const ddp_model_t *m) {
     h = ddp_fnv1a64(h, t->shape, sizeof t->shape);
     h = ddp_fnv1a64(h, &t->offset, sizeof t->offset);
   }
+  /* the buffer table too: rank 0's buffers are broadcast into it */
+  for (int i = 0; i < m->n_buffer_tensors; ++i) {
+    const ddp_buffer_t *b = &m->buffer_tensors[i];
+    h = ddp_fnv1a64(h, b->t.name, strlen(b->t.name) + 1);
+    h = ddp_fnv1a64(h, &b->t.ndim, sizeof b->t.ndim);
+    h = ddp_fnv1a64(h, b->t.shape, sizeof b->t.shape);
+    h = ddp_fnv1a64(h, &b->t.offset, sizeof b->t.offset);
+    h = ddp_fnv1a64(h, &b->kind, sizeof b->kind);
+  }
   return h;
 }
 
@@ -159,7 +168,9 @@ ddp_status_t ddp_train_check_agreement(const ddp_dist_t *dist, const ddp_options
    * not gets the same check here (one allgather when they agree). */
   ddp_status_t st = ddp_train_check_flags(dist, o);
   if (st != DDP_OK && st != DDP_ERR_MISMATCH) return st;
-  if (ddp_dist_agree_u64(dist, "the parameter layout (tensor names, shapes, order)",
+  if (ddp_dist_agree_u64(dist,
+                         "the parameter and buffer layout (tensor names, shapes, order; buffer "
+                         "kinds)",
                          layout_hash(model)) != DDP_OK)
     st = DDP_ERR_MISMATCH;
   if (agree_data(dist, data, DDP_SPLIT_TRAIN) != DDP_OK) st = DDP_ERR_MISMATCH;

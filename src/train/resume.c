@@ -100,20 +100,22 @@ static ddp_status_t bcast(ddp_comm_t *comm, void *buf, size_t bytes) {
 ddp_status_t ddp_train_resume(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_comm_t *comm,
                               ddp_backend_t *be, const char *dir, int missing_ok,
                               const ddp_ckpt_image_t *layout, float *params, float *state,
-                              ddp_ckpt_meta_t *meta, int *found) {
+                              float *buffers, ddp_ckpt_meta_t *meta, int *found) {
   const size_t n = layout->n_params, state_n = n * (size_t)layout->n_slots;
+  const size_t buf_n = layout->n_buffer_floats;
   ddp_ckpt_image_t img = *layout;
   int32_t hdr[2] = {DDP_OK, 0}; /* status, found */
   ddp_status_t st = DDP_OK;
   img.params = NULL;
   if (dist->rank == 0) {
-    img.params = malloc((n + state_n) * sizeof(float));
+    img.params = malloc((n + state_n + buf_n) * sizeof(float));
     if (img.params) {
       img.state = img.params + n;
+      img.buffers = buf_n ? img.state + state_n : NULL;
       st = load_rank0(opts, dir, missing_ok, &img, found);
     } else {
       st = DDP_ERR_OOM;
-      DDP_LOG_ERROR("resume: no host memory for the checkpoint (%zu floats)", n + state_n);
+      DDP_LOG_ERROR("resume: no host memory for the checkpoint (%zu floats)", n + state_n + buf_n);
     }
     hdr[0] = st;
     hdr[1] = st == DDP_OK && *found;
@@ -137,6 +139,10 @@ ddp_status_t ddp_train_resume(const ddp_options_t *opts, const ddp_dist_t *dist,
       DDP_CHECK_GOTO(ddp_backend_copy(be, state, img.state, state_n * sizeof(float),
                                       DDP_COPY_KIND_HOST_TO_DEVICE, NULL),
                      st, out);
+    if (buf_n)
+      DDP_CHECK_GOTO(ddp_backend_copy(be, buffers, img.buffers, buf_n * sizeof(float),
+                                      DDP_COPY_KIND_HOST_TO_DEVICE, NULL),
+                     st, out);
     DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);
     *meta = img.meta;
   }
@@ -144,6 +150,7 @@ ddp_status_t ddp_train_resume(const ddp_options_t *opts, const ddp_dist_t *dist,
     DDP_CHECK_GOTO(bcast(comm, meta, sizeof *meta), st, out);
     DDP_CHECK_GOTO(bcast(comm, params, n * sizeof(float)), st, out);
     if (state_n) DDP_CHECK_GOTO(bcast(comm, state, state_n * sizeof(float)), st, out);
+    if (buf_n) DDP_CHECK_GOTO(bcast(comm, buffers, buf_n * sizeof(float)), st, out);
   }
 out:
   free(img.params);

@@ -12,13 +12,14 @@
  * passes its CRC (reporting and skipping corrupt ones), checks its
  * configuration against `opts` (a flag that shapes the model or its state
  * differing is an error naming it; other differences are warnings) and
- * loads it; every rank then receives the parameters (into params) and the
- * optimizer state (into state), both backend memory laid out as
- * layout describes, and the metadata in *meta. *found = 0 when `dir` holds
+ * loads it; every rank then receives the parameters (into params), the
+ * optimizer state (into state) and the model's buffers (into buffers, when
+ * layout has a buffer table), all backend memory laid out as layout
+ * describes, and the metadata in *meta. *found = 0 when `dir` holds
  * no checkpoint and missing_ok (--resume auto): nothing is changed. */
 ddp_status_t ddp_train_resume(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_comm_t *comm,
                               ddp_backend_t *be, const char *dir, int missing_ok,
                               const ddp_ckpt_image_t *layout, float *params, float *state,
-                              ddp_ckpt_meta_t *meta, int *found);
+                              float *buffers, ddp_ckpt_meta_t *meta, int *found);
 
 #endif

@@ -132,7 +132,7 @@ ddp_status_t ddp_scale_predict(const ddp_scale_cluster_t *c, const ddp_scale_wor
   /* --zero 1 keeps 1/N of the state, and adds the shard's reduced
    * gradients (fp32, 1/N of the parameters: train/zero.h) */
   const double sharded = p.zero ? w->optim_state_bytes * (1.0 - 1.0 / n) - 4.0 / n : 0.0;
-  p.memory_gib = np * (w->state_bytes - sharded) / GIB;
+  p.memory_gib = (np * (w->state_bytes - sharded) + 4.0 * (double)w->n_buffer_floats) / GIB;
   free(spans);
   free(ready);
   free(comm);

@@ -85,6 +85,7 @@ typedef struct ddp_scale_workload {
   double optim_bytes;       /* device memory traffic of the optimizer pass per parameter */
   double state_bytes;       /* model-state memory per parameter with --zero 0 */
   double optim_state_bytes; /* the part of state_bytes that --zero 1 divides by N */
+  size_t n_buffer_floats;   /* the model's buffers (fp32, never sharded) */
 } ddp_scale_workload_t;
 
 /* One prediction: N GPUs, one --zero setting and bucket size. Times in ms
@@ -101,7 +102,7 @@ typedef struct ddp_scale_point {
   double gather_ms;               /* --zero 1: the all-gather of the updated weights */
   double step_ms;                 /* compute + exposed + optimizer + gather */
   double efficiency;              /* per-GPU throughput at N over that at 1 */
-  double memory_gib;              /* model states per GPU (no activations) */
+  double memory_gib;              /* model states per GPU, buffers included (no activations) */
 } ddp_scale_point_t;
 
 /* Predicts one point. Backward time is spread over the tensors in

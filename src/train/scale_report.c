@@ -234,6 +234,7 @@ ddp_status_t ddp_scale_report(const ddp_options_t *o, const ddp_dist_t *dist,
   r->w.tensors = m->tensors;
   r->w.n_tensors = m->n_tensors;
   r->w.n_params = m->n_params;
+  r->w.n_buffer_floats = m->n_buffer_floats;
   r->w.accum = (int)o->accum;
   r->n_rows = world_sizes(o, r->worlds);
   r->n_sizes = bucket_sizes(o, r->sizes);

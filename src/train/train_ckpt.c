@@ -20,6 +20,9 @@ static ddp_status_t make_layout(ddp_train_ckpt_t *tc, const ddp_optim_config_t *
   tc->layout = (ddp_ckpt_image_t){.tensors = tc->model->tensors,
                                   .n_tensors = tc->model->n_tensors,
                                   .n_params = tc->model->n_params,
+                                  .buffer_tensors = tc->model->buffer_tensors,
+                                  .n_buffer_tensors = tc->model->n_buffer_tensors,
+                                  .n_buffer_floats = tc->model->n_buffer_floats,
                                   .n_slots = n_slots,
                                   .slot_names = slots,
                                   .config = tc->config};
@@ -40,7 +43,8 @@ static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *star
   ddp_ckpt_meta_t meta = {0};
   int found = 0;
   DDP_CHECK(ddp_train_resume(o, tc->dist, comm, tc->be, automatic ? o->save : o->resume, automatic,
-                             &tc->layout, tc->model->params, tc->state, &meta, &found));
+                             &tc->layout, tc->model->params, tc->state, tc->model->buffers, &meta,
+                             &found));
   if (!found) return DDP_OK;
   *resumed = 1;
   *start_step = meta.step;
@@ -58,10 +62,16 @@ static ddp_status_t resume(ddp_train_ckpt_t *tc, ddp_comm_t *comm, int64_t *star
 
 ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
                                  const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
-                                 ddp_model_t *model, float *state, const ddp_optim_config_t *ocfg,
-                                 int64_t *start_step, ddp_ckpt_scaler_t *scaler) {
-  *tc = (ddp_train_ckpt_t){
-      .o = o, .dist = dist, .comm = comm, .be = be, .model = model, .state = state};
+                                 ddp_model_t *model, ddp_train_buffers_t *buffers, float *state,
+                                 const ddp_optim_config_t *ocfg, int64_t *start_step,
+                                 ddp_ckpt_scaler_t *scaler) {
+  *tc = (ddp_train_ckpt_t){.o = o,
+                           .dist = dist,
+                           .comm = comm,
+                           .be = be,
+                           .model = model,
+                           .buffers = buffers,
+                           .state = state};
   *start_step = 0;
   if (!o->save[0] && !o->resume[0]) return DDP_OK;
   DDP_CHECK(make_layout(tc, ocfg));
@@ -84,11 +94,15 @@ void ddp_train_ckpt_set_zero(ddp_train_ckpt_t *tc, ddp_zero_t *zero, float *shar
 static ddp_status_t save_sharded(ddp_train_ckpt_t *tc, const ddp_ckpt_meta_t *meta,
                                  double *pause_ms) {
   const double t0 = ddp_clock_seconds();
-  float *hp = NULL, *hs = NULL;
-  if (tc->writer) DDP_CHECK(ddp_ckpt_writer_stage(tc->writer, &hp, &hs));
+  float *hp = NULL, *hs = NULL, *hb = NULL;
+  if (tc->writer) DDP_CHECK(ddp_ckpt_writer_stage(tc->writer, &hp, &hs, &hb));
   DDP_CHECK(ddp_zero_gather_masters(tc->zero, tc->grad_comm));
   if (hp)
     DDP_CHECK(ddp_backend_copy(tc->be, hp, tc->model->params, tc->model->n_params * sizeof(float),
+                               DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
+  if (hb) /* buffers are not sharded: rank 0's are every rank's */
+    DDP_CHECK(ddp_backend_copy(tc->be, hb, tc->model->buffers,
+                               tc->model->n_buffer_floats * sizeof(float),
                                DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
   DDP_CHECK(ddp_zero_gather_state(tc->zero, tc->grad_comm, tc->state, hs));
   if (tc->writer) DDP_CHECK(ddp_ckpt_writer_commit(tc->writer, meta));
@@ -102,20 +116,24 @@ int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done) {
 
 ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
                                  const ddp_ckpt_scaler_t *scaler, int wait) {
-  if (!tc->writer && !(tc->zero && tc->o->save[0])) return DDP_OK;
+  if (!tc->o->save[0]) return DDP_OK;
   if (done != tc->last_saved) {
-    ddp_ckpt_meta_t meta = tc->layout.meta;
-    meta.step = done;
-    meta.scaler = *scaler;
-    double pause_ms = 0.0;
-    if (tc->zero)
-      DDP_CHECK(save_sharded(tc, &meta, &pause_ms));
-    else
-      DDP_CHECK(
-          ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state, &meta, &pause_ms));
+    /* every rank: the buffers a checkpoint holds are the ranks' average */
+    if (tc->buffers) DDP_CHECK(ddp_train_buffers_sync(tc->buffers, "a checkpoint", 1));
+    if (tc->writer || tc->zero) {
+      ddp_ckpt_meta_t meta = tc->layout.meta;
+      meta.step = done;
+      meta.scaler = *scaler;
+      double pause_ms = 0.0;
+      if (tc->zero)
+        DDP_CHECK(save_sharded(tc, &meta, &pause_ms));
+      else
+        DDP_CHECK(ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state,
+                                       tc->model->buffers, &meta, &pause_ms));
+      DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
+                   (long long)done, pause_ms);
+    }
     tc->last_saved = done;
-    DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
-                 (long long)done, pause_ms);
   }
   /* A failed write was reported by the writer and is not fatal. */
   if (wait && tc->writer) (void)ddp_ckpt_writer_flush(tc->writer);
@@ -125,10 +143,9 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
 ddp_status_t ddp_train_ckpt_save_final(ddp_train_ckpt_t *tc, int64_t done,
                                        const ddp_ckpt_scaler_t *scaler,
                                        ddp_train_ckpt_outcome_t *outcome) {
-  int32_t v = DDP_TRAIN_CKPT_NO_SAVE; /* rank 0's answer; the others add 0 */
-  if (tc->zero && !tc->writer) DDP_CHECK(ddp_train_ckpt_save(tc, done, scaler, 0));
+  int32_t v = DDP_TRAIN_CKPT_NO_SAVE;                  /* rank 0's answer; the others add 0 */
+  DDP_CHECK(ddp_train_ckpt_save(tc, done, scaler, 0)); /* collective with --save */
   if (tc->writer) {
-    DDP_CHECK(ddp_train_ckpt_save(tc, done, scaler, 0));
     /* the status of the last write, which is this step's (or, when nothing
      * was trained, the checkpoint resumed from, which is on disk) */
     v = ddp_ckpt_writer_flush(tc->writer) == DDP_OK ? DDP_TRAIN_CKPT_ON_DISK

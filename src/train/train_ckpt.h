@@ -8,6 +8,7 @@
 #include "comm/comm.h"
 #include "optim/optim.h"
 #include "runtime/dist.h"
+#include "train/buffers.h"
 #include "train/checkpoint_writer.h"
 #include "train/ckpt.h"
 
@@ -17,8 +18,9 @@ typedef struct ddp_train_ckpt {
   ddp_comm_t *comm; /* host communicator: the ranks share the final write's outcome */
   ddp_backend_t *be;
   ddp_model_t *model;
-  float *state;            /* optimizer state, backend memory */
-  ddp_ckpt_image_t layout; /* views the model's parameter table */
+  ddp_train_buffers_t *buffers; /* averaged (collectively) before each save */
+  float *state;                 /* optimizer state, backend memory */
+  ddp_ckpt_image_t layout;      /* views the model's parameter table */
   char *config;
   ddp_ckpt_writer_t *writer; /* rank 0 with --save */
   int64_t last_saved;        /* steps of the last checkpoint handed to the writer */
@@ -28,13 +30,15 @@ typedef struct ddp_train_ckpt {
   ddp_comm_t *grad_comm; /* the communicator of backend memory */
 } ddp_train_ckpt_t;
 
-/* Sets up saving and, with --resume, loads the checkpoint on every rank:
- * *start_step = the optimizer steps already done (0 for a fresh run) and
- * *scaler = the saved loss-scaler state (untouched for a fresh run). */
+/* Sets up saving and, with --resume, loads the checkpoint on every rank
+ * (the model's buffers included): *start_step = the optimizer steps
+ * already done (0 for a fresh run) and *scaler = the saved loss-scaler
+ * state (untouched for a fresh run). */
 ddp_status_t ddp_train_ckpt_init(ddp_train_ckpt_t *tc, const ddp_options_t *o,
                                  const ddp_dist_t *dist, ddp_comm_t *comm, ddp_backend_t *be,
-                                 ddp_model_t *model, float *state, const ddp_optim_config_t *ocfg,
-                                 int64_t *start_step, ddp_ckpt_scaler_t *scaler);
+                                 ddp_model_t *model, ddp_train_buffers_t *buffers, float *state,
+                                 const ddp_optim_config_t *ocfg, int64_t *start_step,
+                                 ddp_ckpt_scaler_t *scaler);
 
 /* --zero 1, after init: from now on state is this rank's shard (the
  * state a resume loaded into the full buffer given to init has been taken
@@ -47,9 +51,10 @@ int ddp_train_ckpt_due(const ddp_train_ckpt_t *tc, int64_t done);
 
 /* Rank 0 with --save hands the state after `done` steps to the writer; with
  * wait it also waits for the file and returns the write's status (the end
- * of a run); without, a failed write is only the writer's warning. Other
- * ranks and runs without --save do nothing, except under --zero 1, where
- * every rank sends its shard (collective: every rank calls it alike). */
+ * of a run); without, a failed write is only the writer's warning. With
+ * --save, every rank first averages the model's buffers (ddp_train_buffers_
+ * sync), and under --zero 1 every rank sends its shard: collective, every
+ * rank calls it alike. Runs without --save do nothing. */
 ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
                                  const ddp_ckpt_scaler_t *scaler, int wait);
 

@@ -36,6 +36,7 @@
 #include "train/train_trace.h"
 #include "train/anomaly.h"
 #include "train/bucket_tune.h"
+#include "train/buffers.h"
 #include "train/consistency.h"
 #include "train/dump_batches.h"
 #include "train/metrics.h"
@@ -61,6 +62,7 @@ typedef struct trainer {
   ddp_loader_t *loader;
   ddp_train_batch_t slots[LOADER_DEPTH];
   ddp_model_t *model;
+  ddp_train_buffers_t buffers; /* the model's buffers across the ranks */
   /* what a step counts: "tok" (token models) or "samples" (record models),
    * and the metrics key of its rate */
   const char *unit, *rate_key;
@@ -248,6 +250,10 @@ static ddp_status_t setup_parallel(trainer_t *tr) {
     DDP_CHECK(ddp_comm_wait(grad_comm(tr), h));
     DDP_CHECK(ddp_model_refresh_compute(tr->model));
   }
+  /* the model's buffers travel with its weights; the model's sums over the
+   * ranks (ddp_model_allreduce) run on the gradients' communicator */
+  DDP_CHECK(ddp_train_buffers_init(&tr->buffers, tr->model, tr->dist, grad_comm(tr)));
+  DDP_CHECK(ddp_train_buffers_broadcast(&tr->buffers));
   if (o->check_replicas > 0) {
     tr->host_params = malloc(tr->model->n_params * sizeof(float));
     if (!tr->host_params) DDP_FAIL(DDP_ERR_OOM, "--check-replicas: out of host memory");
@@ -367,8 +373,9 @@ static ddp_status_t setup_checkpoints(trainer_t *tr, ddp_ckpt_scaler_t *scaler) 
       DDP_CHECK(tr->be->ops->fill(tr->be, full_state, DDP_DTYPE_F32, 0.0f, full_n, NULL));
     }
   }
-  ddp_status_t st = ddp_train_ckpt_init(&tr->ckpt, o, tr->dist, tr->comm, tr->be, tr->model,
-                                        full_state, &tr->ocfg, &tr->start_step, scaler);
+  ddp_status_t st =
+      ddp_train_ckpt_init(&tr->ckpt, o, tr->dist, tr->comm, tr->be, tr->model, &tr->buffers,
+                          full_state, &tr->ocfg, &tr->start_step, scaler);
   if (st == DDP_OK) st = restore_loss_scaler(tr, scaler);
   if (st == DDP_OK && o->zero) {
     if (full_state) st = ddp_zero_load_state(&tr->zero, full_state, tr->state);
@@ -490,6 +497,8 @@ static ddp_status_t count_top1(trainer_t *tr, const ddp_record_batch_t *b, doubl
 static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
   *r = (eval_result_t){.val_loss = NAN};
   if (!tr->val_sampler) return DDP_OK;
+  /* every replica evaluates the same model: the ranks' averaged buffers */
+  DDP_CHECK(ddp_train_buffers_sync(&tr->buffers, "an evaluation", 0));
   int64_t steps = 0, targets = 0;
   double sums[3] = {0.0, 0.0, 0.0}; /* loss, top-1 hits, records scored */
   ddp_train_batch_t *b = &tr->val_batch;
@@ -640,6 +649,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
   }
   DDP_SPAN_END();
   DDP_CHECK(ddp_amp_after_step(&tr->amp, tr->be, tr->grad_sumsq, step));
+  ddp_train_buffers_stepped(&tr->buffers);
   w->steps++;
   return DDP_OK;
 }
@@ -1013,6 +1023,7 @@ static ddp_status_t run(trainer_t *tr) {
                                      &tr->data, tr->sampler, o));
   if (o->export_path[0] && tr->zero.be)
     DDP_CHECK(ddp_zero_gather_masters(&tr->zero, grad_comm(tr)));
+  if (o->export_path[0]) DDP_CHECK(ddp_train_buffers_sync(&tr->buffers, "the export", 1));
   if (o->export_path[0] && tr->dist->rank == 0) {
     DDP_CHECK(ddp_model_export(tr->model, o->export_path));
     DDP_LOG_INFO("exported %zu parameters to %s", tr->model->n_params, o->export_path);
@@ -1048,6 +1059,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_backend_free(be, tr.state);
   ddp_optim_plan_destroy(tr.optim_plan);
   ddp_zero_destroy(&tr.zero);
+  ddp_train_buffers_destroy(&tr.buffers);
   ddp_model_destroy(tr.model);
   ddp_sampler_destroy(tr.sampler);
   ddp_sampler_destroy(tr.val_sampler);
