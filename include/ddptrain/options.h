@@ -68,6 +68,12 @@ typedef struct ddp_options {
   /* data */
   char data[1024], val_data[1024];
   char tasks[64]; /* the built-in data set's task mix (ddp_builtin_mix_parse) */
+  /* image models (docs/design.md §4.4): training augmentation, the
+   * normalisation, and the threads of one micro-batch's fill */
+  int64_t crop_pad; /* -1: 4 for images up to 64 pixels a side, else 0 */
+  int64_t hflip;
+  char normalize[8]; /* "train" | "none" */
+  int64_t loader_threads;
   /* model: which one (ddptrain/model.h) and the longest token row */
   char model[32];
   int64_t seq_len;

@@ -51,7 +51,11 @@ struct ddp_sampler {
   const ddp_corpus_t *corpus; /* token samplers: where ddp_sampler_fill reads; NULL for items */
   const ddp_window_t *items;  /* what the plan deals: the corpus's windows, or records */
   int64_t n_items;
-  int max_len; /* an item's length is 2 .. max_len + 1 */
+  /* items an epoch plans: n_items, less the remainder dropped
+   * (drop_remainder: the last n_items mod step_items of the shuffled order) */
+  int64_t n_used;
+  int64_t step_items; /* drop_remainder: items of one full step */
+  int max_len;        /* an item's length is 2 .. max_len + 1 */
   ddp_sampler_config_t cfg;
   int max_rows;   /* effective */
   int fixed_rows; /* random kind: rows per micro-batch */
@@ -156,6 +160,34 @@ static double cost_budget(ddp_sampler_t *s) {
   return s->cfg.cost_a * budget + s->cfg.cost_b * budget * (double)T_ref;
 }
 
+static int fits(const ddp_sampler_t *s, int64_t rows, int32_t T);
+
+/* drop_remainder: every micro-batch is full (all items are alike, so one
+ * row count R fills a micro-batch) and every step is world x accum of them,
+ * so an epoch keeps the largest multiple of world x accum x R items of its
+ * shuffled order and drops the rest. */
+static ddp_status_t plan_drop(ddp_sampler_t *s) {
+  const int32_t len = s->items[0].len;
+  for (int64_t i = 1; i < s->n_items; ++i)
+    if (s->items[i].len != len)
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "sampler: dropping the remainder needs items of one size; item %lld has length "
+               "%d, item 0 %d",
+               (long long)i, s->items[i].len, len);
+  int64_t rows = s->fixed_rows;
+  if (s->cfg.kind == DDP_SAMPLER_BUCKET) /* what packing closes a micro-batch at */
+    for (rows = 1; rows < s->max_rows && fits(s, rows + 1, len - 1);) ++rows;
+  s->step_items = (int64_t)s->cfg.world * s->cfg.accum * rows;
+  if (s->n_items < s->step_items)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "sampler: %lld samples do not fill one step of %d ranks x %d micro-batches x %lld "
+             "samples (%lld); lower --batch-size or --accum, or use fewer ranks",
+             (long long)s->n_items, s->cfg.world, s->cfg.accum, (long long)rows,
+             (long long)s->step_items);
+  s->n_used = s->n_items - s->n_items % s->step_items;
+  return DDP_OK;
+}
+
 ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items, int max_len,
                                       const ddp_sampler_config_t *cfg, ddp_sampler_t **out) {
   if (!items || !cfg || !out) DDP_FAIL(DDP_ERR_INVALID_ARG, "sampler_create: NULL argument");
@@ -229,6 +261,14 @@ ddp_status_t ddp_sampler_create_items(const ddp_window_t *items, int64_t n_items
   }
   s->epoch_first[0] = 0;
   s->cost_budget = cfg->kind == DDP_SAMPLER_BUCKET ? cost_budget(s) : HUGE_VAL;
+  s->n_used = n_items;
+  if (cfg->drop_remainder) {
+    const ddp_status_t st = plan_drop(s);
+    if (st != DDP_OK) {
+      ddp_sampler_destroy(s);
+      return st;
+    }
+  }
   *out = s;
   return DDP_OK;
 }
@@ -328,7 +368,7 @@ static int has_room(const ddp_sampler_t *s, uint32_t rows, int32_t T) {
  * (shuffled[]) while the budget allows, T allowed to grow. */
 static int64_t top_up(ddp_sampler_t *s, const uint32_t *shuffled, uint32_t *at, uint32_t *rows,
                       int32_t *T, uint32_t target_rows) {
-  const int64_t n = s->n_items;
+  const int64_t n = s->n_used;
   int64_t added = 0;
   for (int64_t i = 0; i < n && *rows < target_rows; ++i) {
     const int32_t t = wlen(s, shuffled[i]) - 1;
@@ -357,7 +397,7 @@ static ddp_status_t close_last(ddp_sampler_t *s, const uint32_t *shuffled, uint3
  * copied to order[at..], sorted there and packed onto itself (packing writes
  * position at + i right after reading it). */
 static ddp_status_t pack_bucket(ddp_sampler_t *s, const uint32_t *shuffled) {
-  const int64_t n = s->n_items;
+  const int64_t n = s->n_used;
   uint32_t *pool = s->scratch;
   uint32_t at = 0, first, rows;
   int32_t T;
@@ -384,7 +424,7 @@ static ddp_status_t pack_bucket(ddp_sampler_t *s, const uint32_t *shuffled) {
 }
 
 static ddp_status_t pack_random(ddp_sampler_t *s, const uint32_t *shuffled) {
-  const int64_t n = s->n_items;
+  const int64_t n = s->n_used;
   const uint32_t R = (uint32_t)s->fixed_rows;
   uint32_t at = 0;
   for (int64_t i = 0; i < n; i += R) {
@@ -751,6 +791,7 @@ static ddp_status_t build_epoch(ddp_sampler_t *s, int64_t epoch) {
                                               : pack_random(s, shuffled));
   DDP_CHECK(deal_epoch(s, epoch));
   s->stats.windows = n;
+  s->stats.dropped = n - s->n_used;
   s->stats.micro_batches = s->n_mb;
   s->stats.build_seconds = ddp_clock_seconds() - t0;
   const int64_t S = (int64_t)s->cfg.world * s->cfg.accum;

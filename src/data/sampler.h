@@ -57,6 +57,19 @@
  * keeps every step's share of the idle time small. With the cost of padded
  * tokens (b = 0) the cost budget is the token budget.
  *
+ * Dropping the remainder (drop_remainder, for fixed-size items: records
+ * and images, which the trainer samples this way). Every item costs the
+ * same, so the plan needs no wrap-around to balance anything: after step 1
+ * an epoch keeps the first n - n mod (world x accum x R) items of its
+ * shuffled order, R being the rows that fill a micro-batch, and drops the
+ * rest (different items each epoch, since the shuffle is per epoch). Every
+ * micro-batch then holds R items and every step world x accum micro-
+ * batches: equal counts on every rank at every step, no wrapped rows or
+ * micro-batches, and a step's target count (the loss normaliser) is always
+ * world x accum x R. The number dropped depends on world x accum only as a
+ * product, so W ranks x A micro-batches still equal 1 x WA. Fewer items
+ * than one step is an error at create.
+ *
  * Kind "random" is the common baseline kept for comparison: shuffled
  * windows, a fixed tokens_per_batch / seq_len rows per micro-batch padded to
  * the longest, dealt round-robin in order (DistributedSampler's way).
@@ -98,6 +111,9 @@ typedef struct ddp_sampler_config {
   int max_rows;             /* <= 0: the budget alone bounds B */
   int64_t chunk;            /* bucket: windows per sorted chunk; <= 0: default */
   double cost_a, cost_b;    /* both 0: a = 1, b = 0 (padded tokens) */
+  /* Fixed-size items (records, images): 1 drops the epoch's remainder, see
+   * "Dropping the remainder" above. Items must all have one length. */
+  int drop_remainder;
 } ddp_sampler_config_t;
 
 typedef struct ddp_sampler ddp_sampler_t;
@@ -120,6 +136,7 @@ int ddp_sampler_max_rows(const ddp_sampler_t *s);
 
 typedef struct ddp_epoch_stats {
   int64_t windows;       /* in the corpus */
+  int64_t dropped;       /* drop_remainder: items left out of the epoch */
   int64_t micro_batches; /* packed, before the wrap-around */
   int64_t steps;
   int64_t wrapped_micro_batches;

@@ -15,6 +15,7 @@
 #include "core/ascii.h"
 #include "core/env.h"
 #include "core/hash.h"
+#include "data/image_source.h"
 #include "data/sampler.h"
 #include "optim/optim.h"
 #include "runtime/options_config.h"
@@ -125,6 +126,10 @@ static ddp_status_t validate_loss_scaling(const char *value) {
   return one_of3(value, "auto", "dynamic", "none");
 }
 
+static ddp_status_t validate_normalize(const char *value) {
+  return one_of3(value, "train", "none", "none");
+}
+
 static const opt_row_t k_rows[] = {
     {"data", 0, OPT_STRING, OFF(data), "", 0, 0, "GLOB", "Data",
      "training shards (llm.c .bin format); empty = the built-in task data set", NULL, 0},
@@ -134,6 +139,18 @@ static const opt_row_t k_rows[] = {
      "built-in data set: how often each task's lines are drawn, as NAME[=WEIGHT],... over copy, "
      "reverse, sort and add (a task not named is left out)",
      NULL, 0},
+    {"crop-pad", 0, OPT_INT, OFF(crop_pad), "-1", -1, 4096, "P", "Data",
+     "image models: random crop after padding P zero pixels on each side; 0 = no crop, -1 = 4 "
+     "for images up to 64 pixels a side, else 0",
+     NULL, 0},
+    {"hflip", 0, OPT_INT, OFF(hflip), "1", 0, 1, "0|1", "Data",
+     "image models: flip each training image left-right with probability 1/2", NULL, 0},
+    {"normalize", 0, OPT_STRING, OFF(normalize), "train", 0, 0, "train|none", "Data",
+     "image models: per-channel (x/255 - mean) / std with the training split's statistics, or "
+     "none (x/255)",
+     validate_normalize, 0},
+    {"loader-threads", 0, OPT_INT, OFF(loader_threads), "1", 1, 64, "N", "Data",
+     "image models: threads that fill one micro-batch (the same pixels for any N)", NULL, LOCAL},
     {"model", 0, OPT_STRING, OFF(model), "gpt", 0, 0, "NAME", "Model",
      "the model to train: one of the models below (its own flags are listed under it)",
      validate_model, 0},
@@ -753,6 +770,36 @@ int ddp_options_given(const ddp_options_t *opts, const char *name) {
 
 /* ---- combinations of flags ------------------------------------------------------ */
 
+/* The kind of file --data/--val-data names against the model's: an image
+ * shard for an image model, a record file or token shards otherwise. A
+ * file that cannot be read is left to the loader, which names the cause. */
+static ddp_status_t check_data_kind(const ddp_options_t *o, const ddp_model_ops_t *model) {
+  const char *flags[2] = {"data", "val-data"}, *paths[2] = {o->data, o->val_data};
+  for (int k = 0; k < 2; ++k) {
+    if (!paths[k][0]) continue;
+    const int image = ddp_image_shard_peek(paths[k]);
+    if (image < 0) continue;
+    if (model->image_data && !image) {
+      USAGE_ERROR(
+          "option --%s %s: model %s trains on images, and this is not an image shard (ddpprep "
+          "--images writes them)",
+          flags[k], paths[k], model->name);
+      return DDP_ERR_INVALID_ARG;
+    }
+    if (!model->image_data && image) {
+      USAGE_ERROR("option --%s %s is an image shard, but model %s trains on %s", flags[k], paths[k],
+                  model->name,
+                  model->batch_kind == DDP_BATCH_TOKENS ? "token shards" : "record files");
+      return DDP_ERR_INVALID_ARG;
+    }
+  }
+  if (model->image_data && o->val_data[0] && !o->data[0]) {
+    USAGE_ERROR("option --val-data needs --data (the built-in image set has its own split)");
+    return DDP_ERR_INVALID_ARG;
+  }
+  return DDP_OK;
+}
+
 ddp_status_t ddp_options_validate(const ddp_options_t *o) {
   const ddp_model_ops_t *model = ddp_model_find(o->model);
   if (!model) {
@@ -784,13 +831,14 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
           o->tasks);
       return DDP_ERR_INVALID_ARG;
     }
-  } else if (!model->load_records && !o->data[0]) {
+  } else if (!model->load_records && !model->image_data && !o->data[0]) {
     USAGE_ERROR(
         "model %s trains on records: give --data FILE (safetensors with 'inputs' F32 "
         "(n, ...) and 'labels' I32 (n))",
         model->name);
     return DDP_ERR_INVALID_ARG;
   }
+  if (check_data_kind(o, model) != DDP_OK) return DDP_ERR_INVALID_ARG;
   if (o->min_lr > o->lr) {
     USAGE_ERROR("option --min-lr %g exceeds --lr %g (the decay goes from --lr down to --min-lr)",
                 o->min_lr, o->lr);

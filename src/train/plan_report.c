@@ -20,8 +20,8 @@ static void data_counts(const ddp_train_data_t *d, int64_t *docs, int64_t *token
     *docs = d->train.corpus.n_docs;
     *tokens = d->train.corpus.n_tokens;
   } else {
-    *docs = d->train.records.n;
-    *tokens = d->train.records.n;
+    *docs = d->images ? d->train.images.n : d->train.records.n;
+    *tokens = *docs;
   }
 }
 
@@ -43,6 +43,9 @@ static void print_text(FILE *out, const ddp_options_t *o, const ddp_train_data_t
   fprintf(out, "  micro-batches   %lld per epoch (+%lld wrapped to complete the last step)\n",
           (long long)s->micro_batches, (long long)s->wrapped_micro_batches);
   fprintf(out, "  steps           %lld per epoch\n", (long long)s->steps);
+  if (d->kind == DDP_BATCH_RECORDS)
+    fprintf(out, "  dropped         %lld records per epoch (the remainder of whole steps)\n",
+            (long long)s->dropped);
   fprintf(out, "  wrapped rows    %lld (windows repeated to fill the last micro-batch)\n",
           (long long)s->wrapped_rows);
   fprintf(out, "  padding         %.2f%% of %lld padded tokens\n", 100.0 * s->pad_frac,
@@ -63,13 +66,13 @@ static void print_json(FILE *out, const ddp_options_t *o, const ddp_train_data_t
           "\"micro_batches\": %lld, \"wrapped_micro_batches\": %lld, \"wrapped_rows\": %lld, "
           "\"steps\": %lld, \"useful_tokens\": %lld, \"padded_tokens\": %lld, "
           "\"pad_frac\": %.6f, \"imbalance_mean\": %.6f, \"imbalance_max\": %.6f, "
-          "\"plan_seconds\": %.6f, \"plan_bytes\": %lld}\n",
+          "\"plan_seconds\": %.6f, \"plan_bytes\": %lld, \"dropped\": %lld}\n",
           o->sampler, world, (long long)o->accum, (long long)o->tokens_per_batch,
           (long long)o->seq_len, (long long)docs, (long long)s->windows, (long long)tokens,
           (long long)s->micro_batches, (long long)s->wrapped_micro_batches,
           (long long)s->wrapped_rows, (long long)s->steps, (long long)s->useful,
           (long long)s->padded, s->pad_frac, s->imbalance_mean, s->imbalance_max, s->build_seconds,
-          (long long)s->plan_bytes);
+          (long long)s->plan_bytes, (long long)s->dropped);
 }
 
 ddp_status_t ddp_plan_report(const ddp_options_t *o, const ddp_dist_t *dist, FILE *out) {

@@ -7,6 +7,8 @@
 
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
+#include "core/hash.h"
+#include "data/builtin_images.h"
 
 /* Which files a --data/--val-data glob matched, so a pattern that caught
  * too few shards (or the wrong ones) shows before hours are spent. */
@@ -84,12 +86,62 @@ static ddp_status_t load_records(const ddp_options_t *o, const ddp_model_ops_t *
   return DDP_OK;
 }
 
+/* Image shards (--data/--val-data) or the built-in image set, the
+ * augmentation and the normalisation (docs/design.md §4.4). */
+static ddp_status_t load_images(const ddp_options_t *o, ddp_train_data_t *d) {
+  ddp_image_source_t *t = &d->train.images, *v = &d->val.images;
+  if (o->data[0]) {
+    DDP_CHECK(ddp_image_source_open(t, o->data));
+    if (o->val_data[0]) {
+      DDP_CHECK(ddp_image_source_open(v, o->val_data));
+      d->have_val = 1;
+    }
+  } else {
+    if (o->val_data[0])
+      DDP_FAIL(DDP_ERR_INVALID_ARG,
+               "--val-data needs --data (the built-in image set has its own split)");
+    DDP_CHECK(
+        ddp_image_source_builtin(t, (uint64_t)o->seed, DDP_SPLIT_TRAIN, DDP_BUILTIN_IMAGES_TRAIN));
+    DDP_CHECK(
+        ddp_image_source_builtin(v, (uint64_t)o->seed, DDP_SPLIT_VAL, DDP_BUILTIN_IMAGES_VAL));
+    d->have_val = 1;
+  }
+  const ddp_image_shape_t *ts = &t->shape, *vs = &v->shape;
+  if (d->have_val && memcmp(ts, vs, sizeof *ts) != 0)
+    DDP_FAIL(DDP_ERR_FORMAT,
+             "the validation images (%s: %dx%dx%d, %d classes) do not match the training images "
+             "(%s: %dx%dx%d, %d classes)",
+             v->source, vs->height, vs->width, vs->channels, vs->n_classes, t->source, ts->height,
+             ts->width, ts->channels, ts->n_classes);
+  d->images = 1;
+  d->seed = (uint64_t)o->seed;
+  d->fill_threads = (int)o->loader_threads;
+  d->aug.crop_pad = o->crop_pad < 0 ? ddp_image_default_crop_pad(ts) : (int)o->crop_pad;
+  d->aug.hflip = (int)o->hflip;
+  if (strcmp(o->normalize, "none") != 0) {
+    /* the training split's statistics, for evaluation too */
+    float mean[DDP_IMG_MAX_CHANNELS], std[DDP_IMG_MAX_CHANNELS];
+    ddp_image_source_channel_stats(t, mean, std);
+    DDP_CHECK(ddp_image_source_set_normalization(t, mean, std));
+    if (d->have_val) DDP_CHECK(ddp_image_source_set_normalization(v, mean, std));
+  }
+  d->shape.record_ndim = 3;
+  d->shape.record_shape[0] = ts->height;
+  d->shape.record_shape[1] = ts->width;
+  d->shape.record_shape[2] = ts->channels;
+  d->shape.record_shape[3] = 1;
+  d->shape.record_floats = t->image_bytes;
+  d->shape.n_classes = ts->n_classes;
+  return DDP_OK;
+}
+
 ddp_status_t ddp_train_data_load(const ddp_options_t *o, const ddp_model_ops_t *model,
                                  ddp_train_data_t *d) {
   memset(d, 0, sizeof *d);
   d->kind = model->batch_kind;
   d->shape.kind = d->kind;
-  return d->kind == DDP_BATCH_TOKENS ? load_tokens(o, d) : load_records(o, model, d);
+  if (d->kind == DDP_BATCH_TOKENS) return load_tokens(o, d);
+  return model->image_data ? load_images(o, d) : load_records(o, model, d);
 }
 
 void ddp_train_data_destroy(ddp_train_data_t *d) {
@@ -97,6 +149,8 @@ void ddp_train_data_destroy(ddp_train_data_t *d) {
   ddp_corpus_destroy(&d->train.corpus);
   ddp_records_destroy(&d->val.records);
   ddp_records_destroy(&d->train.records);
+  ddp_image_source_destroy(&d->val.images);
+  ddp_image_source_destroy(&d->train.images);
   d->have_val = 0;
 }
 
@@ -109,6 +163,26 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
              o->data[0] ? o->data : o->tasks);
     return;
   }
+  if (d->images) {
+    const ddp_image_source_t *t = &d->train.images;
+    const ddp_image_shape_t *sh = &t->shape;
+    const int C = sh->channels;
+    char norm[160] = "none (x/255)";
+    if (strcmp(o->normalize, "none") != 0) {
+      int at = snprintf(norm, sizeof norm, "mean");
+      for (int c = 0; c < C; ++c)
+        at += snprintf(norm + at, sizeof norm - (size_t)at, " %.4f", (double)t->mean[c]);
+      at += snprintf(norm + at, sizeof norm - (size_t)at, ", std");
+      for (int c = 0; c < C; ++c)
+        at += snprintf(norm + at, sizeof norm - (size_t)at, " %.4f", (double)t->std[c]);
+    }
+    snprintf(buf, len,
+             "%lld images %dx%dx%d, %d classes (%s)%s; augmentation: crop-pad %d, hflip %d; "
+             "normalisation: %s",
+             (long long)t->n, sh->height, sh->width, C, sh->n_classes, t->source,
+             d->have_val ? "" : "; no validation split", d->aug.crop_pad, d->aug.hflip, norm);
+    return;
+  }
   const ddp_records_t *r = &d->train.records;
   snprintf(buf, len, "%lld records of %lld features, %d classes (%s)%s", (long long)r->n,
            (long long)r->floats, r->n_classes, r->source,
@@ -117,6 +191,11 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
 
 uint64_t ddp_train_data_fingerprint(const ddp_train_data_t *d, int split) {
   const ddp_train_split_t *s = split == DDP_SPLIT_VAL ? &d->val : &d->train;
+  if (d->images) { /* the set, its normalisation and the augmentation */
+    const uint64_t h = ddp_image_source_fingerprint(&s->images);
+    const int64_t aug[2] = {d->aug.crop_pad, d->aug.hflip};
+    return ddp_fnv1a64(h, aug, sizeof aug);
+  }
   return d->kind == DDP_BATCH_TOKENS ? ddp_corpus_fingerprint(&s->corpus)
                                      : ddp_records_fingerprint(&s->records);
 }
@@ -148,6 +227,8 @@ ddp_status_t ddp_train_sampler_config(const ddp_options_t *o, const ddp_model_op
     /* a record is a row of one target: the budget is the row count */
     cfg->tokens_per_batch = o->batch_size;
     cfg->max_rows = (int)o->batch_size;
+    /* equal counts on every rank at every step (sampler.h) */
+    cfg->drop_remainder = 1;
   }
   if (model->cost) DDP_CHECK(model->cost(o, &d->shape, &cfg->cost_a, &cfg->cost_b));
   return DDP_OK;
@@ -157,8 +238,12 @@ ddp_status_t ddp_train_sampler_create(const ddp_train_data_t *d, int split,
                                       const ddp_sampler_config_t *cfg, ddp_sampler_t **out) {
   const ddp_train_split_t *s = split == DDP_SPLIT_VAL ? &d->val : &d->train;
   if (d->kind == DDP_BATCH_TOKENS) return ddp_sampler_create(&s->corpus, cfg, out);
-  /* records: items of one target each (length 2), so T is 1 */
-  return ddp_sampler_create_items(s->records.items, s->records.n, 1, cfg, out);
+  /* records and images: items of one target each (length 2), so T is 1;
+   * evaluation scores every record (its last step wraps instead) */
+  ddp_sampler_config_t c = *cfg;
+  if (split == DDP_SPLIT_VAL) c.drop_remainder = 0;
+  if (d->images) return ddp_sampler_create_items(s->images.items, s->images.n, 1, &c, out);
+  return ddp_sampler_create_items(s->records.items, s->records.n, 1, &c, out);
 }
 
 ddp_status_t ddp_train_batch_init(ddp_train_batch_t *b, const ddp_train_data_t *d,
@@ -198,9 +283,27 @@ static ddp_status_t fill_records(ddp_record_batch_t *b, const ddp_records_t *r, 
   return DDP_OK;
 }
 
+/* Decodes the images the plan put in this micro-batch: augmented for
+ * training, in the epoch of the step (so an item's pixels depend on
+ * (seed, epoch, item) alone), plain for evaluation. */
+static ddp_status_t fill_images(ddp_record_batch_t *b, const ddp_train_data_t *d,
+                                const ddp_image_source_t *src, int split, ddp_sampler_t *s,
+                                int64_t step, int rank, int micro) {
+  int rows = 0;
+  DDP_CHECK(ddp_sampler_rows(s, step, rank, micro, b->items, b->capacity, &rows, &b->info));
+  const ddp_image_aug_t *aug = split == DDP_SPLIT_TRAIN ? &d->aug : NULL;
+  DDP_CHECK(ddp_image_source_fill(src, aug, d->seed, b->info.epoch, b->items, rows, d->fill_threads,
+                                  b->inputs, b->labels));
+  b->B = rows;
+  b->n_targets = rows;
+  b->micro = micro;
+  return DDP_OK;
+}
+
 ddp_status_t ddp_train_batch_fill(ddp_train_batch_t *b, const ddp_train_data_t *d, int split,
                                   ddp_sampler_t *s, int64_t step, int rank, int micro) {
   if (b->kind == DDP_BATCH_TOKENS) return ddp_sampler_fill(s, step, rank, micro, &b->tokens);
   const ddp_train_split_t *sp = split == DDP_SPLIT_VAL ? &d->val : &d->train;
+  if (d->images) return fill_images(&b->records, d, &sp->images, split, s, step, rank, micro);
   return fill_records(&b->records, &sp->records, s, step, rank, micro);
 }

@@ -4,20 +4,25 @@
  *
  * Token models read token shards (--data/--val-data) or the built-in task
  * set; record models read record files (--data/--val-data) or the data set
- * their model supplies (load_records). Both kinds go through one sampler
- * (data/sampler.h): token windows cost by length, records all alike. */
+ * their model supplies (load_records); image models (image_data) read image
+ * shards (--data/--val-data) or the built-in image set. Records and images
+ * are sampled with the epoch's remainder dropped (equal counts per rank). Both kinds go through one
+ * sampler (data/sampler.h): token windows cost by length, records all alike. */
 #ifndef DDPTRAIN_TRAIN_DATA_H
 #define DDPTRAIN_TRAIN_DATA_H
 
 #include "ddptrain/data.h"
 #include "ddptrain/model.h"
 #include "ddptrain/options.h"
+#include "data/image_source.h"
 #include "data/sampler.h"
 
-/* One split: the corpus of a token model or the records of a record model. */
+/* One split: the corpus of a token model, the records of a record model,
+ * or the images of an image model (a record model with image_data). */
 typedef struct ddp_train_split {
   ddp_corpus_t corpus;
   ddp_records_t records;
+  ddp_image_source_t images;
 } ddp_train_split_t;
 
 typedef struct ddp_train_data {
@@ -25,6 +30,12 @@ typedef struct ddp_train_data {
   ddp_train_split_t train, val;
   int have_val;
   ddp_data_shape_t shape; /* what the model is built for */
+  /* image models: record batches are filled from `images`, training ones
+   * augmented with `aug`, seeded with `seed` (docs/design.md §4.4) */
+  int images;
+  ddp_image_aug_t aug;
+  uint64_t seed;
+  int fill_threads;
 } ddp_train_data_t;
 
 /* Loads the splits for `model` (see above). */

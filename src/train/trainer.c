@@ -459,6 +459,12 @@ static ddp_status_t setup(trainer_t *tr) {
       o->sampler, (long long)es.steps, tr->dist->world, (long long)o->accum,
       (long long)ddp_train_batch_budget(o, &tr->data), tokens ? "tokens" : "records",
       100.0 * es.pad_frac, es.imbalance_mean, es.imbalance_max, es.build_seconds);
+  if (!tokens)
+    DDP_LOG_INFO(
+        "plan: %lld of %lld records per epoch dropped (the remainder of whole steps of "
+        "%d x %lld x %lld)",
+        (long long)es.dropped, (long long)es.windows, tr->dist->world, (long long)o->accum,
+        (long long)o->batch_size);
   ddp_model_describe(tr->model, line, sizeof line);
   DDP_LOG_INFO("model: %s; %s, %lld steps; peak %.1f GFLOP/s per rank", line,
                ddp_optim_kind_name(tr->ocfg.kind), (long long)tr->steps, tr->peak_gflops);
