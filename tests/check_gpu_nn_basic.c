@@ -13,7 +13,8 @@
  *     exp differ by a few ulps).
  *   - xent losses and loss_sum (fp32 under every dt): 2e-5 normwise / 1e-5
  *     relative (fp32 exp sums in a different order, the CPU's partly in
- *     fp64); dlogits: twin_tol(dt).
+ *     fp64); dlogits: twin_tol(dt). The same with label smoothing (0.1,
+ *     0.5): the row's mean logit is a double sum on both sides.
  * Also checked: embed_bwd twice from the same state gives bit-identical
  * gradients; aliasing (gelu_bwd dinp == dout, add out == a and out == b,
  * xent dlogits == logits); the unaligned scalar paths; the GPU policy for
@@ -339,8 +340,9 @@ END_TEST
 
 /* ---- cross-entropy ------------------------------------------------------------ */
 
-/* alias: dlogits == logits; grad 0: dlogits NULL. Every fifth target is -1. */
-static void xent_case(int N, int V, int Vp, int grad, int alias) {
+/* alias: dlogits == logits; grad 0: dlogits NULL; eps: label smoothing.
+ * Every fifth target is -1. */
+static void xent_case(int N, int V, int Vp, int grad, int alias, float eps) {
   for (size_t d = 0; d < 3; ++d) {
     const ddp_dtype_t dt = twin_dtypes[d];
     begin_dt(dt, N, 8, Vp, ddp_cuda_xent_scratch_bytes(dt, N, 8, Vp));
@@ -354,14 +356,15 @@ static void xent_case(int N, int V, int Vp, int grad, int alias) {
     const float dloss = 1.0f / (float)N;
     twin_t *g = alias ? &logits : &dl;
     ck_assert_int_eq(cpu_nn->xent_fused(twin_cpu, dt, losses.cpu, sum.cpu, grad ? g->cpu : NULL,
-                                        logits.cpu, ti.cpu, dloss, N, V, Vp, NULL),
+                                        logits.cpu, ti.cpu, dloss, eps, N, V, Vp, NULL),
                      DDP_OK);
     ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, dt, losses.gpu, sum.gpu, grad ? g->gpu : NULL,
-                                            logits.gpu, ti.gpu, dloss, N, V, Vp, NULL),
+                                            logits.gpu, ti.gpu, dloss, eps, N, V, Vp, NULL),
                      DDP_OK);
     sync_both();
-    char what[96];
-    snprintf(what, sizeof what, "xent N=%d V=%d Vp=%d grad=%d alias=%d", N, V, Vp, grad, alias);
+    char what[112];
+    snprintf(what, sizeof what, "xent N=%d V=%d Vp=%d grad=%d alias=%d smoothing=%g", N, V, Vp,
+             grad, alias, (double)eps);
     twin_expect(&losses, 2e-5, what);
     const float sc = fetch1(twin_cpu, sum.cpu), sg = fetch1(twin_gpu, sum.gpu);
     ck_assert_msg(fabsf(sc - sg) <= 1e-5f * fabsf(sc), "%s (%s): loss_sum gpu %.9g cpu %.9g", what,
@@ -375,16 +378,28 @@ static void xent_case(int N, int V, int Vp, int grad, int alias) {
 }
 
 START_TEST(test_gpu_xent_padded_vocab) {
-  xent_case(3 * 37, 131, 256, 0, 0);
-  xent_case(3 * 37, 131, 256, 1, 0);
-  xent_case(3 * 37, 131, 256, 1, 1);
-  xent_case(7, 1, 1, 1, 0);
+  xent_case(3 * 37, 131, 256, 0, 0, 0.0f);
+  xent_case(3 * 37, 131, 256, 1, 0, 0.0f);
+  xent_case(3 * 37, 131, 256, 1, 1, 0.0f);
+  xent_case(7, 1, 1, 1, 0, 0.0f);
 }
 END_TEST
 
 START_TEST(test_gpu_xent_large_odd_vocab) {
-  xent_case(7, 50257, 50257, 1, 0);
-  xent_case(6, 50257, 50304, 1, 1);
+  xent_case(7, 50257, 50257, 1, 0, 0.0f);
+  xent_case(6, 50257, 50304, 1, 1, 0.0f);
+}
+END_TEST
+
+/* Label smoothing: losses and the gradient's uniform part against the CPU
+ * twin, with padding, aliasing, a one-class row and a GPT-sized vocabulary. */
+START_TEST(test_gpu_xent_label_smoothing) {
+  xent_case(3 * 37, 131, 256, 0, 0, 0.1f);
+  xent_case(3 * 37, 131, 256, 1, 0, 0.1f);
+  xent_case(3 * 37, 131, 256, 1, 1, 0.5f);
+  xent_case(7, 1, 1, 1, 0, 0.1f);
+  xent_case(6, 50257, 50304, 1, 1, 0.1f);
+  xent_case(64, 10, 10, 1, 0, 0.5f);
 }
 END_TEST
 
@@ -399,7 +414,7 @@ START_TEST(test_gpu_xent_invalid_target_is_nan) {
   twin_t losses = twin_output(DDP_DTYPE_F32, (size_t)N);
   twin_t sum = twin_input(DDP_DTYPE_F32, 1, 0.0f, 1.0f);
   ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, dt, losses.gpu, sum.gpu, logits.gpu, logits.gpu,
-                                          ti.gpu, 1.0f, N, V, Vp, NULL),
+                                          ti.gpu, 1.0f, 0.0f, N, V, Vp, NULL),
                    DDP_OK);
   float *l = twin_fetch(&losses, twin_gpu), *g = twin_fetch(&logits, twin_gpu);
   expect(isfinite(l[0]) && l[0] > 0 && isfinite(l[3]) && l[3] > 0);
@@ -418,20 +433,26 @@ START_TEST(test_gpu_xent_rejects_bad_arguments) {
   float *buf = twin_dev_alloc(twin_gpu, 4096);
   int32_t *tgt = twin_dev_alloc(twin_gpu, 64);
   ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, DDP_DTYPE_F32, buf, buf + 8, NULL, buf + 16,
-                                          tgt, 1.0f, 0, 4, 4, NULL),
+                                          tgt, 1.0f, 0.0f, 0, 4, 4, NULL),
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, DDP_DTYPE_F32, buf, buf + 8, NULL, buf + 16,
-                                          tgt, 1.0f, 2, 5, 4, NULL),
+                                          tgt, 1.0f, 0.0f, 2, 5, 4, NULL),
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, DDP_DTYPE_F32, NULL, buf + 8, NULL, buf + 16,
-                                          tgt, 1.0f, 2, 4, 4, NULL),
+                                          tgt, 1.0f, 0.0f, 2, 4, 4, NULL),
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, DDP_DTYPE_F32, buf, NULL, NULL, buf + 16, tgt,
-                                          1.0f, 2, 4, 4, NULL),
+                                          1.0f, 0.0f, 2, 4, 4, NULL),
                    DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, DDP_DTYPE_I32, buf, buf + 8, NULL, buf + 16,
-                                          tgt, 1.0f, 2, 4, 4, NULL),
+                                          tgt, 1.0f, 0.0f, 2, 4, 4, NULL),
                    DDP_ERR_INVALID_ARG);
+  for (int k = 0; k < 3; ++k) { /* label smoothing outside [0, 1) */
+    const float bad_eps[] = {1.0f, -0.25f, NAN};
+    ck_assert_int_eq(ddp_cuda_nn_xent_fused(twin_gpu, DDP_DTYPE_F32, buf, buf + 8, NULL, buf + 16,
+                                            tgt, 1.0f, bad_eps[k], 2, 4, 4, NULL),
+                     DDP_ERR_INVALID_ARG);
+  }
   ddp_backend_free(twin_gpu, tgt);
   ddp_backend_free(twin_gpu, buf);
 }
@@ -461,6 +482,7 @@ static Suite *gpu_nn_basic_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_gpu_xent_padded_vocab);
   tcase_add_test(tc, test_gpu_xent_large_odd_vocab);
+  tcase_add_test(tc, test_gpu_xent_label_smoothing);
   tcase_add_test(tc, test_gpu_xent_invalid_target_is_nan);
   tcase_add_test(tc, test_gpu_xent_rejects_bad_arguments);
   suite_add_tcase(s, tc);

@@ -1,7 +1,8 @@
 /* The metrics writer (train/metrics.h): the header record of a run, the
  * record kinds with time and elapsed_s, JSON that stays valid for any flag
- * value, the error for a file that cannot be opened; and the elapsed/ETA
- * text of the progress lines (train/progress_time.h). */
+ * value, the error for a file that cannot be opened; the elapsed/ETA
+ * text of the progress lines (train/progress_time.h); and the top-k rank
+ * behind the held-out top-1 and top-5 accuracies (train/topk.h). */
 #include <config.h>
 
 #include <jansson.h>
@@ -16,6 +17,7 @@
 #include "core/clock.h"
 #include "train/metrics.h"
 #include "train/progress_time.h"
+#include "train/topk.h"
 
 static char g_dir[64];
 static char g_path[128];
@@ -184,6 +186,43 @@ START_TEST(test_eta_is_window_step_time_times_steps_left) {
 }
 END_TEST
 
+/* Known scores: the rank is the number of classes strictly better, a tie
+ * going to the lower class index, whatever the order of the classes. */
+START_TEST(test_topk_rank_on_known_scores) {
+  /*                     0     1     2     3     4     5     6     7     8     9    10    11 */
+  const float s[12] = {0.1f, 2.0f, 0.5f, 2.0f, -1.f, 3.0f, 0.5f, 0.0f, 1.0f, 0.5f, 2.5f, 0.2f};
+  /* descending, ties to the lower index: 5, 10, 1, 3, 8, 2, 6, 9, 11, 0, 7, 4 */
+  const int order[12] = {5, 10, 1, 3, 8, 2, 6, 9, 11, 0, 7, 4};
+  for (int r = 0; r < 12; ++r) {
+    ck_assert_int_eq(ddp_topk_rank(s, 12, order[r]), r);
+    for (int k = 1; k <= 12; ++k)
+      ck_assert_msg(ddp_topk_hit(s, 12, order[r], k) == (r < k), "class %d (rank %d) top-%d",
+                    order[r], r, k);
+  }
+  /* top-5 is {5, 10, 1, 3, 8}: class 2 (0.5) is out, though tied with 6 and 9 */
+  ck_assert_int_eq(ddp_topk_hit(s, 12, 8, 5), 1);
+  ck_assert_int_eq(ddp_topk_hit(s, 12, 2, 5), 0);
+  /* all equal: the rank is the class index */
+  const float flat[6] = {1, 1, 1, 1, 1, 1};
+  for (int c = 0; c < 6; ++c) ck_assert_int_eq(ddp_topk_rank(flat, 6, c), c);
+  ck_assert_int_eq(ddp_topk_hit(flat, 6, 0, 1), 1);
+  ck_assert_int_eq(ddp_topk_hit(flat, 6, 1, 1), 0);
+}
+END_TEST
+
+/* NaN: a NaN score never ranks above a number, and a NaN true score is
+ * never a hit, not even for k = n. */
+START_TEST(test_topk_nan_scores) {
+  const float s[4] = {NAN, 1.0f, NAN, 0.5f};
+  ck_assert_int_eq(ddp_topk_rank(s, 4, 1), 0);
+  ck_assert_int_eq(ddp_topk_rank(s, 4, 3), 1);
+  ck_assert_int_eq(ddp_topk_hit(s, 4, 0, 4), 0);
+  ck_assert_int_eq(ddp_topk_hit(s, 4, 2, 5), 0);
+  ck_assert_int_eq(ddp_topk_hit(s, 4, 3, 2), 1);
+  ck_assert_int_eq(DDP_TOP5_MIN_CLASSES, 11); /* "more than 10 classes" (docs) */
+}
+END_TEST
+
 static Suite *metrics_suite(void) {
   Suite *s = suite_create("metrics");
   TCase *tc = tcase_create("writer");
@@ -195,6 +234,10 @@ static Suite *metrics_suite(void) {
   tc = tcase_create("progress_time");
   tcase_add_test(tc, test_durations_for_people);
   tcase_add_test(tc, test_eta_is_window_step_time_times_steps_left);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("topk");
+  tcase_add_test(tc, test_topk_rank_on_known_scores);
+  tcase_add_test(tc, test_topk_nan_scores);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -882,6 +882,7 @@ END_TEST
 typedef struct xent_ctx {
   float *losses, *logits;
   const int32_t *targets;
+  float smoothing;
   int N, V, Vp;
 } xent_ctx_t;
 
@@ -889,9 +890,12 @@ static void xent_forward(void *p) {
   xent_ctx_t *c = p;
   float sum = 0;
   expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, c->losses, &sum, NULL, c->logits, c->targets, 1.0f,
-                           c->N, c->V, c->Vp, NULL),
+                           c->smoothing, c->N, c->V, c->Vp, NULL),
             "xent_fused");
 }
+
+/* The label smoothings the tests cover: none, PyTorch's usual, and heavy. */
+static const float k_smoothings[] = {0.0f, 0.1f, 0.5f};
 
 /* Targets in [0, V) with rows 2 and 7 ignored. */
 static int32_t *xent_targets(int N, int V) {
@@ -901,9 +905,12 @@ static int32_t *xent_targets(int N, int V) {
   return t;
 }
 
-/* loss and dlogits (as the contract defines them) in double. */
+/* loss and dlogits (as the contract defines them) in double: with label
+ * smoothing e, (1-e)(-log p_t) + e mean_c(-log p_c), each term its own sum
+ * of -log p_c (not the simplified form the op computes). */
 static void xent_ref(double *loss, double *dlogits, const float *logits, const int32_t *targets,
-                     float dloss, int N, int V, int Vp) {
+                     float dloss, float smoothing, int N, int V, int Vp) {
+  const double e = smoothing;
   for (int r = 0; r < N; ++r) {
     const float *x = logits + (size_t)r * Vp;
     double *d = dlogits + (size_t)r * Vp;
@@ -915,26 +922,28 @@ static void xent_ref(double *loss, double *dlogits, const float *logits, const i
     double mx = -INFINITY, sum = 0;
     for (int i = 0; i < V; ++i) mx = fmax(mx, x[i]);
     for (int i = 0; i < V; ++i) sum += exp(x[i] - mx);
-    loss[r] = mx + log(sum) - x[targets[r]];
-    for (int i = 0; i < V; ++i) d[i] = exp(x[i] - mx) / sum * dloss;
-    d[targets[r]] -= dloss;
+    double nll_mean = 0;
+    for (int i = 0; i < V; ++i) nll_mean += (mx + log(sum) - x[i]) / V;
+    loss[r] = (1 - e) * (mx + log(sum) - x[targets[r]]) + e * nll_mean;
+    for (int i = 0; i < V; ++i) d[i] = (exp(x[i] - mx) / sum - e / V) * dloss;
+    d[targets[r]] -= (1 - e) * dloss;
   }
 }
 
 START_TEST(test_nn_xent_matches_double_reference) {
   static const int shapes[][3] = {{SN, SV, SVP}, {6, 257, 320}, {3, 1, 1}};
-  for (int k = 0; k < 3; ++k) {
-    const int N = shapes[k][0], V = shapes[k][1], Vp = shapes[k][2];
-    const float dloss = 0.37f;
+  for (int k = 0; k < 9; ++k) {
+    const int N = shapes[k % 3][0], V = shapes[k % 3][1], Vp = shapes[k % 3][2];
+    const float dloss = 0.37f, eps = k_smoothings[k / 3];
     float *logits = funi((size_t)N * Vp, -4, 4);
     int32_t *tg = xent_targets(N, V);
     float *losses = fnan(N), *dl = fnan((size_t)N * Vp), sum = 0.0f;
-    expect_ok(
-        nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, dloss, N, V, Vp, NULL),
-        "xent_fused");
+    expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, dloss, eps, N, V,
+                             Vp, NULL),
+              "xent_fused");
     double *rl = ddp_test_track(malloc(N * sizeof *rl)),
            *rd = ddp_test_track(malloc((size_t)N * Vp * sizeof *rd));
-    xent_ref(rl, rd, logits, tg, dloss, N, V, Vp);
+    xent_ref(rl, rd, logits, tg, dloss, eps, N, V, Vp);
     double rsum = 0;
     for (int r = 0; r < N; ++r) rsum += rl[r];
     expect_close("xent losses", losses, rl, N, 1e-6, 1e-6);
@@ -946,27 +955,31 @@ START_TEST(test_nn_xent_matches_double_reference) {
       for (int i = V; i < Vp; ++i) ck_assert_float_eq(dl[(size_t)r * Vp + i], 0.0f);
     /* Without dlogits, the same losses. */
     float *l2 = fnan(N), sum2 = 0.0f;
-    expect_ok(
-        nn->xent_fused(g_be, DDP_DTYPE_F32, l2, &sum2, NULL, logits, tg, dloss, N, V, Vp, NULL),
-        "xent_fused loss only");
+    expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, l2, &sum2, NULL, logits, tg, dloss, eps, N, V, Vp,
+                             NULL),
+              "xent_fused loss only");
     expect_bits_equal("xent losses without dlogits", l2, losses, N);
   }
 }
 END_TEST
 
 START_TEST(test_nn_xent_bwd_finite_differences) {
-  xent_ctx_t c = {.N = SN, .V = SV, .Vp = SVP};
-  const size_t n = (size_t)c.N * c.Vp;
-  c.logits = funi(n, -2, 2);
-  c.targets = xent_targets(c.N, c.V);
-  c.losses = fbuf(c.N);
-  /* L = dloss * sum(losses): R is dloss for every row. */
-  const float dloss = 0.7f;
-  float *R = fill_const(fbuf(c.N), c.N, dloss), *dl = fnan(n), sum = 0.0f;
-  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, c.losses, &sum, dl, c.logits, c.targets, dloss, c.N,
-                           c.V, c.Vp, NULL),
-            "xent_fused");
-  fd_check("xent dlogits", xent_forward, &c, c.losses, R, c.N, c.logits, dl, n, 0);
+  for (int k = 0; k < 3; ++k) {
+    xent_ctx_t c = {.N = SN, .V = SV, .Vp = SVP, .smoothing = k_smoothings[k]};
+    const size_t n = (size_t)c.N * c.Vp;
+    c.logits = funi(n, -2, 2);
+    c.targets = xent_targets(c.N, c.V);
+    c.losses = fbuf(c.N);
+    /* L = dloss * sum(losses): R is dloss for every row. */
+    const float dloss = 0.7f;
+    float *R = fill_const(fbuf(c.N), c.N, dloss), *dl = fnan(n), sum = 0.0f;
+    expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, c.losses, &sum, dl, c.logits, c.targets, dloss,
+                             c.smoothing, c.N, c.V, c.Vp, NULL),
+              "xent_fused");
+    char what[48];
+    snprintf(what, sizeof what, "xent dlogits (smoothing %g)", (double)c.smoothing);
+    fd_check(what, xent_forward, &c, c.losses, R, c.N, c.logits, dl, n, 0);
+  }
 }
 END_TEST
 
@@ -976,8 +989,9 @@ START_TEST(test_nn_xent_ignore_index_rows) {
   int32_t *tg = xent_targets(N, V);
   tg[N - 1] = -1;
   float *losses = fnan(N), *dl = fnan((size_t)N * Vp), sum = 0.0f;
-  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL),
-            "xent_fused");
+  expect_ok(
+      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, 0.0f, N, V, Vp, NULL),
+      "xent_fused");
   double kept = 0;
   for (int r = 0; r < N; ++r) {
     if (tg[r] >= 0) {
@@ -993,9 +1007,9 @@ START_TEST(test_nn_xent_ignore_index_rows) {
   int32_t *none = ibuf(N);
   for (int r = 0; r < N; ++r) none[r] = -1;
   float sum0 = 2.5f;
-  expect_ok(
-      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum0, dl, logits, none, 1.0f, N, V, Vp, NULL),
-      "xent_fused all ignored");
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum0, dl, logits, none, 1.0f, 0.0f, N, V,
+                           Vp, NULL),
+            "xent_fused all ignored");
   ck_assert_float_eq(sum0, 2.5f);
   for (size_t i = 0; i < (size_t)N * Vp; ++i) ck_assert_float_eq(dl[i], 0.0f);
 }
@@ -1006,14 +1020,14 @@ START_TEST(test_nn_xent_loss_sum_accumulates) {
   float *logits = funi((size_t)N * Vp, -4, 4);
   int32_t *tg = xent_targets(N, V);
   float *losses = fbuf(N), sum = 1.5f;
-  expect_ok(
-      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, NULL, logits, tg, 1.0f, N, V, Vp, NULL),
-      "xent 1");
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, NULL, logits, tg, 1.0f, 0.0f, N, V,
+                           Vp, NULL),
+            "xent 1");
   double once = 0;
   for (int r = 0; r < N; ++r) once += losses[r];
-  expect_ok(
-      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, NULL, logits, tg, 1.0f, N, V, Vp, NULL),
-      "xent 2");
+  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, NULL, logits, tg, 1.0f, 0.0f, N, V,
+                           Vp, NULL),
+            "xent 2");
   ck_assert_msg(fabs(sum - (1.5 + 2 * once)) <= 1e-6 * (1.5 + 2 * once), "loss_sum %.9g want %.9g",
                 (double)sum, 1.5 + 2 * once);
 }
@@ -1031,8 +1045,8 @@ START_TEST(test_nn_xent_rejects_bad_target) {
           *dl = fill_const(fbuf((size_t)N * Vp), (size_t)N * Vp, -7.0f);
     float *ls_keep = fcopy(losses, N), *dl_keep = fcopy(dl, (size_t)N * Vp), sum = 4.0f;
     ddp_test_log_start();
-    const ddp_status_t st =
-        nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL);
+    const ddp_status_t st = nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f,
+                                           0.0f, N, V, Vp, NULL);
     char *log = ddp_test_log_stop();
     ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
     ddp_assert_contains(log, bad_text[k]);
@@ -1042,9 +1056,9 @@ START_TEST(test_nn_xent_rejects_bad_target) {
     expect_bits_equal("dlogits untouched", dl, dl_keep, (size_t)N * Vp);
     /* Also when dlogits aliases the logits. */
     ddp_test_log_start();
-    ck_assert_int_eq(
-        nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, logits, logits, tg, 1.0f, N, V, Vp, NULL),
-        DDP_ERR_INVALID_ARG);
+    ck_assert_int_eq(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, logits, logits, tg, 1.0f,
+                                    0.0f, N, V, Vp, NULL),
+                     DDP_ERR_INVALID_ARG);
     free(ddp_test_log_stop());
     expect_bits_equal("aliased logits untouched", logits, keep, (size_t)N * Vp);
   }
@@ -1053,17 +1067,19 @@ END_TEST
 
 START_TEST(test_nn_xent_dlogits_may_alias_logits) {
   static const int shapes[][3] = {{SN, SV, SVP}, {6, 257, 320}};
-  for (int k = 0; k < 2; ++k) {
-    const int N = shapes[k][0], V = shapes[k][1], Vp = shapes[k][2];
+  for (int k = 0; k < 6; ++k) {
+    const int N = shapes[k % 2][0], V = shapes[k % 2][1], Vp = shapes[k % 2][2];
+    const float eps = k_smoothings[k / 2];
     const size_t n = (size_t)N * Vp;
     float *logits = funi(n, -4, 4), *inplace = fcopy(logits, n);
     int32_t *tg = xent_targets(N, V);
     float *l1 = fbuf(N), *l2 = fbuf(N), *dl = fnan(n), s1 = 0.0f, s2 = 0.0f;
-    expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, l1, &s1, dl, logits, tg, 0.5f, N, V, Vp, NULL),
-              "xent");
     expect_ok(
-        nn->xent_fused(g_be, DDP_DTYPE_F32, l2, &s2, inplace, inplace, tg, 0.5f, N, V, Vp, NULL),
-        "xent in place");
+        nn->xent_fused(g_be, DDP_DTYPE_F32, l1, &s1, dl, logits, tg, 0.5f, eps, N, V, Vp, NULL),
+        "xent");
+    expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, l2, &s2, inplace, inplace, tg, 0.5f, eps, N, V,
+                             Vp, NULL),
+              "xent in place");
     expect_bits_equal("in-place dlogits", inplace, dl, n);
     expect_bits_equal("in-place losses", l2, l1, N);
   }
@@ -1080,10 +1096,11 @@ START_TEST(test_nn_xent_large_logits_stable) {
   for (size_t i = 0; i < n; ++i) logits[i] += i < (size_t)Vp ? -1e4f : 1e4f;
   int32_t *tg = tokens_below(N, V);
   float *losses = fbuf(N), *dl = fnan(n), sum = 0.0f;
-  expect_ok(nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, N, V, Vp, NULL),
-            "xent");
+  expect_ok(
+      nn->xent_fused(g_be, DDP_DTYPE_F32, losses, &sum, dl, logits, tg, 1.0f, 0.0f, N, V, Vp, NULL),
+      "xent");
   double *rl = ddp_test_track(malloc(N * sizeof *rl)), *rd = ddp_test_track(malloc(n * sizeof *rd));
-  xent_ref(rl, rd, logits, tg, 1.0f, N, V, Vp);
+  xent_ref(rl, rd, logits, tg, 1.0f, 0.0f, N, V, Vp);
   expect_all_finite("losses", losses, N);
   expect_all_finite("dlogits", dl, n);
   ck_assert(isfinite(sum));
@@ -1161,12 +1178,24 @@ START_TEST(test_nn_rejects_bad_sizes_and_null_pointers) {
                 "NULL");
   EXPECT_REJECT(nn->attention_bwd(g_be, DDP_DTYPE_F32, y, y, x, x, x, 1, 4, 12, 0, NULL), "NH=0");
   float sum = 0.0f;
-  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, 4, 17, 16, NULL),
-                "Vp >= V");
-  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, NULL, y, x, tok, 1.0f, 4, 4, 4, NULL),
+  EXPECT_REJECT(
+      nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, 0.0f, 4, 17, 16, NULL),
+      "Vp >= V");
+  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, NULL, y, x, tok, 1.0f, 0.0f, 4, 4, 4, NULL),
                 "NULL");
-  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, 0, 4, 4, NULL),
+  EXPECT_REJECT(nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, 0.0f, 0, 4, 4, NULL),
                 "N=0");
+  /* Label smoothing outside [0, 1) (1 would put no weight on the target),
+   * under fp32 and under a half type. */
+  static const float bad_eps[] = {1.0f, -0.1f, 1.5f, NAN};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_REJECT(
+        nn->xent_fused(g_be, DDP_DTYPE_F32, y, &sum, y, x, tok, 1.0f, bad_eps[k], 4, 4, 4, NULL),
+        "label smoothing");
+    EXPECT_REJECT(
+        nn->xent_fused(g_be, DDP_DTYPE_BF16, y, &sum, y, x, tok, 1.0f, bad_eps[k], 4, 4, 4, NULL),
+        "is outside [0, 1)");
+  }
   /* Nothing was written by any rejected call. */
   expect_bits_equal("outputs of rejected calls", y, keep, 4096);
   ck_assert_float_eq(sum, 0.0f);

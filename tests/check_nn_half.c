@@ -335,22 +335,44 @@ START_TEST(test_half_xent) {
     float sum_f = 1.5f, sum_h = 1.5f;
     /* loss only */
     ck_assert_int_eq(nn->xent_fused(g_be, DDP_DTYPE_F32, loss_f, &sum_f, NULL, logits.f, tg, 0.0f,
-                                    N, V, VP, NULL),
+                                    0.0f, N, V, VP, NULL),
                      DDP_OK);
     ck_assert_int_eq(
-        nn->xent_fused(g_be, g_dt, loss_h, &sum_h, NULL, logits.h, tg, 0.0f, N, V, VP, NULL),
+        nn->xent_fused(g_be, g_dt, loss_h, &sum_h, NULL, logits.h, tg, 0.0f, 0.0f, N, V, VP, NULL),
         DDP_OK);
     expect_f32(loss_h, loss_f, N, "xent_fused losses");
     expect_f32(&sum_h, &sum_f, 1, "xent_fused loss sum");
     /* fused backward in place over the logits, padding columns included */
     ck_assert_int_eq(nn->xent_fused(g_be, DDP_DTYPE_F32, loss_f, &sum_f, logits.f, logits.f, tg,
-                                    0.25f, N, V, VP, NULL),
+                                    0.25f, 0.0f, N, V, VP, NULL),
                      DDP_OK);
-    ck_assert_int_eq(
-        nn->xent_fused(g_be, g_dt, loss_h, &sum_h, logits.h, logits.h, tg, 0.25f, N, V, VP, NULL),
-        DDP_OK);
+    ck_assert_int_eq(nn->xent_fused(g_be, g_dt, loss_h, &sum_h, logits.h, logits.h, tg, 0.25f, 0.0f,
+                                    N, V, VP, NULL),
+                     DDP_OK);
     expect_half(&logits, "xent_fused dlogits");
     expect_f32(&sum_h, &sum_f, 1, "xent_fused loss sum (second)");
+  }
+}
+END_TEST
+
+/* Label smoothing under a half type: the same losses and the gradient
+ * rounded once, as unsmoothed. */
+START_TEST(test_half_xent_label_smoothing) {
+  FOR_EACH_HALF {
+    int32_t tg[N];
+    for (int i = 0; i < N; ++i) tg[i] = i == 6 ? -1 : (i * 3 + 2) % V;
+    pair_t logits = input((size_t)N * VP, 4.0f);
+    float *loss_f = f32_out(N, NULL), *loss_h = f32_out(N, NULL);
+    float sum_f = 0.5f, sum_h = 0.5f;
+    ck_assert_int_eq(nn->xent_fused(g_be, DDP_DTYPE_F32, loss_f, &sum_f, logits.f, logits.f, tg,
+                                    0.25f, 0.1f, N, V, VP, NULL),
+                     DDP_OK);
+    ck_assert_int_eq(nn->xent_fused(g_be, g_dt, loss_h, &sum_h, logits.h, logits.h, tg, 0.25f, 0.1f,
+                                    N, V, VP, NULL),
+                     DDP_OK);
+    expect_f32(loss_h, loss_f, N, "smoothed xent_fused losses");
+    expect_f32(&sum_h, &sum_f, 1, "smoothed xent_fused loss sum");
+    expect_half(&logits, "smoothed xent_fused dlogits");
   }
 }
 END_TEST
@@ -409,6 +431,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_half_elementwise);
   tcase_add_test(tc, test_half_attention);
   tcase_add_test(tc, test_half_xent);
+  tcase_add_test(tc, test_half_xent_label_smoothing);
   tcase_add_test(tc, test_half_workspace_and_dtype);
   suite_add_tcase(s, tc);
   return s;

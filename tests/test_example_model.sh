@@ -5,6 +5,10 @@
 #  - 2 ranks equal 1 rank with --accum 2 (weights after SGD, several buckets);
 #  - it learns (top-1 accuracy on its held-out records);
 #  - checkpoints: --stop-at then --resume equals the uninterrupted run;
+#  - metrics of a record model: samples/s (global) in the progress lines and
+#    samples_per_s in the JSONL, MFU from the model's cost per record (FLOPs
+#    per record x records per second / peak), top-1 always and top-5 only
+#    with more than 10 classes (eval log line, summary, JSONL val_top5);
 #  - its flags are in --help, and misuse is a clear error with exit 2
 #    (another model's flag, out-of-range values, a GPU for a CPU-only
 #    model) or 1 (a precision the model does not have).
@@ -98,7 +102,75 @@ for bad in "--model gpt:--model is 'mlp' there and 'gpt' now" \
   fi
 done
 
-# 4. the command line
+# 4. metrics: 4 classes (no top-5), then 20 classes (top-5); 2 ranks, so the
+# rate must be global. The MLP's cost is a = 6 (H D + K H) FLOPs a record.
+check_metrics() { # NAME CLASSES
+  python3 - "$dest/$1.jsonl" "$dest/$1.log" "$2" <<'PY'
+import json, math, re, sys
+path, log, K = sys.argv[1], sys.argv[2], int(sys.argv[3])
+recs = [json.loads(l) for l in open(path)]
+text = open(log).read()
+bad = 0
+def check(cond, what):
+    global bad
+    print(("ok: " if cond else "FAIL: ") + "%d classes: %s" % (K, what))
+    bad |= not cond
+world, peak, H, D = 2, 10e9, 64, 16
+a = 6.0 * (H * D + K * H)
+steps = [r for r in recs if r["record"] == "step"]
+evals = [r for r in recs if r["record"] == "eval"]
+final = [r for r in recs if r["record"] == "final"][0]
+check(len(steps) == 4 and len(evals) == 3, "4 step and 3 eval records (got %d, %d)"
+      % (len(steps), len(evals)))
+for r in steps:
+    sps, mfu = r.get("samples_per_s"), r.get("mfu")
+    # the count is global: 16 records a micro-batch on each of the 2 ranks
+    check(r.get("samples") == 16 * world * r["step"], "step %d: samples %s (both ranks')"
+          % (r["step"], r.get("samples")))
+    check("tok_per_s" not in r and sps is not None and sps > 0, "step %d: samples_per_s %s"
+          % (r["step"], sps))
+    check(mfu is not None and 0 < mfu < 1, "step %d: mfu %s in (0, 1)" % (r["step"], mfu))
+    if sps and mfu:
+        per = mfu * peak * world / sps  # FLOPs per record the MFU counted
+        check(abs(per - a) <= 1e-6 * a, "step %d: mfu x peak x ranks / samples_per_s = %.6g "
+              "FLOPs a record (the cost's a = %g)" % (r["step"], per, a))
+# the line's rate is the JSONL's (global, both ranks), in samples/s
+rates = [float(x) for x in re.findall(r"\| (\d+) samples/s \|", text)]
+check(len(rates) == len(steps) and all(abs(x - round(r["samples_per_s"])) <= 1
+      for x, r in zip(rates, steps)), "progress lines show samples/s = samples_per_s: %s" % rates)
+check(final.get("samples_per_s", 0) > 0, "final samples_per_s %s" % final.get("samples_per_s"))
+for r in evals + [final]:
+    t1, t5 = r.get("top1_acc"), r.get("val_top5")
+    if K > 10:
+        check(t1 is not None and t5 is not None and t1 <= t5 <= 1,
+              "%s: top1_acc %s <= val_top5 %s <= 1" % (r["record"], t1, t5))
+    else:
+        check(t1 is not None and "val_top5" not in r, "%s: top1_acc %s, no val_top5"
+              % (r["record"], t1))
+lines5 = re.findall(r"val loss [0-9.]+ \| top-1 ([0-9.]+)% \| top-5 ([0-9.]+)%", text)
+summ = re.search(r"top-1 accuracy ([0-9.]+)%(, top-5 ([0-9.]+)%)? on (\d+) held-out records", text)
+check(summ is not None, "the summary states the held-out accuracy")
+if K > 10:
+    check(len(lines5) == 3 and all(float(x) <= float(y) for x, y in lines5),
+          "eval lines show top-1 <= top-5: %s" % lines5)
+    check(summ is not None and summ.group(3) is not None and
+          abs(float(summ.group(3)) - 100 * final["val_top5"]) < 0.051,
+          "the summary's top-5 is the final record's")
+else:
+    check(not lines5 and "top-5" not in text, "no top-5 anywhere")
+sys.exit(bad)
+PY
+}
+for k in 4 20; do
+  if run metrics$k 2 --steps 40 --eval-every 10 --log-every 10 --optimizer adamw --lr 0.01 \
+       --mlp-classes $k --metrics "$dest/metrics$k.jsonl"; then
+    check_metrics metrics$k $k || { show metrics$k; fail=1; }
+  else
+    echo "FAIL: the metrics run with $k classes failed"; show metrics$k; fail=1
+  fi
+done
+
+# 5. the command line
 "$prog" --help > "$dest/help.txt" 2>&1
 for want in "Usage: mpirun -np N mlp_classifier" "Model mlp (--model mlp)" "--mlp-hidden H" "Model gpt"; do
   grep -qF -- "$want" "$dest/help.txt" || { echo "FAIL: --help lacks '$want'"; fail=1; }

@@ -110,10 +110,16 @@ typedef struct ddp_nn_ops {
    * before upload (ddp_gpt does).
    * With dlogits non-NULL the backward is fused: dlogits (N,Vp) =
    * (softmax - onehot) * dloss (0 at ignored rows and padding columns);
-   * dlogits may alias logits. */
+   * dlogits may alias logits.
+   * smoothing (label smoothing e, in [0, 1); anything else is
+   * DDP_ERR_INVALID_ARG) is PyTorch's CrossEntropyLoss(label_smoothing=e):
+   * a row's loss is (1-e)(-log p_target) + e * mean over the V valid
+   * columns of (-log p_c), and the gradient's target distribution is
+   * (1-e) onehot + e/V: dlogits = (softmax - (1-e) onehot - e/V) * dloss.
+   * e = 0 computes exactly what the unsmoothed op always has (bit for bit). */
   ddp_status_t (*xent_fused)(ddp_backend_t *be, ddp_dtype_t dt, float *losses, float *loss_sum,
                              void *dlogits, const void *logits, const int32_t *targets, float dloss,
-                             int N, int V, int Vp, ddp_stream_t s);
+                             float smoothing, int N, int V, int Vp, ddp_stream_t s);
 
   /* The residual add fused with the LayerNorm that follows it:
    * resid (N,C) = a + b, rounded to dt once (exactly what `add` stores), and

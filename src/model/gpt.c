@@ -769,7 +769,7 @@ static ddp_status_t classifier_fused(ddp_gpt_t *m, int N, float dloss, int accum
     DDP_CHECK(watch(m, a->logits, dt, (size_t)n * Vp, "forward: logits of rows %lld..%lld",
                     (long long)r0, (long long)(r0 + n - 1)));
     DDP_CHECK(nn->xent_fused(be, dt, a->losses + r0, m->loss_sum, a->logits, a->logits,
-                             a->targets + r0, dloss, n, V, Vp, NULL));
+                             a->targets + r0, dloss, 0.0f, n, V, Vp, NULL));
     DDP_CHECK(nn->linear_bwd(be, dt, (char *)a->dtmp + (size_t)r0 * row_bytes, m->g.wte, NULL,
                              a->logits, lnf, m->p.wte, n, C, Vp, accumulate || r0 > 0, 0, NULL));
   }
@@ -858,9 +858,10 @@ static ddp_status_t forward_train(ddp_gpt_t *m, const int32_t *inputs, const int
     DDP_CHECK(watch(m, a->logits, m->act_dtype, (size_t)N * Vp, "forward: logits"));
     /* Loss and its gradient in one pass (fp32 softmax and loss); the logits
      * become their gradient, stored in the half type like every activation
-     * gradient (fp16: this is where an unscaled gradient would underflow). */
+     * gradient (fp16: this is where an unscaled gradient would underflow).
+     * No label smoothing (0): the GPT's loss is the plain next-token one. */
     DDP_CHECK(nn->xent_fused(be, dt, a->losses, m->loss_sum, a->logits, a->logits, a->targets,
-                             dloss, N, V, Vp, NULL));
+                             dloss, 0.0f, N, V, Vp, NULL));
   }
   DDP_CHECK(watch(m, a->losses, DDP_DTYPE_F32, (size_t)N, "forward: token losses"));
   /* the backward reads the tokens again and moves the release point on;
@@ -912,8 +913,8 @@ static ddp_status_t forward_eval(ddp_gpt_t *m, const int32_t *inputs, const int3
   DDP_CHECK(nn->linear_fwd(be, dt, e.logits, e.ln, m->p.wte, NULL, N, C, m->vpad, NULL));
   m->a.logits = e.logits;
   if (targets) {
-    DDP_CHECK(nn->xent_fused(be, dt, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, N, V,
-                             m->vpad, NULL));
+    DDP_CHECK(nn->xent_fused(be, dt, e.losses, m->loss_sum, NULL, e.logits, e.targets, 0.0f, 0.0f,
+                             N, V, m->vpad, NULL));
   }
   DDP_CHECK(ddp_token_stager_release(&m->in));
   return ddp_token_stager_wait_copied(&m->in);

@@ -45,6 +45,7 @@
 #include "train/reducer.h"
 #include "train/sample_every.h"
 #include "train/task_eval.h"
+#include "train/topk.h"
 #include "train/train_ckpt.h"
 #include "train/train_data.h"
 #include "train/zero.h"
@@ -58,13 +59,13 @@ typedef struct trainer {
   ddp_train_data_t data;
   ddp_sampler_t *sampler, *val_sampler;
   ddp_train_batch_t val_batch;
-  float *val_outputs; /* record models: a validation micro-batch's outputs, for top-1 */
+  float *val_outputs; /* record models: a validation micro-batch's outputs, for top-1/top-5 */
   ddp_loader_t *loader;
   ddp_train_batch_t slots[LOADER_DEPTH];
   ddp_model_t *model;
   ddp_train_buffers_t buffers; /* the model's buffers across the ranks */
-  /* what a step counts: "tok" (token models) or "samples" (record models),
-   * and the metrics key of its rate */
+  /* what a step counts: "tok" (token models), "img" (image models) or
+   * "samples" (other record models), and the metrics key of its rate */
   const char *unit, *rate_key;
   int have_flops; /* the model has a cost: MFU can be reported */
   /* comm: host values (agreement checks, the stop vote, allgathers of
@@ -398,7 +399,7 @@ static ddp_status_t setup(trainer_t *tr) {
   if (mops->validate) DDP_CHECK(mops->validate(o)); /* before loading: cheap errors first */
   DDP_CHECK(ddp_train_data_load(o, mops, &tr->data));
   const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
-  tr->unit = tokens ? "tok" : "samples";
+  tr->unit = tokens ? "tok" : mops->image_data ? "img" : "samples";
   tr->rate_key = tokens ? "tok_per_s" : "samples_per_s";
   tr->have_flops = mops->cost != NULL;
   ddp_sampler_config_t sc;
@@ -477,20 +478,22 @@ static ddp_status_t setup(trainer_t *tr) {
 typedef struct eval_result {
   double val_loss;           /* NAN: no validation */
   double acc;                /* token models: task accuracy; record models: top-1 */
+  double top5;               /* record models of > 10 classes: top-5; NAN otherwise */
   int64_t n;                 /* documents or records the accuracy was measured on; 0: none */
   ddp_task_scores_t by_task; /* token models: the accuracy per built-in task */
 } eval_result_t;
 
-/* Top-1 hits of the last evaluation forward over the batch's records. */
-static ddp_status_t count_top1(trainer_t *tr, const ddp_record_batch_t *b, double *hits) {
+/* Top-1 and top-5 hits of the last evaluation forward over the batch's
+ * records (ties to the lower class, train/topk.h). */
+static ddp_status_t count_hits(trainer_t *tr, const ddp_record_batch_t *b, double *top1,
+                               double *top5) {
   ddp_model_t *m = tr->model;
   DDP_CHECK(m->ops->copy_outputs(m, tr->val_outputs, b->B));
   for (int r = 0; r < b->B; ++r) {
     const float *row = tr->val_outputs + (size_t)r * (size_t)m->n_outputs;
-    int64_t best = 0;
-    for (int64_t k = 1; k < m->n_outputs; ++k)
-      if (row[k] > row[best]) best = k;
-    *hits += best == b->labels[r];
+    const int64_t rank = ddp_topk_rank(row, m->n_outputs, b->labels[r]);
+    *top1 += rank == 0;
+    *top5 += rank < 5 && rank < m->n_outputs;
   }
   return DDP_OK;
 }
@@ -499,14 +502,14 @@ static ddp_status_t count_top1(trainer_t *tr, const ddp_record_batch_t *b, doubl
  * shared out among the ranks (a plan of world ranks x 1 on the validation
  * data) and the sums combined: the same number on every rank. Record
  * models that report outputs also get their top-1 accuracy on the records
- * scored. */
+ * scored, and top-5 with more than 10 classes. */
 static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
-  *r = (eval_result_t){.val_loss = NAN};
+  *r = (eval_result_t){.val_loss = NAN, .top5 = NAN};
   if (!tr->val_sampler) return DDP_OK;
   /* every replica evaluates the same model: the ranks' averaged buffers */
   DDP_CHECK(ddp_train_buffers_sync(&tr->buffers, "an evaluation", 0));
   int64_t steps = 0, targets = 0;
-  double sums[3] = {0.0, 0.0, 0.0}; /* loss, top-1 hits, records scored */
+  double sums[4] = {0.0, 0.0, 0.0, 0.0}; /* loss, top-1 hits, records scored, top-5 hits */
   ddp_train_batch_t *b = &tr->val_batch;
   double train_part = 0.0;
   DDP_CHECK(tr->model->ops->take_loss(tr->model, &train_part));
@@ -518,16 +521,17 @@ static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
     DDP_CHECK(tr->model->ops->eval_forward(tr->model, ddp_train_batch_input(b)));
     targets += ddp_train_batch_info(b)->n_targets;
     if (tr->val_outputs) {
-      DDP_CHECK(count_top1(tr, &b->records, &sums[1]));
+      DDP_CHECK(count_hits(tr, &b->records, &sums[1], &sums[3]));
       sums[2] += b->records.B;
     }
   }
   DDP_CHECK(tr->model->ops->take_loss(tr->model, &sums[0]));
-  for (int k = 0; k < 3; ++k) DDP_CHECK(ddp_dist_sum_double(tr->dist, &sums[k]));
+  for (int k = 0; k < 4; ++k) DDP_CHECK(ddp_dist_sum_double(tr->dist, &sums[k]));
   r->val_loss = targets ? sums[0] / (double)targets : NAN;
   if (sums[2] > 0) {
     r->acc = sums[1] / sums[2];
     r->n = (int64_t)sums[2];
+    if (tr->model->n_outputs >= DDP_TOP5_MIN_CLASSES) r->top5 = sums[3] / sums[2];
   }
   return DDP_OK;
 }
@@ -771,10 +775,12 @@ static ddp_status_t log_progress(trainer_t *tr, int64_t step, window_t *w, float
 static ddp_status_t write_eval_record(trainer_t *tr, int64_t step, const eval_result_t *ev,
                                       int64_t useful) {
   const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
+  /* val_top5 last: without a top-5 its NULL key ends the list early */
   if (ev->n)
     return ddp_metrics_write(&tr->metrics, DDP_METRICS_EVAL, "step", (double)step + 1, "val_loss",
                              ev->val_loss, tokens ? "tokens" : "samples", (double)useful,
-                             "top1_acc", ev->acc, NULL);
+                             "top1_acc", ev->acc, isnan(ev->top5) ? NULL : "val_top5", ev->top5,
+                             NULL);
   return ddp_metrics_write(&tr->metrics, DDP_METRICS_EVAL, "step", (double)step + 1, "val_loss",
                            ev->val_loss, tokens ? "tokens" : "samples", (double)useful, NULL);
 }
@@ -872,9 +878,12 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
                                  100.0 * fe->by_task.solved[k] / fe->by_task.total[k]);
       if (at && at < sizeof per_task) snprintf(per_task + at, sizeof per_task - at, ")");
     }
-    DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f | %s %.1f%% on %lld held-out %s%s",
-                 tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy",
-                 100.0 * fe->acc, (long long)fe->n, tokens ? "documents" : "records", per_task);
+    char top5[32] = "";
+    if (!isnan(fe->top5)) snprintf(top5, sizeof top5, ", top-5 %.1f%%", 100.0 * fe->top5);
+    DDP_LOG_INFO(
+        "summary: final train loss %.4f | val loss %.4f | %s %.1f%%%s on %lld held-out %s%s",
+        tr->train_loss, fe->val_loss, tokens ? "task accuracy" : "top-1 accuracy", 100.0 * fe->acc,
+        top5, (long long)fe->n, tokens ? "documents" : "records", per_task);
     if (tokens) log_task_examples(&fe->by_task);
   } else if (tr->val_sampler)
     DDP_LOG_INFO("summary: final train loss %.4f | val loss %.4f", tr->train_loss, fe->val_loss);
@@ -971,9 +980,12 @@ static ddp_status_t run(trainer_t *tr) {
       ddp_timeline_step(step);
       if (tr->val_sampler && !ev.n)
         DDP_LOG_INFO("step %5lld | val loss %.4f", (long long)step + 1, ev.val_loss);
-      else if (tr->val_sampler)
+      else if (tr->val_sampler && isnan(ev.top5))
         DDP_LOG_INFO("step %5lld | val loss %.4f | top-1 %.1f%%", (long long)step + 1, ev.val_loss,
                      100.0 * ev.acc);
+      else if (tr->val_sampler)
+        DDP_LOG_INFO("step %5lld | val loss %.4f | top-1 %.1f%% | top-5 %.1f%%",
+                     (long long)step + 1, ev.val_loss, 100.0 * ev.acc, 100.0 * ev.top5);
       if (tr->val_sampler) DDP_CHECK(write_eval_record(tr, step, &ev, tot.useful + w.useful));
       const double spent = ddp_clock_seconds() - e0; /* evaluation time is not training time */
       w.t0 += spent;
@@ -1014,11 +1026,11 @@ static ddp_status_t run(trainer_t *tr) {
   print_summary(tr, &tot, &fe);
   const double rate = (double)tot.useful / (tot.t_end - tot.t0);
   if (fe.n)
-    DDP_CHECK(ddp_metrics_write(&tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss,
-                                "val_loss", fe.val_loss,
-                                tr->data.kind == DDP_BATCH_TOKENS ? "task_acc" : "top1_acc", fe.acc,
-                                tr->rate_key, rate, "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be),
-                                "loop_allocs", (double)tot.loop_allocs, NULL));
+    DDP_CHECK(ddp_metrics_write(
+        &tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss, "val_loss", fe.val_loss,
+        tr->data.kind == DDP_BATCH_TOKENS ? "task_acc" : "top1_acc", fe.acc, tr->rate_key, rate,
+        "peak_mem_mb", ddp_backend_peak_mem_mb(tr->be), "loop_allocs", (double)tot.loop_allocs,
+        isnan(fe.top5) ? NULL : "val_top5", fe.top5, NULL));
   else
     DDP_CHECK(ddp_metrics_write(&tr->metrics, DDP_METRICS_FINAL, "train_loss", tr->train_loss,
                                 "val_loss", fe.val_loss, tr->rate_key, rate, "peak_mem_mb",

@@ -404,16 +404,33 @@ static double exp_sum_row(float *e, const float *x, size_t n, float mx) {
   return total;
 }
 
+/* The mean of x[0..n), the smoothing term's uniform target: vector sums of
+ * XENT_BLOCK entries added in double, as exp_sum_row's. */
+static double row_mean(const float *x, size_t n) {
+  double total = 0;
+  size_t i = 0;
+  while (i + CPU_VW <= n) {
+    const size_t end = n - i > XENT_BLOCK ? i + XENT_BLOCK : n;
+    cpu_vf acc = cpu_vsplat(0.0f);
+    for (; i + CPU_VW <= end; i += CPU_VW) acc += cpu_vload(x + i);
+    total += (double)cpu_vhsum(acc);
+  }
+  for (; i < n; ++i) total += (double)x[i];
+  return total / (double)n;
+}
+
 // losses (N), loss_sum (1) +=, dlogits (N,Vp) or NULL (may alias logits),
-// logits (N,Vp), targets (N) in [-1, V)
+// logits (N,Vp), targets (N) in [-1, V), smoothing in [0, 1)
 DDP_CPU_CLONES ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *losses,
                                                    float *loss_sum, float *dlogits,
                                                    const float *logits, const int32_t *targets,
-                                                   float dloss, int N, int V, int Vp,
-                                                   ddp_stream_t s) {
+                                                   float dloss, float smoothing, int N, int V,
+                                                   int Vp, ddp_stream_t s) {
   NN_REQUIRE(N > 0 && V > 0 && Vp >= V,
              "xent_fused: sizes N=%d V=%d Vp=%d must be positive with Vp >= V", N, V, Vp);
   NN_REQUIRE(losses && loss_sum && logits && targets, "xent_fused: NULL pointer");
+  NN_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
+             "xent_fused: label smoothing %g is outside [0, 1)", (double)smoothing);
   for (int r = 0; r < N; ++r)
     NN_REQUIRE(targets[r] >= -1 && targets[r] < V,
                "xent_fused: target %d at row %d is outside [-1, %d) (-1 = ignore)", (int)targets[r],
@@ -433,18 +450,34 @@ DDP_CPU_CLONES ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *los
      * read before d, which may be the same memory, is written. */
     const float mx = cpu_row_max(x, v);
     const float xt = x[t];
+    const double mean = smoothing != 0.0f ? row_mean(x, v) : 0.0;
     const double sum = exp_sum_row(d, x, v, mx);
     /* (max - x_t) + log(sum) rather than lse - x_t: with logits near 1e4 the
      * lse would carry an fp32 rounding of ~1e-3 into a loss of order 1. */
-    const double loss = ((double)mx - (double)xt) + log(sum);
+    double loss = ((double)mx - (double)xt) + log(sum);
+    /* Smoothing mixes in the mean of -log p_c over the V classes,
+     * (max - mean x) + log(sum); without it the loss is computed exactly as
+     * it always was, so an unsmoothed run is bit-identical. */
+    if (smoothing != 0.0f)
+      loss =
+          (1.0 - (double)smoothing) * loss + (double)smoothing * (((double)mx - mean) + log(sum));
     losses[r] = (float)loss;
     total += loss;
     if (d) {
       const float scale = (float)((double)dloss / sum);
       size_t i = 0;
-      for (; i + CPU_VW <= v; i += CPU_VW) cpu_vstore(d + i, cpu_vload(d + i) * scale);
-      for (; i < v; ++i) d[i] *= scale;
-      d[t] -= dloss;
+      if (smoothing == 0.0f) {
+        for (; i + CPU_VW <= v; i += CPU_VW) cpu_vstore(d + i, cpu_vload(d + i) * scale);
+        for (; i < v; ++i) d[i] *= scale;
+        d[t] -= dloss;
+      } else {
+        /* the target distribution (1 - e) onehot + e / V */
+        const float uniform = (float)((double)smoothing * (double)dloss / (double)v);
+        const cpu_vf u = cpu_vsplat(uniform);
+        for (; i + CPU_VW <= v; i += CPU_VW) cpu_vstore(d + i, cpu_vload(d + i) * scale - u);
+        for (; i < v; ++i) d[i] = d[i] * scale - uniform;
+        d[t] -= (float)((1.0 - (double)smoothing) * (double)dloss);
+      }
       if (vp > v) row_zero(d + v, vp - v);
     }
   }

@@ -351,22 +351,24 @@ static ddp_status_t attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dqkv,
 
 static ddp_status_t xent_fused(ddp_backend_t *be, ddp_dtype_t dt, float *losses, float *loss_sum,
                                void *dlogits, const void *logits, const int32_t *targets,
-                               float dloss, int N, int V, int Vp, ddp_stream_t s) {
+                               float dloss, float smoothing, int N, int V, int Vp, ddp_stream_t s) {
   DDP_CHECK(check_dt(dt, "xent_fused"));
   if (dt == DDP_DTYPE_F32)
-    return ddp_cpu_xent_fused_f32(be, losses, loss_sum, dlogits, logits, targets, dloss, N, V, Vp,
-                                  s);
+    return ddp_cpu_xent_fused_f32(be, losses, loss_sum, dlogits, logits, targets, dloss, smoothing,
+                                  N, V, Vp, s);
   NN_REQUIRE(N > 0 && V > 0 && Vp >= V,
              "xent_fused: sizes N=%d V=%d Vp=%d must be positive with Vp >= V", N, V, Vp);
   NN_REQUIRE(losses && loss_sum && logits && targets, "xent_fused: NULL pointer");
+  NN_REQUIRE(smoothing >= 0.0f && smoothing < 1.0f,
+             "xent_fused: label smoothing %g is outside [0, 1)", (double)smoothing);
   const size_t n = (size_t)N * (size_t)Vp;
   float *ws;
   DDP_CHECK(ddp_cpu_nn_workspace(be, n, "xent_fused", &ws));
   widen(ws, logits, dt, n);
   /* One kernel call over all rows: the loss sum is rounded to fp32 once, as
    * under fp32. The gradient overwrites the widened logits in place. */
-  DDP_CHECK(ddp_cpu_xent_fused_f32(be, losses, loss_sum, dlogits ? ws : NULL, ws, targets, dloss, N,
-                                   V, Vp, s));
+  DDP_CHECK(ddp_cpu_xent_fused_f32(be, losses, loss_sum, dlogits ? ws : NULL, ws, targets, dloss,
+                                   smoothing, N, V, Vp, s));
   if (dlogits) narrow(dlogits, ws, dt, n);
   return DDP_OK;
 }

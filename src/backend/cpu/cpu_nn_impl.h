@@ -163,7 +163,8 @@ ddp_status_t ddp_cpu_attention_bwd_f32(ddp_backend_t *be, float *dqkv, float *sc
                                        int T, int C, int NH, ddp_stream_t s);
 ddp_status_t ddp_cpu_xent_fused_f32(ddp_backend_t *be, float *losses, float *loss_sum,
                                     float *dlogits, const float *logits, const int32_t *targets,
-                                    float dloss, int N, int V, int Vp, ddp_stream_t s);
+                                    float dloss, float smoothing, int N, int V, int Vp,
+                                    ddp_stream_t s);
 
 /* ---- the fused MLP ops (cpu_nn_fused.c) ------------------------------------ */
 

@@ -83,8 +83,8 @@ ddp_status_t ddp_cuda_nn_attention_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *
 size_t ddp_cuda_xent_scratch_bytes(ddp_dtype_t dt, int64_t N, int C, int V);
 ddp_status_t ddp_cuda_nn_xent_fused(ddp_backend_t *be, ddp_dtype_t dt, float *losses,
                                     float *loss_sum, void *dlogits, const void *logits,
-                                    const int32_t *targets, float dloss, int N, int V, int Vp,
-                                    ddp_stream_t s);
+                                    const int32_t *targets, float dloss, float smoothing, int N,
+                                    int V, int Vp, ddp_stream_t s);
 
 /* ---- cuda_nn_flash.c ------------------------------------------------------------ */
 /* No shared scratch (see the file): reserve() takes nothing for these. */
