@@ -6,9 +6,9 @@
  * only) give the same losses, weights, running statistics and batch
  * counters, and the same inference logits afterwards. Two tiny nets: basic
  * blocks under the cifar stem, bottleneck blocks under the imagenet stem
- * (7x7 conv and max-pool). Every parameter and running statistic is
- * perturbed first, so a gamma, beta or statistic used wrongly cannot hide
- * behind 1 and 0. SKIPs when configure found no Python with torch. */
+ * (7x7 conv and max-pool), the latter with label smoothing. Every parameter and running statistic
+ * is perturbed first, so a gamma, beta or statistic used wrongly cannot hide behind 1 and 0. SKIPs
+ * when configure found no Python with torch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +25,12 @@ enum { STEPS = 10 };
 static const float k_lr = 0.02f, k_momentum = 0.9f, k_wd = 5e-4f;
 
 typedef struct net {
-  const char *depth, *stem;
+  const char *depth, *stem, *smoothing;
   int H, W, C, N, classes;
 } net_t;
 static const net_t k_nets[] = {
-    {"10", "cifar", 17, 17, 3, 4, 5},   /* basic blocks, 3x3 stem */
-    {"14", "imagenet", 64, 64, 3, 4, 6} /* bottleneck blocks, 7x7 stem + max-pool */
+    {"10", "cifar", "0", 17, 17, 3, 4, 5},     /* basic blocks, 3x3 stem */
+    {"14", "imagenet", "0.1", 64, 64, 3, 4, 6} /* bottleneck blocks, 7x7 stem + max-pool */
 };
 
 static char g_dir[256];
@@ -59,9 +59,10 @@ static void setup_net(int which) {
   snprintf(g_dir, sizeof g_dir, "/tmp/ddp_resnetref_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(g_dir));
   g_be = ddp_test_cpu_backend();
-  ck_assert_int_eq(ddp_test_parse(&g_opts, NULL, "--model", "resnet", "--depth", g_net->depth,
-                                  "--width", "4", "--stem", g_net->stem, NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      ddp_test_parse(&g_opts, NULL, "--model", "resnet", "--depth", g_net->depth, "--width", "4",
+                     "--stem", g_net->stem, "--label-smoothing", g_net->smoothing, NULL),
+      DDP_OK);
   const int64_t floats = (int64_t)g_net->H * g_net->W * g_net->C;
   const ddp_model_setup_t s = {.be = g_be,
                                .opts = &g_opts,
@@ -131,9 +132,9 @@ static ddp_safetensors_t *run_reference(void) {
   ck_assert_int_eq(ddp_safetensors_write(bpath, bt, 2, NULL), DDP_OK);
   snprintf(cmd, sizeof cmd,
            "'%s' '%s/tests/reference/resnet_reference.py' '%s' '%s' '%s' --sgd-steps %d --lr %g "
-           "--momentum %g --nesterov 1 --weight-decay %g",
+           "--momentum %g --nesterov 1 --weight-decay %g --label-smoothing %s",
            getenv("TORCH_PYTHON"), getenv("top_srcdir"), w, bpath, out, STEPS, (double)k_lr,
-           (double)k_momentum, (double)k_wd);
+           (double)k_momentum, (double)k_wd, g_net->smoothing);
   ck_assert_msg(system(cmd) == 0, "the reference failed: %s", cmd);
   ddp_safetensors_t *st = NULL;
   ck_assert_int_eq(ddp_safetensors_open(out, &st), DDP_OK);

@@ -1,9 +1,8 @@
 /* ResNet weights to safetensors under torchvision's state_dict names: every
  * parameter (convolution weights transposed from the (K,R,S,C) they are
  * kept in to PyTorch's (K,C,R,S)) and every buffer: running_mean and
- * running_var fp32, num_batches_tracked a 0-dimensional integer (I32, the
- * widest integer the writer has; load_state_dict copies it into PyTorch's
- * int64). The metadata names the architecture, so a reader can rebuild
+ * running_var fp32, num_batches_tracked a 0-dimensional int64, as PyTorch
+ * keeps it. The metadata names the architecture, so a reader can rebuild
  * the module (torchvision.models.resnet18(num_classes=...) for --depth 18,
  * --width 64 and the imagenet stem). */
 #include <stdio.h>
@@ -21,7 +20,7 @@ ddp_status_t resnet_export(ddp_model_t *m, const char *path) {
   float *host = malloc(m->n_params * sizeof *host);
   float *conv = malloc(m->n_params * sizeof *conv);
   float *buf = malloc(r->n_buffer_floats * sizeof *buf);
-  int32_t *counts = malloc((size_t)r->n_units * sizeof *counts);
+  int64_t *counts = malloc((size_t)r->n_units * sizeof *counts);
   ddp_st_tensor_t *t = calloc((size_t)nt, sizeof *t);
   if (!host || !conv || !buf || !counts || !t)
     DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "resnet: export: out of host memory");
@@ -52,9 +51,9 @@ ddp_status_t resnet_export(ddp_model_t *m, const char *path) {
     ddp_st_tensor_t *e = &t[m->n_tensors + i];
     if (b->kind == DDP_BUFFER_COUNT) {
       const int j = (int)(b->t.offset - r->counters_offset);
-      counts[j] = (int32_t)buf[b->t.offset];
+      counts[j] = (int64_t)buf[b->t.offset];
       *e = (ddp_st_tensor_t){
-          .name = b->t.name, .dtype = DDP_DTYPE_I32, .ndim = 0, .data = &counts[j]};
+          .name = b->t.name, .dtype = DDP_ST_DTYPE_I64, .ndim = 0, .data = &counts[j]};
       continue;
     }
     *e = (ddp_st_tensor_t){

@@ -107,12 +107,14 @@ static ddp_status_t unit_forward(ddp_model_t *m, resnet_t *r, resnet_unit_t *u, 
 }
 
 /* The one place the loss is computed: the sum of the rows' cross-entropy
- * into the accumulator, and in training dlogits (in place) scaled by dloss. */
+ * (label-smoothed by --label-smoothing, in training and evaluation alike,
+ * as PyTorch's CrossEntropyLoss(label_smoothing)) into the accumulator, and
+ * in training dlogits (in place) scaled by dloss. */
 static ddp_status_t loss(resnet_t *r, int N, int training, float dloss) {
   const int V = r->cfg.classes;
   return r->be->ops->nn->xent_fused(r->be, DDP_DTYPE_F32, r->losses, r->loss_sum,
                                     training ? r->logits : NULL, r->logits, r->labels,
-                                    training ? dloss : 0.0f, N, V, V, NULL);
+                                    training ? dloss : 0.0f, r->cfg.label_smoothing, N, V, V, NULL);
 }
 
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,

@@ -17,7 +17,8 @@ Usage: resnet_reference.py WEIGHTS BATCH OUT [--sgd-steps K --lr ... ]
   OUT      safetensors written here:
            "eval_logits" (N,classes): inference forward of the loaded model;
            "logits", "loss_sum", "grad.<name>": one training forward (batch
-           statistics) and the gradient of loss_sum / N;
+           statistics) and the gradient of loss_sum / N (cross-entropy with
+           --label-smoothing, as the model's);
            then, from the loaded model again, K SGD steps (momentum,
            Nesterov, L2 weight decay on conv and fc weights only) on the same
            batch: "sgd_losses" (K), "after.<name>" for every parameter and
@@ -31,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DTYPES = {"F32": torch.float32, "I32": torch.int32}
+DTYPES = {"F32": torch.float32, "I32": torch.int32, "I64": torch.int64}
 
 
 def read_safetensors(path):
@@ -150,6 +151,7 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=5e-4)
     ap.add_argument("--bn-eps", type=float, default=1e-5)
     ap.add_argument("--bn-momentum", type=float, default=0.1)
+    ap.add_argument("--label-smoothing", type=float, default=0.0)
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
@@ -171,7 +173,7 @@ def main():
         out["eval_logits"] = model(x)
     model = fresh().train()
     logits = model(x)
-    loss_sum = F.cross_entropy(logits, y, reduction="sum")
+    loss_sum = F.cross_entropy(logits, y, reduction="sum", label_smoothing=args.label_smoothing)
     (loss_sum / N).backward()
     out["logits"] = logits
     out["loss_sum"] = loss_sum.reshape(1)
@@ -187,7 +189,7 @@ def main():
     losses = []
     for _ in range(args.sgd_steps):
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x), y, label_smoothing=args.label_smoothing)
         losses.append(loss.item())
         loss.backward()
         opt.step()
