@@ -357,7 +357,8 @@ END_TEST
 
 /* ---- batch normalization in parts ------------------------------------------------ */
 
-static const ddp_bn_shape_t k_bn = {.N = 2, .H = 5, .W = 6, .C = 7, .eps = 1e-5f, .momentum = 0.1f};
+static const ddp_bn_shape_t k_bn = {
+    .N = 2, .H = 5, .W = 6, .C = 11, .eps = 1e-5f, .momentum = 0.1f};
 /* Few positions, more channels than one block. */
 static const ddp_bn_shape_t k_bn_wide = {
     .N = 2, .H = 2, .W = 1, .C = 300, .eps = 1e-3f, .momentum = 0.25f};
@@ -547,7 +548,7 @@ END_TEST
  * statistics; the backward likewise, and the reducer adds the ranks'
  * dgamma, dbeta. Together they must equal batch norm over the whole batch. */
 START_TEST(test_bn_parts_two_ranks_equal_whole_batch) {
-  const ddp_bn_shape_t whole = {.N = 4, .H = 3, .W = 5, .C = 6, .eps = 1e-5f, .momentum = 0.1f};
+  const ddp_bn_shape_t whole = {.N = 4, .H = 3, .W = 5, .C = 10, .eps = 1e-5f, .momentum = 0.1f};
   ddp_bn_shape_t half = whole;
   half.N = 2;
   const size_t n = bn_elems(&whole), hn = bn_elems(&half), C = (size_t)whole.C;

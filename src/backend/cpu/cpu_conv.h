@@ -101,6 +101,9 @@ ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, 
 /* The checks each of them makes first: the CPU backend and fp32; `op`
  * names the caller in the message. */
 ddp_status_t ddp_cpu_conv_ops_admit(const ddp_backend_t *be, ddp_dtype_t dt, const char *op);
+/* acc[j] += row[j] for j < n, in double and vectorised: one position's
+ * contribution to per-channel sums (pooling, batch norm). */
+void ddp_cpu_add_row_f64(double *restrict acc, const float *restrict row, size_t n);
 
 ddp_status_t ddp_cpu_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
                               size_t n, ddp_stream_t s);
@@ -127,8 +130,8 @@ ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
                                   const float *g, const float *l, int64_t M_total,
                                   const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s);
 
-/* The CPU backend's conv table (cpu_conv_table.c): the functions above and
- * the kernels of cpu_conv_ops.c. */
+/* The CPU backend's conv table (cpu_conv_table.c): the oneDNN functions and
+ * the kernels of ours above. */
 extern const ddp_conv_ops_t ddp_conv_cpu_ops;
 
 #endif
