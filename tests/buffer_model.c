@@ -15,7 +15,9 @@
  * the run. --bufnet-dump DIR writes the buffers after every pass to
  * DIR/buffers.<pid>.bin (the ranks' values before any averaging);
  * --bufnet-bad-table 1|2 declares a defective table (a gap, an unknown
- * kind) for the runtime to refuse. tests/test_buffers.sh drives it. */
+ * kind) for the runtime to refuse; --bufnet-skew 1|2 makes rank 1 (as the
+ * launcher numbers it) advance its counter by 2, or declare
+ * norm.running_var a COUNT buffer, for the runtime to notice. tests/test_buffers.sh drives it. */
 #include <ddptrain/ddptrain.h>
 #include <ddptrain/main.h>
 #include <math.h>
@@ -31,12 +33,15 @@ static const ddp_option_def_t k_flags[] = {
     {"bufnet-bad-table", DDP_OPTION_INT, "0", 0, 2, "N", "1: a gap, 2: an unknown kind", NULL, 0},
     {"bufnet-dump", DDP_OPTION_STRING, "", 0, 0, "DIR", "write the buffers after each pass", NULL,
      0},
+    {"bufnet-skew", DDP_OPTION_INT, "0", 0, 2, "N",
+     "rank 1 differs: 1: counts each pass twice, 2: declares a MEAN buffer COUNT", NULL, 0},
 };
 
 enum { MOMENTUM_PCT = 10, N_BUF_MAX = 5 };
 
 typedef struct bufnet {
   int D, K, accum;
+  float count_step;       /* what a pass adds to num_batches_tracked */
   float *w, *b, *gw, *gb; /* w [K, D], b [K] */
   float *rmean, *rvar, *count, *omean;
   float *xc, *z, *sums; /* activations for the largest batch; sums: D + 1 */
@@ -78,6 +83,10 @@ static ddp_status_t create(ddp_model_t *m, const ddp_model_setup_t *s) {
   m->impl = p;
   p->D = (int)s->data.record_floats, p->K = s->data.n_classes, p->accum = (int)s->opts->accum;
   ddp_options_get_string(s->opts, "bufnet-dump", &p->dump);
+  const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = getenv("PMI_RANK");
+  const int64_t skew = rank && atoi(rank) == 1 ? flag(s->opts, "bufnet-skew") : 0;
+  p->count_step = skew == 1 ? 2.0f : 1.0f;
   const int64_t E = flag(s->opts, "bufnet-extra"), bad = flag(s->opts, "bufnet-bad-table");
   const int64_t ws[2] = {p->K, p->D}, bs[1] = {p->K};
   DDP_CHECK(ddp_param_set(&p->table[0], "fc.weight", 2, ws, 0, 1));
@@ -96,6 +105,7 @@ static ddp_status_t create(ddp_model_t *m, const ddp_model_setup_t *s) {
     nb = at + (size_t)sizes[k];
   }
   if (bad == 2) p->buffers[1].kind = (ddp_buffer_kind_t)7;
+  if (skew == 2) p->buffers[1].kind = DDP_BUFFER_COUNT;
   const size_t B = (size_t)s->max_batch;
   DDP_CHECK(ddp_backend_alloc(m->be, 2 * n * sizeof(float), (void **)&m->params));
   DDP_CHECK(ddp_backend_alloc(m->be, nb * sizeof(float), (void **)&m->buffers));
@@ -211,7 +221,7 @@ static ddp_status_t forward_backward(ddp_model_t *m, const void *batch, float dl
   for (int i = 0; i < B; ++i)
     for (int k = 0; k < K; ++k) zmean[k] += p->z[(size_t)i * K + k] / (float)B;
   for (int k = 0; k < K; ++k) ema(&p->omean[k], zmean[k]);
-  *p->count += 1.0f;
+  *p->count += p->count_step;
   return p->dump[0] ? dump(m, p) : DDP_OK;
 }
 

@@ -13,7 +13,10 @@
 #  4. the export holds the buffers under their names, the counter as an
 #     I64 scalar (PyTorch's num_batches_tracked);
 #  5. a checkpoint lacking a buffer, or holding one of another shape, is
-#     refused naming it; a model with a defective buffer table is refused.
+#     refused naming it; counters that differ between the ranks stop the
+#     run at its checkpoint; buffer tables that differ between the ranks
+#     stop it at start-up; a model with a defective buffer table is
+#     refused. None of them writes a checkpoint.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
@@ -159,30 +162,37 @@ else
 fi
 
 # 5. refusals: nothing is trained or written
-refuse() { # refuse DESC MESSAGE ARGS...
-  desc=$1 msg=$2
-  shift 2
-  before=$(ls "$dir/split" | wc -l)
-  run refuse 1 "$@"
+mkdir -p "$dir/refused"
+refuse() { # refuse NP DESC MESSAGE ARGS...
+  np=$1 desc=$2 msg=$3
+  shift 3
+  before=$(find "$dir/refused" -type f | wc -l)
+  run refuse "$np" "$@"
   rc=$?
-  after=$(ls "$dir/split" | wc -l)
+  after=$(find "$dir/refused" -type f | wc -l)
   if [ "$rc" -ne 0 ] && grep -qF -- "$msg" "$dir/refuse.log" && [ "$before" = "$after" ]; then
     echo "ok: $desc refused (exit $rc): $msg"
   else
     echo "FAIL: $desc: exit $rc, files $before -> $after, expected '$msg':"; show refuse; fail=1
   fi
 }
-refuse "a checkpoint without a buffer the model has" \
+refuse 1 "a checkpoint without a buffer the model has" \
   "holds no tensor buffer.extra.running_mean that this model has" \
-  --steps 10 --resume "$dir/split" --save "$dir/split" --bufnet-extra 2
+  --steps 10 --resume "$dir/split" --save "$dir/refused" --bufnet-extra 2
 run extra 1 --steps 2 --save "$dir/extra" --bufnet-extra 2 || { echo "FAIL: --bufnet-extra 2"; show extra; fail=1; }
-refuse "a buffer of another shape" \
+refuse 1 "a buffer of another shape" \
   "tensor buffer.extra.running_mean has shape [2] there and [3] in this model" \
-  --steps 4 --resume "$dir/extra" --save "$dir/split" --bufnet-extra 3
-refuse "a buffer table with a gap" \
+  --steps 4 --resume "$dir/extra" --save "$dir/refused" --bufnet-extra 3
+refuse 2 "counters that differ between the ranks" \
+  "ranks disagree on model bufnet's counter buffers (kind COUNT) before a checkpoint" \
+  --steps 2 --save "$dir/refused" --bufnet-skew 1
+refuse 2 "buffer tables that differ between the ranks (a kind)" \
+  "ranks disagree on the parameter and buffer layout (tensor names, shapes, order; buffer kinds)" \
+  --steps 2 --save "$dir/refused" --bufnet-skew 2
+refuse 1 "a buffer table with a gap" \
   "model bufnet, buffer table: tensor out.running_mean starts at element 18, expected 17" \
-  --steps 2 --save "$dir/split" --bufnet-bad-table 1
-refuse "a buffer of an unknown kind" \
+  --steps 2 --save "$dir/refused" --bufnet-bad-table 1
+refuse 1 "a buffer of an unknown kind" \
   "model bufnet: buffer norm.running_var has an unknown kind 7" \
-  --steps 2 --save "$dir/split" --bufnet-bad-table 2
+  --steps 2 --save "$dir/refused" --bufnet-bad-table 2
 exit $fail

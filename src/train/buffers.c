@@ -112,7 +112,7 @@ static ddp_status_t average(ddp_train_buffers_t *tb, const char *why) {
 
 /* Every rank advances its counters alike; a difference means the ranks ran
  * different passes, which the checkpoint must not hide. */
-static ddp_status_t check_counts(ddp_train_buffers_t *tb, const char *why) {
+static ddp_status_t counters_agree(ddp_train_buffers_t *tb, const char *why) {
   ddp_model_t *m = tb->model;
   DDP_CHECK(ddp_backend_copy(m->be, tb->host, m->buffers, m->n_buffer_floats * sizeof(float),
                              DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
@@ -133,10 +133,10 @@ static ddp_status_t check_counts(ddp_train_buffers_t *tb, const char *why) {
   return DDP_OK;
 }
 
-ddp_status_t ddp_train_buffers_sync(ddp_train_buffers_t *tb, const char *why, int check) {
+ddp_status_t ddp_train_buffers_sync(ddp_train_buffers_t *tb, const char *why, int check_counts) {
   if (tb->dist->world == 1 || !tb->model->n_buffer_floats) return DDP_OK;
   if (tb->stale) DDP_CHECK(average(tb, why));
-  if (check && tb->has_count) DDP_CHECK(check_counts(tb, why));
+  if (check_counts && tb->has_count) DDP_CHECK(counters_agree(tb, why));
   return DDP_OK;
 }
 

@@ -1,6 +1,7 @@
 /* The trainer's checkpoint schedule (see train_ckpt.h). */
 #include "train/train_ckpt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,7 +120,9 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
   if (!tc->o->save[0]) return DDP_OK;
   if (done != tc->last_saved) {
     /* every rank: the buffers a checkpoint holds are the ranks' average */
+    const double t0 = ddp_clock_seconds();
     if (tc->buffers) DDP_CHECK(ddp_train_buffers_sync(tc->buffers, "a checkpoint", 1));
+    const double sync_ms = 1e3 * (ddp_clock_seconds() - t0);
     if (tc->writer || tc->zero) {
       ddp_ckpt_meta_t meta = tc->layout.meta;
       meta.step = done;
@@ -130,8 +133,11 @@ ddp_status_t ddp_train_ckpt_save(ddp_train_ckpt_t *tc, int64_t done,
       else
         DDP_CHECK(ddp_ckpt_writer_save(tc->writer, tc->be, tc->model->params, tc->state,
                                        tc->model->buffers, &meta, &pause_ms));
-      DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms",
-                   (long long)done, pause_ms);
+      char buffers[64] = "";
+      if (tc->model->n_buffer_floats && tc->dist->world > 1)
+        snprintf(buffers, sizeof buffers, " (%.2f ms of it making the buffers agree)", sync_ms);
+      DDP_LOG_INFO("checkpoint: step %lld copied for writing; the step loop paused %.1f ms%s",
+                   (long long)done, pause_ms + sync_ms, buffers);
     }
     tc->last_saved = done;
   }
