@@ -190,6 +190,37 @@ START_TEST(test_normalisation_statistics) {
 }
 END_TEST
 
+/* A set larger than DDP_IMAGE_STATS_MAX: the statistics read evenly
+ * spaced images, all of which the reference reads too. */
+START_TEST(test_statistics_of_a_large_set_are_sampled) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/large.img", g_dir);
+  const ddp_image_shape_t shape = {.height = 1, .width = 1, .channels = 1, .n_classes = 2};
+  enum { N = DDP_IMAGE_STATS_MAX + 4465 };
+  ddp_image_writer_t *w = NULL;
+  ck_assert_int_eq(ddp_image_writer_open(&w, path, &shape), DDP_OK);
+  for (int i = 0; i < N; ++i) {
+    const uint8_t v = (uint8_t)((i * 131) % 251);
+    ck_assert_int_eq(ddp_image_writer_add(w, &v, i % 2), DDP_OK);
+  }
+  ck_assert_int_eq(ddp_image_writer_finish(w), DDP_OK);
+  ddp_image_source_t s;
+  ck_assert_int_eq(ddp_image_source_open(&s, path), DDP_OK);
+  float mean, std;
+  ddp_image_source_channel_stats(&s, &mean, &std);
+  double sum = 0, sq = 0;
+  for (int64_t u = 0; u < DDP_IMAGE_STATS_MAX; ++u) {
+    const double v = (double)((u * N / DDP_IMAGE_STATS_MAX * 131) % 251) / 255.0;
+    sum += v, sq += v * v;
+  }
+  const double m = sum / DDP_IMAGE_STATS_MAX;
+  ck_assert_double_eq_tol(mean, m, 1e-6);
+  ck_assert_double_eq_tol(std, sqrt(sq / DDP_IMAGE_STATS_MAX - m * m), 1e-6);
+  ddp_image_source_destroy(&s);
+  unlink(path);
+}
+END_TEST
+
 START_TEST(test_same_item_same_pixels_whatever_the_batch) {
   ddp_image_source_t s;
   open_small(&s);
@@ -414,6 +445,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, test_fill_matches_reference, 0, 4);
   tcase_add_test(tc, test_padding_is_zero_before_normalisation);
   tcase_add_test(tc, test_normalisation_statistics);
+  tcase_add_test(tc, test_statistics_of_a_large_set_are_sampled);
   tcase_add_test(tc, test_same_item_same_pixels_whatever_the_batch);
   tcase_add_test(tc, test_peek_tells_image_shards);
   suite_add_tcase(s, tc);

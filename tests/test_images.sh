@@ -4,7 +4,8 @@
 # model is):
 #  - the built-in image set with no files: 2 ranks equal 1 rank with
 #    --accum 2 bit for bit (augmentation is drawn per item, never per rank),
-#    and a run without flips differs (the augmentation is in the batches);
+#    so do 2 fill threads and a synchronous loader, and a run without flips
+#    differs (the augmentation is in the batches);
 #  - --stop-at + --resume equals the uninterrupted run bit for bit (the same
 #    pixels are replayed); resuming with another augmentation warns, on
 #    another image shard is refused;
@@ -56,6 +57,14 @@ if run np2 2 --steps 12 --export "$dir/np2.st" && run acc2 1 --steps 12 --accum 
   done
 else
   echo "FAIL: training on the built-in images failed"; show np2; show acc2; show noflip; fail=1
+fi
+
+# the fill's threads and the loader thread change nothing: 2 fill threads,
+# filled on the step loop's thread (DDPTRAIN_LOADER_SYNC=1)
+if DDPTRAIN_LOADER_SYNC=1 run threads 1 --steps 12 --accum 2 --loader-threads 2 --export "$dir/threads.st"; then
+  same "--loader-threads 2 and a synchronous loader equal the defaults" "$dir/threads.st" "$dir/acc2.st"
+else
+  echo "FAIL: the --loader-threads run failed"; show threads; fail=1
 fi
 
 # 2. resume replays the same pixels: stop at 6, resume to 12 = 12 straight

@@ -37,10 +37,10 @@ int ddp_image_shard_peek(const char *path) {
   return magic == DDP_IMG_MAGIC;
 }
 
+/* The sampler's index and the default normalisation (x/255). */
 static ddp_status_t make_items(ddp_image_source_t *s) {
-  s->labels = s->labels ? s->labels : malloc((size_t)s->n * sizeof *s->labels);
   s->items = malloc((size_t)s->n * sizeof *s->items);
-  if (!s->labels || !s->items)
+  if (!s->items)
     DDP_FAIL(DDP_ERR_OOM, "%s: out of memory indexing %lld images", s->source, (long long)s->n);
   for (int64_t i = 0; i < s->n; ++i) s->items[i] = (ddp_window_t){.start = i, .len = 2};
   return ddp_image_source_set_normalization(s, NULL, NULL);
@@ -128,7 +128,11 @@ void ddp_image_source_channel_stats(const ddp_image_source_t *s, float *mean, fl
   const int C = s->shape.channels;
   uint64_t sum[DDP_IMG_MAX_CHANNELS] = {0}, sq[DDP_IMG_MAX_CHANNELS] = {0};
   const int64_t px = s->image_bytes / C;
-  for (int64_t i = 0; i < s->n; ++i) {
+  /* every image of a set up to DDP_IMAGE_STATS_MAX, evenly spaced ones of
+   * a larger set (the same ones on every rank) */
+  const int64_t used = s->n < DDP_IMAGE_STATS_MAX ? s->n : DDP_IMAGE_STATS_MAX;
+  for (int64_t u = 0; u < used; ++u) {
+    const int64_t i = used == s->n ? u : u * s->n / used;
     const uint8_t *p = s->pixels + i * s->stride;
     for (int c = 0; c < C; ++c) {
       uint64_t a = 0, b = 0;
@@ -141,7 +145,7 @@ void ddp_image_source_channel_stats(const ddp_image_source_t *s, float *mean, fl
       sq[c] += b;
     }
   }
-  const double count = (double)s->n * (double)px;
+  const double count = (double)used * (double)px;
   for (int c = 0; c < C; ++c) {
     const double m = (double)sum[c] / count;
     double var = (double)sq[c] / count - m * m;
@@ -202,7 +206,7 @@ static void fill_one(const ddp_image_source_t *s, const uint8_t *img, int oy, in
       for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
     for (int x = b; x < W; ++x)
       for (int c = 0; c < C; ++c) row[x * C + c] = pad[c];
-    if (!inside) continue;
+    if (a >= b) continue; /* the row lies wholly in the padding */
     const uint8_t *src = img + (size_t)sy * W * C;
     if (!flip) {
       const uint8_t *in = src + (ptrdiff_t)(a + ox) * C;

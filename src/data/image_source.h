@@ -65,9 +65,14 @@ ddp_status_t ddp_image_source_open(ddp_image_source_t *s, const char *path);
 ddp_status_t ddp_image_source_builtin(ddp_image_source_t *s, uint64_t seed, int split, int64_t n);
 void ddp_image_source_destroy(ddp_image_source_t *s);
 
+/* The most images the normalisation statistics read: all of a set up to
+ * this size, evenly spaced ones of a larger set, so that start-up does not
+ * read all of a set of millions of images a second time. */
+#define DDP_IMAGE_STATS_MAX 65536
+
 /* Per-channel mean and standard deviation of the pixels in [0, 1] units,
- * from exact integer sums (the same on every rank and host). A channel of
- * one value gets std 1 (nothing to scale). */
+ * from exact integer sums (the same on every rank and host), over the
+ * images above. A channel of one value gets std 1 (nothing to scale). */
 void ddp_image_source_channel_stats(const ddp_image_source_t *s, float *mean, float *std);
 /* Sets the normalisation of every fill (NULL, NULL: mean 0, std 1, i.e.
  * x/255). std must be positive. */

@@ -132,9 +132,13 @@ static ddp_status_t validate_normalize(const char *value) {
 
 static const opt_row_t k_rows[] = {
     {"data", 0, OPT_STRING, OFF(data), "", 0, 0, "GLOB", "Data",
-     "training shards (llm.c .bin format); empty = the built-in task data set", NULL, 0},
+     "training shards (llm.c .bin format), or the model's record file or image shard; empty = "
+     "the built-in task set (image models: the built-in image set)",
+     NULL, 0},
     {"val-data", 0, OPT_STRING, OFF(val_data), "", 0, 0, "GLOB", "Data",
-     "held-out shards; empty = the built-in validation split (or none with --data)", NULL, 0},
+     "held-out shards (or record file, image shard); empty = the built-in validation split (or "
+     "none with --data)",
+     NULL, 0},
     {"tasks", 0, OPT_STRING, OFF(tasks), DDP_BUILTIN_DEFAULT_MIX, 0, 0, "MIX", "Data",
      "built-in data set: how often each task's lines are drawn, as NAME[=WEIGHT],... over copy, "
      "reverse, sort and add (a task not named is left out)",
