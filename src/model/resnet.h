@@ -99,7 +99,8 @@ typedef struct resnet {
   float *stats_mem;
   float *losses, *loss_sum, *ones; /* ones: n_units floats (counters, scaling) */
   int32_t *labels;
-  int world; /* ranks, learnt once by the first --sync-bn forward; 0 until then */
+  ddp_event_t uploaded; /* after the batch's copies: the host's batch is free once it passes */
+  int world;            /* ranks, learnt once by the first --sync-bn forward; 0 until then */
   int have_outputs;
   int last_n;
 } resnet_t;

@@ -136,6 +136,7 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
                              DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
   DDP_CHECK(ddp_backend_copy(r->be, r->labels, batch->labels, (size_t)N * sizeof(int32_t),
                              DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  DDP_CHECK(r->be->ops->event_record(r->be, r->uploaded, NULL));
 
   resnet_unit_t *stem = &r->units[0];
   DDP_CHECK(unit_forward(m, r, stem, r->x0, stem->a, N, training));

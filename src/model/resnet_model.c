@@ -80,6 +80,7 @@ static void resnet_destroy(ddp_model_t *m) {
                  r->stats_mem, r->losses, r->loss_sum, r->ones,  r->labels};
   for (size_t i = 0; i < sizeof mem / sizeof mem[0]; ++i)
     if (mem[i]) ddp_backend_free(be, mem[i]);
+  if (r->uploaded) be->ops->event_destroy(be, r->uploaded);
   resnet_layout_free(r);
   free(r);
   m->impl = NULL;
@@ -210,6 +211,7 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   DDP_CHECK(alloc(be, sizeof(float), (void **)&r->loss_sum));
   DDP_CHECK(alloc(be, (size_t)r->n_units * sizeof(float), (void **)&r->ones));
   DDP_CHECK(alloc(be, N * sizeof(int32_t), (void **)&r->labels));
+  DDP_CHECK(be->ops->event_create(be, &r->uploaded));
   DDP_CHECK(be->ops->fill(be, r->loss_sum, DDP_DTYPE_F32, 0.0f, 1, NULL));
   DDP_CHECK(be->ops->fill(be, r->ones, DDP_DTYPE_F32, 1.0f, (size_t)r->n_units, NULL));
   DDP_CHECK(be->ops->fill(be, m->buffers, DDP_DTYPE_F32, 0.0f, r->n_buffer_floats, NULL));
@@ -222,15 +224,25 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   return ddp_backend_sync(be, NULL);
 }
 
+/* The runtime reuses the host batch once a step returns; on a GPU the
+ * uploads are asynchronous, so the step waits for them (queued first, they
+ * are long done by the time the whole pass is queued). */
+static ddp_status_t batch_released(ddp_model_t *m) {
+  resnet_t *r = m->impl;
+  return m->be->ops->event_synchronize(m->be, r->uploaded);
+}
+
 static ddp_status_t resnet_forward_backward(ddp_model_t *m, const void *batch, float dloss,
                                             int accumulate, int notify) {
   const ddp_record_batch_t *b = batch;
   DDP_CHECK(resnet_forward(m, b, 1, dloss));
-  return resnet_backward(m, b->B, accumulate, notify);
+  DDP_CHECK(resnet_backward(m, b->B, accumulate, notify));
+  return batch_released(m);
 }
 
 static ddp_status_t resnet_eval_forward(ddp_model_t *m, const void *batch) {
-  return resnet_forward(m, batch, 0, 0.0f);
+  DDP_CHECK(resnet_forward(m, batch, 0, 0.0f));
+  return batch_released(m);
 }
 
 static ddp_status_t resnet_take_loss(ddp_model_t *m, double *loss_sum) {
