@@ -135,6 +135,23 @@ START_TEST(test_resnet_table_is_in_backward_order_with_torchvision_names) {
 }
 END_TEST
 
+/* Any image keeps a position through the stem and the stages: nothing to refuse. */
+START_TEST(test_resnet_layout_of_a_one_pixel_image_ends_one_by_one) {
+  ck_assert_int_eq(ddp_test_parse(&g_opts, NULL, "--model", "resnet", "--depth", "50", "--stem",
+                                  "imagenet", NULL),
+                   DDP_OK);
+  resnet_config_t c;
+  ck_assert_int_eq(resnet_config_from_options(&g_opts, &c), DDP_OK);
+  const ddp_data_shape_t d = images(1, 1, 3, 10);
+  ck_assert_int_eq(resnet_config_set_data(&c, &d), DDP_OK);
+  resnet_t r;
+  ck_assert_int_eq(resnet_layout(&r, &c), DDP_OK);
+  for (int i = 0; i < r.n_units; ++i) ck_assert(r.units[i].OH == 1 && r.units[i].OW == 1);
+  ck_assert_int_eq(r.features, 2048);
+  resnet_layout_free(&r);
+}
+END_TEST
+
 /* torchvision's numbers for 224 x 224 ImageNet models, 1000 classes. */
 START_TEST(test_resnet_sizes_match_torchvision) {
   static const struct {
@@ -423,6 +440,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_resnet_table_is_in_backward_order_with_torchvision_names);
+  tcase_add_test(tc, test_resnet_layout_of_a_one_pixel_image_ends_one_by_one);
   tcase_add_test(tc, test_resnet_sizes_match_torchvision);
   tcase_add_loop_test(tc, test_resnet_gradients_match_finite_differences_in_train_mode, 0, 2);
   tcase_add_test(tc, test_resnet_eval_uses_running_statistics_and_training_moves_them);

@@ -46,7 +46,6 @@ typedef struct resnet_unit {
   int OH, OW, K;                   /* the output (N,OH,OW,K) */
   int t;                           /* table index of the BN weight; bias t+1, conv weight t+2 */
   int b;                           /* buffer index of running_mean; running_var b+1 */
-  int counter;                     /* index of its num_batches_tracked among the counters */
   int relu;                        /* a ReLU follows the BN inside the block or stem */
   int64_t out_elems;               /* OH*OW*K: per image */
   /* activation memory (set by create) */
@@ -101,8 +100,7 @@ typedef struct resnet {
   int32_t *labels;
   ddp_event_t uploaded; /* after the batch's copies: the host's batch is free once it passes */
   int world;            /* ranks, learnt once by the first --sync-bn forward; 0 until then */
-  int have_outputs;
-  int last_n;
+  int last_n;           /* rows of the last forward's logits */
 } resnet_t;
 
 /* ---- resnet_layout.c ---- */
@@ -112,8 +110,7 @@ ddp_status_t resnet_config_from_options(const ddp_options_t *o, resnet_config_t 
  * (H,W,C) images. */
 ddp_status_t resnet_config_set_data(resnet_config_t *c, const ddp_data_shape_t *d);
 /* Builds units, blocks and both tables from a complete configuration
- * (memory pointers stay NULL); refuses an image too small for the stem and
- * the stages, naming the sizes. */
+ * (memory pointers stay NULL). */
 ddp_status_t resnet_layout(resnet_t *r, const resnet_config_t *c);
 void resnet_layout_free(resnet_t *r);
 /* Multiply-adds of one image's forward: every convolution and the classifier. */

@@ -81,14 +81,10 @@ static resnet_unit_t *add_unit(resnet_t *r, const char *conv, const char *bn, in
   return u;
 }
 
-static ddp_status_t too_small(const resnet_config_t *c, const char *where) {
-  DDP_FAIL(DDP_ERR_INVALID_ARG,
-           "resnet: %dx%d images are too small for the %s stem and 4 stages (no positions left "
-           "at %s); use larger images or --stem cifar",
-           c->H, c->W, c->imagenet_stem ? "imagenet" : "cifar", where);
-}
-
-/* The units of forward order, with their shapes. */
+/* The units of forward order, with their shapes. Every window is padded
+ * so that any image of 1 pixel or more keeps at least one position through
+ * the stem and the stages (a 1x1 image ends 1x1), so no size is refused
+ * here; batch norm's need for 2 positions is checked per batch. */
 static ddp_status_t build_units(resnet_t *r, const resnet_config_t *c) {
   int n_blocks = 0;
   for (int s = 0; s < RESNET_STAGES; ++s) n_blocks += c->blocks[s];
@@ -100,14 +96,12 @@ static ddp_status_t build_units(resnet_t *r, const resnet_config_t *c) {
   const resnet_unit_t *stem = c->imagenet_stem
                                   ? add_unit(r, "conv1", "bn1", H, W, c->C, c->width, 7, 2, 3, 1)
                                   : add_unit(r, "conv1", "bn1", H, W, c->C, c->width, 3, 1, 1, 1);
-  if (stem->OH < 1 || stem->OW < 1) return too_small(c, "the stem");
   H = stem->OH, W = stem->OW;
   r->max_act_elems = stem->out_elems;
   if (c->imagenet_stem) {
     const ddp_pool_shape_t p = {
         .N = 1, .H = H, .W = W, .C = c->width, .kernel = 3, .stride = 2, .pad = 1};
     r->pool_OH = ddp_pool_out_h(&p), r->pool_OW = ddp_pool_out_w(&p);
-    if (r->pool_OH < 1 || r->pool_OW < 1) return too_small(c, "the max-pool");
     H = r->pool_OH, W = r->pool_OW;
     r->pool_elems = (int64_t)H * W * c->width;
   }
@@ -145,10 +139,8 @@ static ddp_status_t build_units(resnet_t *r, const resnet_config_t *c) {
         b->downsample = r->n_units;
         add_unit(r, cn, bn, H, W, in, out, 1, stride, 0, 0);
       }
-      for (int k = b->first_unit; k < r->n_units; ++k) {
-        if (r->units[k].OH < 1 || r->units[k].OW < 1) return too_small(c, b->name);
+      for (int k = b->first_unit; k < r->n_units; ++k)
         if (r->units[k].out_elems > r->max_act_elems) r->max_act_elems = r->units[k].out_elems;
-      }
       b->OH = last->OH, b->OW = last->OW, b->K = out, b->out_elems = last->out_elems;
       H = b->OH, W = b->OW, in = out;
     }
@@ -222,7 +214,6 @@ ddp_status_t resnet_layout(resnet_t *r, const resnet_config_t *c) {
     const int64_t one[1] = {1};
     DDP_CHECK(ddp_param_set(&b->t, name, 1, one, boff++, 0));
   }
-  for (int u = 0; u < r->n_units; ++u) r->units[u].counter = (r->units[u].b - 0) / 2;
   r->n_buffer_floats = boff;
   return DDP_OK;
 }
