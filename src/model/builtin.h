@@ -8,6 +8,8 @@
 
 /* --model gpt (src/model/gpt_model.c) */
 extern const ddp_model_ops_t ddp_gpt_model_ops;
+/* --model resnet (src/model/resnet_model.c) */
+extern const ddp_model_ops_t ddp_resnet_model_ops;
 
 /* The built-in models, NULL-terminated. */
 const ddp_model_ops_t *const *ddp_builtin_models(void);

@@ -20,7 +20,7 @@
 enum { MAX_MODELS = 32 };
 
 const ddp_model_ops_t *const *ddp_builtin_models(void) {
-  static const ddp_model_ops_t *const k_models[] = {&ddp_gpt_model_ops, NULL};
+  static const ddp_model_ops_t *const k_models[] = {&ddp_gpt_model_ops, &ddp_resnet_model_ops, NULL};
   return k_models;
 }
 
