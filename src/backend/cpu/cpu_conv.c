@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
@@ -102,6 +103,43 @@ static void conv_destroy(void *impl) {
   free(c);
 }
 
+/* oneDNN 2.6's AVX2 1x1 kernels write past their buffers when a strided
+ * 1x1 convolution (which they compute by first gathering the strided input,
+ * "reduce to unit stride") has channels that are not a multiple of 8 (a
+ * ResNet's downsample at a small --width; check_conv has the case). For
+ * such a shape the primitive descriptor is the first of oneDNN's candidate
+ * implementations that is not a 1x1 kernel: the general direct kernel,
+ * slower for 1x1 but correct. Other shapes take oneDNN's first choice. */
+static ddp_status_t create_pd(dnnl_primitive_desc_t *pd, const void *op_desc,
+                              const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
+                              const ddp_conv_shape_t *sh) {
+  *pd = NULL;
+  if (sh->R != 1 || sh->S != 1 || sh->stride == 1 || (sh->C % 8 == 0 && sh->K % 8 == 0)) {
+    DDP_DNNL_CHECK(dnnl_primitive_desc_create(pd, op_desc, attr, ddp_dnnl_engine(), hint));
+    return DDP_OK;
+  }
+  dnnl_primitive_desc_iterator_t it = NULL;
+  DDP_DNNL_CHECK(dnnl_primitive_desc_iterator_create(&it, op_desc, attr, ddp_dnnl_engine(), hint));
+  do {
+    dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+    const char *impl = NULL;
+    if (cand &&
+        dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+        impl && !strstr(impl, "1x1")) {
+      *pd = cand;
+      break;
+    }
+    if (cand) dnnl_primitive_desc_destroy(cand);
+  } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+  dnnl_primitive_desc_iterator_destroy(it);
+  if (!*pd)
+    DDP_FAIL(DDP_ERR_UNSUPPORTED,
+             "conv: oneDNN has only 1x1 kernels for a strided 1x1 convolution of %d -> %d "
+             "channels",
+             sh->C, sh->K);
+  return DDP_OK;
+}
+
 static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   const ddp_conv_shape_t sh = key_shape(key);
   const int op = key->op;
@@ -118,7 +156,16 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   const dnnl_dims_t src_dims = {sh.N, sh.C, sh.H, sh.W};
   const dnnl_dims_t dst_dims = {sh.N, sh.K, ddp_conv_out_h(&sh), ddp_conv_out_w(&sh)};
   const dnnl_dims_t w_dims = {sh.K, sh.C, sh.R, sh.S};
+  /* The right/bottom padding is what the last window really reaches,
+   * (O-1)*stride + kernel - in - pad: negative when the input's last rows
+   * are in no window (a 1x1 stride-2 convolution of an even size). Passing
+   * `pad` there instead describes a window oneDNN's 1x1 kernels then read
+   * and write past their buffers for. */
   const dnnl_dims_t strides = {sh.stride, sh.stride}, pads = {sh.pad, sh.pad};
+  const dnnl_dims_t pads_r = {
+      (dst_dims[2] - 1) * sh.stride + sh.R - sh.H - sh.pad,
+      (dst_dims[3] - 1) * sh.stride + sh.S - sh.W - sh.pad,
+  };
   dnnl_memory_desc_t src_md, dst_md, w_user_md, w_any_md;
   DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc), st,
                       fail);
@@ -135,27 +182,25 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   dnnl_convolution_desc_t fwd_d, bwd_d;
   DDP_DNNL_CHECK_GOTO(
       dnnl_convolution_forward_desc_init(&fwd_d, dnnl_forward_training, dnnl_convolution_direct,
-                                         &src_md, &w_any_md, NULL, &dst_md, strides, pads, pads),
+                                         &src_md, &w_any_md, NULL, &dst_md, strides, pads, pads_r),
       st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_user_scratchpad_attr(&attr), st, fail);
   if (op == CONV_FWD) {
-    DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&pd, &fwd_d, attr, ddp_dnnl_engine(), NULL), st,
-                        fail);
+    DDP_CHECK_GOTO(create_pd(&pd, &fwd_d, attr, NULL, &sh), st, fail);
   } else {
     DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, ddp_dnnl_engine(), NULL),
                         st, fail);
     if (op == CONV_BWD_DATA)
       DDP_DNNL_CHECK_GOTO(
           dnnl_convolution_backward_data_desc_init(&bwd_d, dnnl_convolution_direct, &src_md,
-                                                   &w_any_md, &dst_md, strides, pads, pads),
+                                                   &w_any_md, &dst_md, strides, pads, pads_r),
           st, fail);
     else
       DDP_DNNL_CHECK_GOTO(dnnl_convolution_backward_weights_desc_init(
                               &bwd_d, dnnl_convolution_direct, &src_md, &w_any_md, NULL, &dst_md,
-                              strides, pads, pads),
+                              strides, pads, pads_r),
                           st, fail);
-    DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&pd, &bwd_d, attr, ddp_dnnl_engine(), fwd_pd),
-                        st, fail);
+    DDP_CHECK_GOTO(create_pd(&pd, &bwd_d, attr, fwd_pd, &sh), st, fail);
   }
   DDP_CHECK_GOTO(ddp_dnnl_primitive(&c->prim, pd), st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_scratchpad(&c->scratch, pd), st, fail);

@@ -82,7 +82,12 @@ static ddp_status_t pool_create(const ddp_dnnl_key_t *key, void **impl) {
   const dnnl_dims_t src_dims = {sh.N, sh.C, sh.H, sh.W};
   const dnnl_dims_t dst_dims = {sh.N, sh.C, ddp_pool_out_h(&sh), ddp_pool_out_w(&sh)};
   const dnnl_dims_t strides = {sh.stride, sh.stride}, kernel = {sh.kernel, sh.kernel};
+  /* the bottom/right padding the last window really reaches (as for the
+   * convolution, cpu_conv.c): never more than `pad`, less when the input's
+   * last rows are in no window */
   const dnnl_dims_t pads = {sh.pad, sh.pad};
+  const dnnl_dims_t pads_r = {(dst_dims[2] - 1) * sh.stride + sh.kernel - sh.H - sh.pad,
+                              (dst_dims[3] - 1) * sh.stride + sh.kernel - sh.W - sh.pad};
   dnnl_memory_desc_t src_md, dst_md;
   DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc), st,
                       fail);
@@ -92,14 +97,14 @@ static ddp_status_t pool_create(const ddp_dnnl_key_t *key, void **impl) {
   DDP_DNNL_CHECK_GOTO(
       dnnl_pooling_forward_desc_init(
           &fwd_d, op == POOL_FWD_INFERENCE ? dnnl_forward_inference : dnnl_forward_training,
-          dnnl_pooling_max, &src_md, &dst_md, strides, kernel, pads, pads),
+          dnnl_pooling_max, &src_md, &dst_md, strides, kernel, pads, pads_r),
       st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_user_scratchpad_attr(&attr), st, fail);
   if (op == POOL_BWD) {
     DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, ddp_dnnl_engine(), NULL),
                         st, fail);
     DDP_DNNL_CHECK_GOTO(dnnl_pooling_backward_desc_init(&bwd_d, dnnl_pooling_max, &src_md, &dst_md,
-                                                        strides, kernel, pads, pads),
+                                                        strides, kernel, pads, pads_r),
                         st, fail);
     DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&pd, &bwd_d, attr, ddp_dnnl_engine(), fwd_pd),
                         st, fail);
