@@ -12,7 +12,8 @@ per rank (DDP's default, broadcast_buffers=True). The input pipeline is the
 one ddptrain's loader applies: zero padding to --pad-to, then for training a
 random crop after --crop-pad zeros and a horizontal flip, then per-channel
 normalisation by the training set's mean and std. SGD with momentum and
-Nesterov, weight decay on convolution and linear weights only.
+Nesterov, weight decay on convolution and linear weights only, and
+ddptrain's learning-rate schedule (linear warmup, cosine decay to --min-lr).
 
 Each rank takes its share of a global batch of --batch x world images
 drawn from one seeded permutation per epoch (the last partial batch
@@ -25,6 +26,7 @@ images_per_s counts the timed steps only (after --warmup steps), globally.
 """
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -183,6 +185,13 @@ def worker(rank, a):
     opt = torch.optim.SGD([{"params": decay, "weight_decay": a.weight_decay},
                            {"params": no_decay, "weight_decay": 0.0}],
                           lr=a.lr, momentum=0.9, nesterov=True)
+    def lr_at(step):  # ddptrain's schedule: linear warmup, cosine to --min-lr
+        if step < a.lr_warmup:
+            return a.lr * (step + 1) / a.lr_warmup
+        span = max(1, a.steps - a.lr_warmup)
+        progress = min(1.0, (step - a.lr_warmup) / span)
+        return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * progress))
+
     per_epoch = n // (a.batch * a.world)
     times = []
     step = 0
@@ -195,7 +204,7 @@ def worker(rank, a):
             idx = perm[(k * a.world + rank) * a.batch:(k * a.world + rank + 1) * a.batch]
             xb = augment(x_all[idx]).contiguous(memory_format=fmt)
             yb = torch.from_numpy(labels[idx.numpy()])
-            lr = a.lr * min(1.0, (step + 1) / max(1, a.warmup))
+            lr = lr_at(step)
             for g in opt.param_groups:
                 g["lr"] = lr
             opt.zero_grad(set_to_none=True)
@@ -244,8 +253,10 @@ def main():
     p.add_argument("--stem", default="cifar", choices=["cifar", "imagenet"])
     p.add_argument("--batch", type=int, default=32, help="images per rank per step")
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--min-lr", type=float, default=0.0005)
+    p.add_argument("--lr-warmup", type=int, default=20, help="steps of linear warmup")
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--pad-to", type=int, default=0)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/conv_check.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
 
@@ -30,34 +31,6 @@ int ddp_conv_out_w(const ddp_conv_shape_t *sh) {
 }
 
 #if DDP_HAVE_DNNL
-
-/* Everything oneDNN would refuse with a bare "invalid arguments", refused
- * here with the sizes that are wrong. */
-static ddp_status_t check_shape(const ddp_conv_shape_t *sh, const char *op) {
-  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
-  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1 || sh->K < 1 || sh->R < 1 || sh->S < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "%s: every size must be positive (N=%d H=%d W=%d C=%d K=%d R=%d S=%d)", op, sh->N,
-             sh->H, sh->W, sh->C, sh->K, sh->R, sh->S);
-  if (sh->stride < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: stride %d must be at least 1", op, sh->stride);
-  if (sh->pad < 0 || sh->pad >= sh->R || sh->pad >= sh->S)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: padding %d must be in [0, kernel size) for a %dx%d kernel",
-             op, sh->pad, sh->R, sh->S);
-  const int OH = ddp_conv_out_h(sh), OW = ddp_conv_out_w(sh);
-  if (OH < 1 || OW < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the %dx%d kernel does not fit the %dx%d input padded by %d",
-             op, sh->R, sh->S, sh->H, sh->W, sh->pad);
-  /* oneDNN indexes with 64 bits, but the GPU twins with int: one limit. */
-  const int64_t in = (int64_t)sh->N * sh->H * sh->W * sh->C;
-  const int64_t out = (int64_t)sh->N * OH * OW * sh->K;
-  const int64_t w = (int64_t)sh->K * sh->R * sh->S * sh->C;
-  if (in > INT_MAX || out > INT_MAX || w > INT_MAX)
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "%s: tensors of %lld (input), %lld (output), %lld (weights) elements exceed %d", op,
-             (long long)in, (long long)out, (long long)w, INT_MAX);
-  return DDP_OK;
-}
 
 enum conv_op { CONV_FWD = 1, CONV_BWD_DATA = 2, CONV_BWD_WEIGHTS = 3 };
 
@@ -249,7 +222,7 @@ static ddp_status_t acquire(const ddp_backend_t *be, enum conv_op op, const ddp_
 ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
                               const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_fwd"));
-  DDP_CHECK(check_shape(sh, "conv_fwd"));
+  DDP_CHECK(ddp_conv_check_shape("conv_fwd", sh));
   if (!out || !inp || !w) DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_fwd: out, inp and w are required");
   conv_impl_t *c = NULL;
   ddp_status_t st = DDP_OK;
@@ -267,7 +240,7 @@ done:
 ddp_status_t ddp_cpu_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
                                    const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_bwd_data"));
-  DDP_CHECK(check_shape(sh, "conv_bwd_data"));
+  DDP_CHECK(ddp_conv_check_shape("conv_bwd_data", sh));
   if (!dinp || !dout || !w)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_bwd_data: dinp, dout and w are required");
   conv_impl_t *c = NULL;
@@ -287,7 +260,7 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
                                       const void *dout, const void *inp, const ddp_conv_shape_t *sh,
                                       int accumulate, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_bwd_weights"));
-  DDP_CHECK(check_shape(sh, "conv_bwd_weights"));
+  DDP_CHECK(ddp_conv_check_shape("conv_bwd_weights", sh));
   if (!dw || !dout || !inp)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_bwd_weights: dw, dout and inp are required");
   conv_impl_t *c = NULL;
@@ -310,7 +283,7 @@ done:
 
 ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "conv_prepare"));
-  DDP_CHECK(check_shape(sh, "conv_prepare"));
+  DDP_CHECK(ddp_conv_check_shape("conv_prepare", sh));
   ddp_status_t st = DDP_OK;
   for (enum conv_op op = CONV_FWD; op <= CONV_BWD_WEIGHTS && st == DDP_OK; ++op) {
     conv_impl_t *c = NULL;

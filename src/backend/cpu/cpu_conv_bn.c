@@ -12,32 +12,11 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_conv.h"
+#include "backend/conv_check.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
 
 #if DDP_HAVE_DNNL
-
-static ddp_status_t check_shape(const ddp_bn_shape_t *sh, int training, const char *op) {
-  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
-  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: every size must be positive (N=%d H=%d W=%d C=%d)", op,
-             sh->N, sh->H, sh->W, sh->C);
-  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
-  if (M * sh->C > INT_MAX)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: %lld elements exceed %d", op, (long long)(M * sh->C),
-             INT_MAX);
-  /* One value per channel has no variance to normalise by, and its running
-   * variance's unbiased estimate divides by M - 1 = 0 (PyTorch refuses it
-   * too). */
-  if (training && M < 2)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: training needs at least 2 values per channel (N*H*W = %lld)",
-             op, (long long)M);
-  if (!(sh->eps > 0 && isfinite(sh->eps)))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: eps %g must be positive and finite", op, (double)sh->eps);
-  if (!(sh->momentum >= 0 && sh->momentum <= 1))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: momentum %g must be in [0, 1]", op, (double)sh->momentum);
-  return DDP_OK;
-}
 
 enum bn_op { BN_FWD_TRAINING = 11, BN_FWD_INFERENCE = 12, BN_BWD = 13 };
 
@@ -182,7 +161,7 @@ ddp_status_t ddp_cpu_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
                             const void *inp, const float *gamma, const float *beta,
                             const ddp_bn_shape_t *sh, int training, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "batch_norm_fwd"));
-  DDP_CHECK(check_shape(sh, training, "batch_norm_fwd"));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_fwd", sh, training));
   if (!out || !inp || !gamma || !beta || !running_mean || !running_var)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "batch_norm_fwd: out, inp, gamma, beta, running_mean and running_var are required");
@@ -215,7 +194,7 @@ ddp_status_t ddp_cpu_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float
                             const float *save_mean, const float *save_var, const ddp_bn_shape_t *sh,
                             int accumulate, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "batch_norm_bwd"));
-  DDP_CHECK(check_shape(sh, 1, "batch_norm_bwd"));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_bwd", sh, 1));
   if (!dinp || !dgamma || !dbeta || !dout || !inp || !gamma || !save_mean || !save_var)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "batch_norm_bwd: dinp, dgamma, dbeta, dout, inp, gamma, save_mean and save_var are "
@@ -247,7 +226,7 @@ done:
 
 ddp_status_t ddp_cpu_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "batch_norm_prepare"));
-  DDP_CHECK(check_shape(sh, 1, "batch_norm_prepare"));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_prepare", sh, 1));
   ddp_status_t st = DDP_OK;
   for (enum bn_op op = BN_FWD_TRAINING; op <= BN_BWD && st == DDP_OK; ++op) {
     bn_impl_t *b = NULL;

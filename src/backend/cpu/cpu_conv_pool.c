@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_conv.h"
+#include "backend/conv_check.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
 
@@ -22,26 +23,6 @@ int ddp_pool_out_w(const ddp_pool_shape_t *sh) {
 }
 
 #if DDP_HAVE_DNNL
-
-static ddp_status_t check_shape(const ddp_pool_shape_t *sh, const char *op) {
-  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
-  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1 || sh->kernel < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: every size must be positive (N=%d H=%d W=%d C=%d kernel=%d)",
-             op, sh->N, sh->H, sh->W, sh->C, sh->kernel);
-  if (sh->stride < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: stride %d must be at least 1", op, sh->stride);
-  /* A window of padding alone would have no maximum. */
-  if (sh->pad < 0 || sh->pad > sh->kernel / 2)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: padding %d must be in [0, kernel / 2] for kernel %d", op,
-             sh->pad, sh->kernel);
-  if (ddp_pool_out_h(sh) < 1 || ddp_pool_out_w(sh) < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the %dx%d window does not fit the %dx%d input padded by %d",
-             op, sh->kernel, sh->kernel, sh->H, sh->W, sh->pad);
-  if ((int64_t)sh->N * sh->H * sh->W * sh->C > INT_MAX)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: %lld input elements exceed %d", op,
-             (long long)sh->N * sh->H * sh->W * sh->C, INT_MAX);
-  return DDP_OK;
-}
 
 enum pool_op { POOL_FWD_TRAINING = 21, POOL_FWD_INFERENCE = 22, POOL_BWD = 23 };
 
@@ -151,7 +132,7 @@ static ddp_status_t pool_execute(pool_impl_t *p, int in_arg, int out_arg) {
 ddp_status_t ddp_cpu_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t dt,
                                              const ddp_pool_shape_t *sh, size_t *bytes) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "maxpool_workspace_bytes"));
-  DDP_CHECK(check_shape(sh, "maxpool_workspace_bytes"));
+  DDP_CHECK(ddp_pool_check_shape("maxpool_workspace_bytes", sh));
   if (!bytes) DDP_FAIL(DDP_ERR_INVALID_ARG, "maxpool_workspace_bytes: bytes is required");
   pool_impl_t *p = NULL;
   ddp_status_t st = acquire(be, POOL_FWD_TRAINING, sh, &p);
@@ -163,7 +144,7 @@ ddp_status_t ddp_cpu_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t dt,
 ddp_status_t ddp_cpu_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *ws,
                                  const void *inp, const ddp_pool_shape_t *sh, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "maxpool_fwd"));
-  DDP_CHECK(check_shape(sh, "maxpool_fwd"));
+  DDP_CHECK(ddp_pool_check_shape("maxpool_fwd", sh));
   if (!out || !inp) DDP_FAIL(DDP_ERR_INVALID_ARG, "maxpool_fwd: out and inp are required");
   pool_impl_t *p = NULL;
   ddp_status_t st = DDP_OK;
@@ -180,7 +161,7 @@ done:
 ddp_status_t ddp_cpu_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
                                  const void *ws, const ddp_pool_shape_t *sh, ddp_stream_t s) {
   DDP_CHECK(ddp_cpu_dnnl_admit(be, dt, "maxpool_bwd"));
-  DDP_CHECK(check_shape(sh, "maxpool_bwd"));
+  DDP_CHECK(ddp_pool_check_shape("maxpool_bwd", sh));
   if (!dinp || !dout || !ws)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "maxpool_bwd: dinp, dout and ws (the training forward's workspace) are required");

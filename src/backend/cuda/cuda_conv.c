@@ -192,32 +192,6 @@ cudnnDataType_t ddp_cuda_cudnn_dtype(ddp_dtype_t dt) {
                                : CUDNN_DATA_FLOAT;
 }
 
-/* The CPU twin's limits (src/backend/cpu/cpu_conv.c), in its words. */
-ddp_status_t ddp_cuda_conv_check_shape(const char *op, const ddp_conv_shape_t *sh) {
-  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
-  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1 || sh->K < 1 || sh->R < 1 || sh->S < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "%s: every size must be positive (N=%d H=%d W=%d C=%d K=%d R=%d S=%d)", op, sh->N,
-             sh->H, sh->W, sh->C, sh->K, sh->R, sh->S);
-  if (sh->stride < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: stride %d must be at least 1", op, sh->stride);
-  if (sh->pad < 0 || sh->pad >= sh->R || sh->pad >= sh->S)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: padding %d must be in [0, kernel size) for a %dx%d kernel",
-             op, sh->pad, sh->R, sh->S);
-  const int OH = ddp_conv_out_h(sh), OW = ddp_conv_out_w(sh);
-  if (OH < 1 || OW < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: the %dx%d kernel does not fit the %dx%d input padded by %d",
-             op, sh->R, sh->S, sh->H, sh->W, sh->pad);
-  const int64_t in = (int64_t)sh->N * sh->H * sh->W * sh->C;
-  const int64_t out = (int64_t)sh->N * OH * OW * sh->K;
-  const int64_t w = (int64_t)sh->K * sh->R * sh->S * sh->C;
-  if (in > INT_MAX || out > INT_MAX || w > INT_MAX)
-    DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "%s: tensors of %lld (input), %lld (output), %lld (weights) elements exceed %d", op,
-             (long long)in, (long long)out, (long long)w, INT_MAX);
-  return DDP_OK;
-}
-
 /* ---- plans ----------------------------------------------------------------- */
 
 static int same_shape(const ddp_conv_shape_t *a, const ddp_conv_shape_t *b) {
@@ -439,7 +413,7 @@ static ddp_status_t choose_bwd_weights(ddp_backend_t *be, cudaStream_t stream, c
 static ddp_status_t checked_plan(ddp_backend_t *be, const char *op, ddp_dtype_t dt,
                                  const ddp_conv_shape_t *sh, int have_pointers, conv_plan_t **p) {
   DDP_CHECK(ddp_cuda_conv_check_dt(op, dt));
-  DDP_CHECK(ddp_cuda_conv_check_shape(op, sh));
+  DDP_CHECK(ddp_conv_check_shape(op, sh));
   if (!have_pointers) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: NULL buffer", op);
   return plan_get(be, dt, sh, p);
 }

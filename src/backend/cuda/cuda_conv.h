@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
+#include "backend/conv_check.h"
 #include "ddptrain/conv.h"
 
 extern const ddp_conv_ops_t ddp_conv_cuda_ops;
@@ -45,10 +46,7 @@ size_t ddp_cuda_conv_workspace_size(ddp_backend_t *be);
 /* ---- argument checks, with the CPU twins' messages -------------------- */
 /* fp32, bf16 or fp16; anything else DDP_ERR_UNSUPPORTED naming op. */
 ddp_status_t ddp_cuda_conv_check_dt(const char *op, ddp_dtype_t dt);
-ddp_status_t ddp_cuda_conv_check_shape(const char *op, const ddp_conv_shape_t *sh);
-/* training: M = N*H*W must be at least 2 (the unbiased running variance). */
-ddp_status_t ddp_cuda_bn_check_shape(const char *op, const ddp_bn_shape_t *sh, int training);
-ddp_status_t ddp_cuda_pool_check_shape(const char *op, const ddp_pool_shape_t *sh);
+/* The shape checks are backend/conv_check.h's, shared with the CPU. */
 /* cuDNN's name for dt (a checked dt). */
 cudnnDataType_t ddp_cuda_cudnn_dtype(ddp_dtype_t dt);
 

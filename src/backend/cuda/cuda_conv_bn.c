@@ -36,26 +36,6 @@
 
 #define BN_MODE CUDNN_BATCHNORM_SPATIAL
 
-/* The CPU twin's limits (src/backend/cpu/cpu_conv_bn.c), in its words. */
-ddp_status_t ddp_cuda_bn_check_shape(const char *op, const ddp_bn_shape_t *sh, int training) {
-  if (!sh) DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: no shape given", op);
-  if (sh->N < 1 || sh->H < 1 || sh->W < 1 || sh->C < 1)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: every size must be positive (N=%d H=%d W=%d C=%d)", op,
-             sh->N, sh->H, sh->W, sh->C);
-  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
-  if (M * sh->C > INT_MAX)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: %lld elements exceed %d", op, (long long)(M * sh->C),
-             INT_MAX);
-  if (training && M < 2)
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: training needs at least 2 values per channel (N*H*W = %lld)",
-             op, (long long)M);
-  if (!(sh->eps > 0 && isfinite(sh->eps)))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: eps %g must be positive and finite", op, (double)sh->eps);
-  if (!(sh->momentum >= 0 && sh->momentum <= 1))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: momentum %g must be in [0, 1]", op, (double)sh->momentum);
-  return DDP_OK;
-}
-
 /* cuDNN for this call, or our kernels (see the file comment). */
 static int use_cudnn(ddp_dtype_t dt, const ddp_bn_shape_t *sh, int training) {
   if (dt == DDP_DTYPE_BF16) return 0;
@@ -132,7 +112,7 @@ ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float
                              const void *inp, const float *gamma, const float *beta,
                              const ddp_bn_shape_t *sh, int training, ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_fwd", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_fwd", sh, training));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_fwd", sh, training));
   if (!out || !inp || !gamma || !beta || !running_mean || !running_var)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "batch_norm_fwd: out, inp, gamma, beta, running_mean and running_var are required");
@@ -163,7 +143,7 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
                              const float *save_a, const float *save_b, const ddp_bn_shape_t *sh,
                              int accumulate, ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_bwd", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_bwd", sh, 1));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_bwd", sh, 1));
   if (!dinp || !dgamma || !dbeta || !dout || !inp || !gamma || !save_a || !save_b)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "batch_norm_bwd: dinp, dgamma, dbeta, dout, inp, gamma, save_a and save_b are "
@@ -189,7 +169,7 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
  * loop. */
 ddp_status_t ddp_cuda_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_prepare", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("batch_norm_prepare", sh, 0));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_prepare", sh, 0));
   void *ws = NULL;
   return ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws);
 }

@@ -24,21 +24,9 @@
 
 /* ---- pooling ------------------------------------------------------------------ */
 
-/* The CPU twin's limits (src/backend/cpu/cpu_conv_pool.c), in its words. */
-ddp_status_t ddp_cuda_pool_check_shape(const char *op, const ddp_pool_shape_t *sh) {
-  REQUIRE(sh, "%s: no shape given", op);
-  REQUIRE(sh->N >= 1 && sh->H >= 1 && sh->W >= 1 && sh->C >= 1 && sh->kernel >= 1,
-          "%s: every size must be positive (N=%d H=%d W=%d C=%d kernel=%d)", op, sh->N, sh->H,
-          sh->W, sh->C, sh->kernel);
-  REQUIRE(sh->stride >= 1, "%s: stride %d must be at least 1", op, sh->stride);
-  /* A window of padding alone would have no maximum. */
-  REQUIRE(sh->pad >= 0 && sh->pad <= sh->kernel / 2,
-          "%s: padding %d must be in [0, kernel / 2] for kernel %d", op, sh->pad, sh->kernel);
-  REQUIRE(ddp_pool_out_h(sh) >= 1 && ddp_pool_out_w(sh) >= 1,
-          "%s: the %dx%d window does not fit the %dx%d input padded by %d", op, sh->kernel,
-          sh->kernel, sh->H, sh->W, sh->pad);
-  REQUIRE((int64_t)sh->N * sh->H * sh->W * sh->C <= INT_MAX, "%s: %lld elements exceed %d", op,
-          (long long)sh->N * sh->H * sh->W * sh->C, INT_MAX);
+/* The shared checks (backend/conv_check.h), and this backend's own limit. */
+static ddp_status_t pool_check_shape(const char *op, const ddp_pool_shape_t *sh) {
+  DDP_CHECK(ddp_pool_check_shape(op, sh));
   /* The winner's place in its window is kept in 16 bits. */
   if (sh->kernel > 255)
     DDP_FAIL(DDP_ERR_UNSUPPORTED, "%s: kernel %d is above the 255 this backend records", op,
@@ -63,7 +51,7 @@ static ddp_status_t cuda_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t 
                                                  const ddp_pool_shape_t *sh, size_t *bytes) {
   (void)be;
   DDP_CHECK(ddp_cuda_conv_check_dt("max_pool_workspace", dt));
-  DDP_CHECK(ddp_cuda_pool_check_shape("max_pool_workspace", sh));
+  DDP_CHECK(pool_check_shape("max_pool_workspace", sh));
   REQUIRE(bytes, "max_pool_workspace: bytes is NULL");
   const ddp_cuda_pool_dims_t d = pool_dims(sh);
   *bytes = ddp_cuda_maxpool_ws_bytes(&d);
@@ -73,7 +61,7 @@ static ddp_status_t cuda_maxpool_workspace_bytes(ddp_backend_t *be, ddp_dtype_t 
 static ddp_status_t cuda_maxpool_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, void *ws,
                                      const void *inp, const ddp_pool_shape_t *sh, ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("max_pool_fwd", dt));
-  DDP_CHECK(ddp_cuda_pool_check_shape("max_pool_fwd", sh));
+  DDP_CHECK(pool_check_shape("max_pool_fwd", sh));
   REQUIRE(out && inp, "max_pool_fwd: out and inp are required");
   const ddp_cuda_pool_dims_t d = pool_dims(sh);
   return ddp_cuda_maxpool_fwd(dt, out, (uint16_t *)ws, inp, &d, ddp_cuda_stream(be, s));
@@ -83,7 +71,7 @@ static ddp_status_t cuda_maxpool_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *di
                                      const void *dout, const void *ws, const ddp_pool_shape_t *sh,
                                      ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("max_pool_bwd", dt));
-  DDP_CHECK(ddp_cuda_pool_check_shape("max_pool_bwd", sh));
+  DDP_CHECK(pool_check_shape("max_pool_bwd", sh));
   REQUIRE(dinp && dout && ws,
           "max_pool_bwd: dinp, dout and ws (the training forward's) are required");
   const ddp_cuda_pool_dims_t d = pool_dims(sh);
@@ -167,7 +155,7 @@ static ddp_status_t cuda_bn_reduce_fwd(ddp_backend_t *be, ddp_dtype_t dt, float 
                                        const void *inp, const float *mean, const ddp_bn_shape_t *sh,
                                        ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("bn_reduce_fwd", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("bn_reduce_fwd", sh, 0));
+  DDP_CHECK(ddp_bn_check_shape("bn_reduce_fwd", sh, 0));
   REQUIRE(sums && inp, "bn_reduce_fwd: sums and inp are required");
   float *scratch = NULL;
   DDP_CHECK(part_scratch(be, sh, &scratch));
@@ -181,7 +169,7 @@ static ddp_status_t cuda_bn_apply_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *o
                                       const float *beta, int64_t M_total, const ddp_bn_shape_t *sh,
                                       ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("bn_apply_fwd", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("bn_apply_fwd", sh, 0));
+  DDP_CHECK(ddp_bn_check_shape("bn_apply_fwd", sh, 0));
   REQUIRE(out && inp && mean && var && gamma && beta,
           "bn_apply_fwd: out, inp, mean, var, gamma and beta are required");
   REQUIRE(!running_mean == !running_var,
@@ -197,7 +185,7 @@ static ddp_status_t cuda_bn_reduce_bwd(ddp_backend_t *be, ddp_dtype_t dt, float 
                                        const void *dout, const void *inp, const float *mean,
                                        const ddp_bn_shape_t *sh, ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("bn_reduce_bwd", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("bn_reduce_bwd", sh, 0));
+  DDP_CHECK(ddp_bn_check_shape("bn_reduce_bwd", sh, 0));
   REQUIRE(sums && dout && inp && mean, "bn_reduce_bwd: sums, dout, inp and mean are required");
   float *scratch = NULL;
   DDP_CHECK(part_scratch(be, sh, &scratch));
@@ -211,7 +199,7 @@ static ddp_status_t cuda_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
                                       const float *g, const float *l, int64_t M_total,
                                       const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("bn_apply_bwd", dt));
-  DDP_CHECK(ddp_cuda_bn_check_shape("bn_apply_bwd", sh, 0));
+  DDP_CHECK(ddp_bn_check_shape("bn_apply_bwd", sh, 0));
   REQUIRE(dinp && dgamma && dbeta && dout && inp && mean && var && gamma && g && l,
           "bn_apply_bwd: dinp, dgamma, dbeta, dout, inp, mean, var, gamma, g and l are required");
   DDP_CHECK(check_m_total("bn_apply_bwd", M_total, sh, 0));
