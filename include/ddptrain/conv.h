@@ -14,7 +14,9 @@
  *     convolution weights the op reads (the model's compute copy): fp32, bf16
  *     or fp16; batch-norm parameters (gamma, beta), every statistic and every
  *     parameter gradient stay fp32 under any dt. A backend refuses a dt it
- *     does not implement with DDP_ERR_UNSUPPORTED (the CPU: fp32 only);
+ *     does not implement with DDP_ERR_UNSUPPORTED (the CPU and CUDA
+ *     tables take all three; the CPU widens half storage to fp32 around
+ *     its fp32 ops);
  *   - parameter gradients follow `accumulate`: 0 overwrites, 1 adds;
  *     activation gradients are overwritten;
  *   - layouts are channels-last: activations (N,H,W,C), convolution weights
