@@ -76,7 +76,10 @@ static void make_pair(const char *depth, const char *stem, int H, ddp_dtype_t dt
   for (int i = 0; i < 2; ++i) {
     ck_assert_int_eq(ddp_model_create(ddp_model_find("resnet"), &s, &g_m[i]), DDP_OK);
     /* as the runtime: the precision first, then the weights */
-    if (i) ck_assert_int_eq(g_m[i]->ops->set_precision(g_m[i], dt), DDP_OK);
+    if (i) {
+      ck_assert_ptr_nonnull(g_m[i]->ops->set_precision);
+      ck_assert_int_eq(g_m[i]->ops->set_precision(g_m[i], dt), DDP_OK);
+    }
     ck_assert_int_eq(g_m[i]->ops->init_weights(g_m[i], i ? half_seed : 3), DDP_OK);
   }
   const int64_t floats = (int64_t)H * H * 3;
