@@ -283,7 +283,9 @@ static ddp_status_t resnet_set_precision(ddp_model_t *m, ddp_dtype_t dtype) {
       "weights",
       ddp_dtype_name(dtype), (double)bytes / 1048576.0, (double)f32_bytes / 1048576.0,
       (double)(m->n_params * es) / 1048576.0);
-  DDP_CHECK(ddp_model_refresh_compute(m));
+  /* zeros until the weights arrive: init_weights, a load or the broadcast
+   * write the masters and refresh the copy (§7) */
+  DDP_CHECK(be->ops->fill(be, m->compute_params, dtype, 0.0f, m->n_params, NULL));
   return ddp_backend_sync(be, NULL);
 }
 
