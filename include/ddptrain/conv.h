@@ -27,7 +27,9 @@
  * oneDNN builds and JIT-compiles its primitives; cuDNN picks the
  * convolution algorithm by measuring the candidates, as cudnn.benchmark
  * does, and caches the choice). An op called on a shape that was not
- * prepared prepares it then. After that an op allocates nothing: its
+ * prepared prepares it then, except that the CPU's bf16/fp16 ops refuse a
+ * shape whose fp32 staging no prepare sized (DDP_ERR_INVALID_ARG naming
+ * the prepare) rather than allocate it. After that an op allocates nothing: its
  * workspace comes from the backend's caching allocator, sized at prepare. */
 #ifndef DDPTRAIN_CONV_H
 #define DDPTRAIN_CONV_H
