@@ -20,8 +20,8 @@
  *
  * And: the table is filled (every slot; without oneDNN its library slots
  * refuse, saying so), release empties the primitive cache, `accumulate`,
- * and every refusal (sizes, M_total, bf16, NULL pointers) with a message
- * naming the op and an untouched output. */
+ * and every refusal (sizes, M_total, a type that is not fp32/bf16/fp16, NULL pointers) with a
+ * message naming the op and an untouched output. */
 #include <config.h>
 
 #include <check.h>
@@ -648,30 +648,33 @@ START_TEST(test_kernels_refuse_bad_arguments) {
   const float *sentinel = fill(fbuf(BIG), BIG, 7.0f);
   const ddp_bn_shape_t ok = k_bn;
   const int64_t M = bn_positions(&ok);
-  const ddp_dtype_t F = DDP_DTYPE_F32, B = DDP_DTYPE_BF16;
+  const ddp_dtype_t F = DDP_DTYPE_F32;
   ddp_backend_t *be = g_be;
   const ddp_conv_ops_t *o = g_ops;
 
-  /* Types: every kernel of ours is fp32 only on the CPU. */
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "relu_fwd: only fp32 is implemented on the CPU, not bf16",
+  /* Types: fp32, bf16 and fp16 storage (check_conv_half.c); nothing else. */
+  const ddp_dtype_t B = DDP_DTYPE_I32;
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED,
+                 "relu_fwd: the CPU conv ops take fp32, bf16 or fp16, not int32",
                  o->relu_fwd(be, B, out, x, 8, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "add_relu_fwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "add_relu_fwd: the CPU conv ops take fp32, bf16 or fp16",
                  o->add_relu_fwd(be, B, out, x, y, 8, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "relu_bwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "relu_bwd: the CPU conv ops take",
                  o->relu_bwd(be, B, out, x, y, 8, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "avgpool_fwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "avgpool_fwd: the CPU conv ops take",
                  o->avgpool_fwd(be, B, out, x, 2, 3, 4, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "avgpool_bwd: only fp32 is implemented on the CPU, not fp16",
-                 o->avgpool_bwd(be, DDP_DTYPE_F16, out, x, 2, 3, 4, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_reduce_fwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED,
+                 "avgpool_bwd: the CPU conv ops take fp32, bf16 or fp16, not invalid (7)",
+                 o->avgpool_bwd(be, (ddp_dtype_t)7, out, x, 2, 3, 4, NULL));
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_reduce_fwd: the CPU conv ops take",
                  o->bn_reduce_fwd(be, B, out, x, NULL, &ok, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_apply_fwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_apply_fwd: the CPU conv ops take",
                  o->bn_apply_fwd(be, B, out, rm, rv, x, y, pos, pos, y, M, &ok, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_reduce_bwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_reduce_bwd: the CPU conv ops take",
                  o->bn_reduce_bwd(be, B, out, x, y, y, &ok, NULL));
-  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_apply_bwd: only fp32",
+  EXPECT_REFUSED(DDP_ERR_UNSUPPORTED, "bn_apply_bwd: the CPU conv ops take",
                  o->bn_apply_bwd(be, B, out, o2, o3, x, y, y, pos, pos, x, y, M, &ok, 1, NULL));
-  EXPECT_REFUSED(DDP_ERR_INVALID_ARG, "relu_fwd: the CPU conv kernels need the CPU backend",
+  EXPECT_REFUSED(DDP_ERR_INVALID_ARG, "relu_fwd: the CPU conv ops need the CPU backend",
                  o->relu_fwd(NULL, F, out, x, 8, NULL));
 
   /* NULL pointers. */

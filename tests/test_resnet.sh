@@ -17,7 +17,9 @@
 #     checkpoint is where the ranks' running statistics are averaged);
 #     resuming with another --depth is refused;
 #  4. the export has torchvision's names, PyTorch's layouts and the buffers;
-#  5. bad flags: one line each, exit 2.
+#  5. bad flags: one line each, exit 2;
+#  6. --precision bf16 and fp16: the loss follows fp32's and falls; 2 ranks
+#     equal 1 rank with --accum 2 in bf16 as in fp32.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
@@ -181,5 +183,48 @@ expect "option --bn-momentum: 2 is out of range" --model resnet --bn-momentum 2
 expect "option --sync-bn: 2 is out of range" --model resnet --sync-bn 2
 expect "option --width 4096 makes the last stage of --depth 50 131072 channels wide" \
   --model resnet --depth 50 --width 4096
-expect "model resnet computes in fp32 only" --model resnet --precision bf16
+
+# 6. bf16 and fp16 (set_precision): the loss of the first steps follows
+#    fp32's, the loss falls, and the data-parallel equivalence of 1. holds
+loss_at() { # loss_at NAME STEP: the logged training loss of that step
+  sed -n "s/.*step *$2\/[0-9]* | loss \([0-9.]*\).*/\1/p" "$dir/$1.log"
+}
+LEARN="--steps 30 --batch-size 16 --min-lr 0.05 --log-every 2"
+# shellcheck disable=SC2086
+if run learn32 1 $LEARN; then
+  for p in bf16 fp16; do
+    # shellcheck disable=SC2086
+    if run "learn$p" 1 $LEARN --precision "$p" && grep -q "model: ResNet-10.*, $p;" "$dir/learn$p.log"; then
+      # step 2: the weights have moved once, by fp32 and by $p gradients;
+      # then the mean of the last three logged losses against step 2's
+      if python3 - "$(loss_at learn32 2)" "$(loss_at "learn$p" 2)" \
+        "$(loss_at "learn$p" 26) $(loss_at "learn$p" 28) $(loss_at "learn$p" 30)" << 'EOF'
+import sys
+ref, got, last = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3].split()
+late = sum(map(float, last)) / len(last)
+print("step 2: %.4f (fp32 %.4f); mean of the last three logged: %.4f" % (got, ref, late))
+sys.exit(0 if abs(got - ref) <= 0.01 and late <= got - 0.05 else 1)
+EOF
+      then
+        echo "ok: --precision $p follows fp32 and learns"
+      else
+        echo "FAIL: --precision $p: the loss does not follow fp32 or does not fall"; show "learn$p"; fail=1
+      fi
+    else
+      echo "FAIL: the --precision $p run failed or did not say $p"; show "learn$p"; fail=1
+    fi
+  done
+else
+  echo "FAIL: the fp32 learning run failed"; show learn32; fail=1
+fi
+if run hnp2 2 --steps 6 --batch-size 8 --precision bf16 --export "$dir/hnp2.st" &&
+   run hacc2 1 --steps 6 --batch-size 8 --accum 2 --precision bf16 --export "$dir/hacc2.st"; then
+  if res=$(compare "$dir/hnp2.st" "$dir/hacc2.st" weights 1e-5); then
+    echo "ok: bf16, per-rank BN, 2 ranks equal 1 rank with --accum 2 in the weights: $res"
+  else
+    echo "FAIL: bf16, 2 ranks differ from 1 rank with --accum 2: $res"; fail=1
+  fi
+else
+  echo "FAIL: the bf16 data-parallel runs failed"; show hnp2; show hacc2; fail=1
+fi
 exit $fail

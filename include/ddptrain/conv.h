@@ -14,7 +14,9 @@
  *     convolution weights the op reads (the model's compute copy): fp32, bf16
  *     or fp16; batch-norm parameters (gamma, beta), every statistic and every
  *     parameter gradient stay fp32 under any dt. A backend refuses a dt it
- *     does not implement with DDP_ERR_UNSUPPORTED (the CPU: fp32 only);
+ *     does not implement with DDP_ERR_UNSUPPORTED (the CPU and CUDA
+ *     tables take all three; the CPU widens half storage to fp32 around
+ *     its fp32 ops);
  *   - parameter gradients follow `accumulate`: 0 overwrites, 1 adds;
  *     activation gradients are overwritten;
  *   - layouts are channels-last: activations (N,H,W,C), convolution weights
@@ -25,7 +27,9 @@
  * oneDNN builds and JIT-compiles its primitives; cuDNN picks the
  * convolution algorithm by measuring the candidates, as cudnn.benchmark
  * does, and caches the choice). An op called on a shape that was not
- * prepared prepares it then. After that an op allocates nothing: its
+ * prepared prepares it then, except that the CPU's bf16/fp16 ops refuse a
+ * shape whose fp32 staging no prepare sized (DDP_ERR_INVALID_ARG naming
+ * the prepare) rather than allocate it. After that an op allocates nothing: its
  * workspace comes from the backend's caching allocator, sized at prepare. */
 #ifndef DDPTRAIN_CONV_H
 #define DDPTRAIN_CONV_H

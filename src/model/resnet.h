@@ -89,12 +89,15 @@ typedef struct resnet {
   ddp_dtype_t dt;
   int64_t max_batch;
   void *arena; /* every activation, one allocation */
-  void *x0;    /* the uploaded input (N,H,W,C) */
+  void *x0;    /* the uploaded input (N,H,W,C), fp32 as the loader gives it */
+  void *x_in;  /* what the stem reads: x0 itself in fp32, its dt copy otherwise */
   void *pool;  /* the stem's max-pool output */
   void *pool_ws;
-  void *grad[4]; /* activation-gradient scratch, max_act_elems per image each */
-  void *pooled;  /* (N, features) */
-  void *logits;  /* (N, classes), fp32: the loss reads fp32 */
+  void *grad[4];   /* activation-gradient scratch, max_act_elems per image each */
+  void *pooled;    /* (N, features) */
+  void *logits;    /* (N, classes), fp32: the loss reads fp32 */
+  void *logits_dt; /* the classifier's output and dlogits in dt: logits itself in fp32 */
+  int nn_reserved; /* the nn table's workspace is held (set_precision) */
   float *stats_mem;
   float *losses, *loss_sum, *ones; /* ones: n_units floats (counters, scaling) */
   int32_t *labels;

@@ -69,9 +69,13 @@ ddp_status_t resnet_backward(ddp_model_t *m, int N, int acc, int notify) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   const ddp_nn_ops_t *nn = r->be->ops->nn;
   void **g = r->grad;
-  /* classifier: r->logits holds dlogits */
+  /* classifier: r->logits holds dlogits in fp32, which a half run rounds
+   * once to dt, the type the linear's backward reads */
+  if (r->dt != DDP_DTYPE_F32)
+    DDP_CHECK(r->be->ops->convert(r->be, r->logits_dt, r->dt, r->logits, DDP_DTYPE_F32,
+                                  (size_t)N * (size_t)r->cfg.classes, NULL));
   DDP_CHECK(nn->linear_bwd(r->be, r->dt, g[0], m->grads + m->tensors[r->fc_t].offset,
-                           m->grads + m->tensors[r->fc_t + 1].offset, r->logits, r->pooled,
+                           m->grads + m->tensors[r->fc_t + 1].offset, r->logits_dt, r->pooled,
                            resnet_weight(m, r->fc_t), N, r->features, r->cfg.classes, acc, 0,
                            NULL));
   ready(m, r->fc_t, notify);
@@ -119,5 +123,5 @@ ddp_status_t resnet_backward(ddp_model_t *m, int N, int acc, int notify) {
     d = g[P];
   }
   DDP_CHECK(cv->relu_bwd(r->be, r->dt, (void *)d, d, stem->a, n_stem, NULL));
-  return unit_backward(m, r, stem, d, g[Q], r->x0, NULL, N, acc, notify);
+  return unit_backward(m, r, stem, d, g[Q], r->x_in, NULL, N, acc, notify);
 }

@@ -130,16 +130,18 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
     DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: records of %lld floats, the model takes %dx%dx%d images",
              (long long)batch->floats, c->H, c->W, c->C);
   if (training && c->sync_bn && r->world == 0) DDP_CHECK(learn_world(m, r));
-  /* fp32 pixels from the loader; a half run would convert them on the device */
-  DDP_CHECK(ddp_backend_copy(r->be, r->x0, batch->inputs,
-                             (size_t)N * (size_t)batch->floats * sizeof(float),
+  /* fp32 pixels from the loader; a half run converts them on the device */
+  const size_t pixels = (size_t)N * (size_t)batch->floats;
+  DDP_CHECK(ddp_backend_copy(r->be, r->x0, batch->inputs, pixels * sizeof(float),
                              DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
+  if (r->dt != DDP_DTYPE_F32)
+    DDP_CHECK(r->be->ops->convert(r->be, r->x_in, r->dt, r->x0, DDP_DTYPE_F32, pixels, NULL));
   DDP_CHECK(ddp_backend_copy(r->be, r->labels, batch->labels, (size_t)N * sizeof(int32_t),
                              DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
   DDP_CHECK(r->be->ops->event_record(r->be, r->uploaded, NULL));
 
   resnet_unit_t *stem = &r->units[0];
-  DDP_CHECK(unit_forward(m, r, stem, r->x0, stem->a, N, training));
+  DDP_CHECK(unit_forward(m, r, stem, r->x_in, stem->a, N, training));
   const void *cur = stem->a;
   if (c->imagenet_stem) {
     const ddp_pool_shape_t ps = {
@@ -175,11 +177,14 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
   const resnet_block_t *last = &r->blocks[r->n_blocks - 1];
   DDP_CHECK(
       cv->avgpool_fwd(r->be, r->dt, r->pooled, cur, N, last->OH * last->OW, r->features, NULL));
-  DDP_CHECK(r->be->ops->nn->linear_fwd(r->be, r->dt, r->logits, r->pooled,
+  const size_t n_logits = (size_t)N * (size_t)c->classes;
+  DDP_CHECK(r->be->ops->nn->linear_fwd(r->be, r->dt, r->logits_dt, r->pooled,
                                        resnet_weight(m, r->fc_t), resnet_weight(m, r->fc_t + 1), N,
                                        r->features, c->classes, NULL));
-  DDP_CHECK(ddp_model_watch(m, "forward: logits", r->logits, DDP_DTYPE_F32,
-                            (size_t)N * (size_t)c->classes));
+  if (r->dt != DDP_DTYPE_F32) /* the loss reads fp32 logits */
+    DDP_CHECK(
+        r->be->ops->convert(r->be, r->logits, DDP_DTYPE_F32, r->logits_dt, r->dt, n_logits, NULL));
+  DDP_CHECK(ddp_model_watch(m, "forward: logits", r->logits, DDP_DTYPE_F32, n_logits));
   if (training) /* every BN has seen one more batch: all counters in one add */
     DDP_CHECK(r->be->ops->nn->add(r->be, DDP_DTYPE_F32, m->buffers + r->counters_offset,
                                   m->buffers + r->counters_offset, r->ones, (size_t)r->n_units,

@@ -76,11 +76,12 @@ static void resnet_destroy(ddp_model_t *m) {
   resnet_t *r = m->impl;
   if (!r) return;
   ddp_backend_t *be = m->be;
-  void *mem[] = {m->params,    m->grads,  m->buffers,  r->arena, r->pool_ws,
-                 r->stats_mem, r->losses, r->loss_sum, r->ones,  r->labels};
+  void *mem[] = {m->params, m->grads,    m->buffers, r->arena,  r->pool_ws,       r->stats_mem,
+                 r->losses, r->loss_sum, r->ones,    r->labels, m->compute_params};
   for (size_t i = 0; i < sizeof mem / sizeof mem[0]; ++i)
     if (mem[i]) ddp_backend_free(be, mem[i]);
   if (r->uploaded) be->ops->event_destroy(be, r->uploaded);
+  if (r->nn_reserved) be->ops->nn->release(be);
   resnet_layout_free(r);
   free(r);
   m->impl = NULL;
@@ -112,6 +113,11 @@ static size_t place(resnet_t *r, char *base) {
   for (int i = 0; i < 4; ++i) TAKE(r->grad[i], N * (size_t)r->max_act_elems, es);
   TAKE(r->pooled, N * (size_t)r->features, es);
   TAKE(r->logits, N * (size_t)r->cfg.classes, sizeof(float));
+  if (base) r->x_in = r->x0, r->logits_dt = r->logits;
+  if (r->dt != DDP_DTYPE_F32) { /* the half copies of the fp32 ends */
+    TAKE(r->x_in, N * (size_t)r->cfg.H * r->cfg.W * r->cfg.C, es);
+    TAKE(r->logits_dt, N * (size_t)r->cfg.classes, es);
+  }
 #undef TAKE
   return off;
 }
@@ -224,6 +230,65 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   return ddp_backend_sync(be, NULL);
 }
 
+/* bf16/fp16 (docs/design.md §7): activations, activation gradients and the
+ * compute copy of the weights (m->compute_params, which the optimizer
+ * rewrites from the fp32 masters after every step) in dtype; the pixels
+ * arrive in fp32 and are converted once per step, the logits are converted
+ * to fp32 for the loss and dlogits back to dtype. BatchNorm's gamma and
+ * beta are read from the fp32 masters (m->params), never from their
+ * rounded compute copy, as conv.h's BN ops take them in fp32; statistics
+ * and every parameter gradient stay fp32. fp16's loss scale arrives in
+ * dloss and leaves in the gradients, which the runtime's scaler checks. */
+static ddp_status_t resnet_set_precision(ddp_model_t *m, ddp_dtype_t dtype) {
+  resnet_t *r = m->impl;
+  ddp_backend_t *be = m->be;
+  if (dtype != DDP_DTYPE_F32 && dtype != DDP_DTYPE_BF16 && dtype != DDP_DTYPE_F16)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: precision %s is not fp32, bf16 or fp16",
+             ddp_dtype_name(dtype));
+  if (dtype == r->dt) return DDP_OK;
+  if (r->dt != DDP_DTYPE_F32)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: precision is already %s", ddp_dtype_name(r->dt));
+  const size_t f32_bytes = place(r, NULL), es = ddp_dtype_size(dtype);
+  /* the classifier's linear widens into the nn table's workspace */
+  DDP_CHECK(be->ops->nn->reserve(be, dtype, r->max_batch, r->features, r->cfg.classes));
+  r->nn_reserved = 1;
+  DDP_CHECK(alloc(be, m->n_params * es, &m->compute_params));
+  r->dt = dtype;
+  void *arena = NULL;
+  const size_t bytes = place(r, NULL);
+  const ddp_status_t st = alloc(be, bytes, &arena);
+  if (st != DDP_OK) {
+    r->dt = DDP_DTYPE_F32; /* the fp32 arena is still placed */
+    return st;
+  }
+  ddp_backend_free(be, r->arena);
+  r->arena = arena;
+  place(r, r->arena);
+  m->precision = dtype;
+  if (r->cfg.imagenet_stem) { /* the winners' record is the same; the prepare is dtype's */
+    const resnet_unit_t *st0 = &r->units[0];
+    const ddp_pool_shape_t ps = {.N = (int)r->max_batch,
+                                 .H = st0->OH,
+                                 .W = st0->OW,
+                                 .C = st0->K,
+                                 .kernel = 3,
+                                 .stride = 2,
+                                 .pad = 1};
+    size_t ws = 0;
+    DDP_CHECK(be->ops->conv->maxpool_workspace_bytes(be, dtype, &ps, &ws));
+  }
+  DDP_CHECK(prepare(r));
+  DDP_LOG_INFO(
+      "precision %s: %.1f MiB activations (fp32: %.1f MiB), %.1f MiB compute copy of the "
+      "weights",
+      ddp_dtype_name(dtype), (double)bytes / 1048576.0, (double)f32_bytes / 1048576.0,
+      (double)(m->n_params * es) / 1048576.0);
+  /* zeros until the weights arrive: init_weights, a load or the broadcast
+   * write the masters and refresh the copy (§7) */
+  DDP_CHECK(be->ops->fill(be, m->compute_params, dtype, 0.0f, m->n_params, NULL));
+  return ddp_backend_sync(be, NULL);
+}
+
 /* The runtime reuses the host batch once a step returns; on a GPU the
  * uploads are asynchronous, so the step waits for them (queued first, they
  * are long done by the time the whole pass is queued). */
@@ -271,11 +336,11 @@ static void resnet_describe(const ddp_model_t *m, char *buf, size_t len) {
   const resnet_config_t *c = &r->cfg;
   snprintf(buf, len,
            "ResNet-%d (%s blocks, width %d, %s stem) on %dx%dx%d images, %d classes, %.2fM "
-           "parameters, %.1f MFLOP per image forward, %s BatchNorm",
+           "parameters, %.1f MFLOP per image forward, %s BatchNorm, %s",
            c->depth, c->bottleneck ? "bottleneck" : "basic", c->width,
            c->imagenet_stem ? "imagenet" : "cifar", c->H, c->W, c->C, c->classes,
            (double)m->n_params / 1e6, 2.0 * resnet_forward_macs(r) / 1e6,
-           c->sync_bn ? "synchronised" : "per-rank");
+           c->sync_bn ? "synchronised" : "per-rank", ddp_dtype_name(r->dt));
 }
 
 const ddp_model_ops_t ddp_resnet_model_ops = {
@@ -293,6 +358,7 @@ const ddp_model_ops_t ddp_resnet_model_ops = {
     .create = resnet_create,
     .destroy = resnet_destroy,
     .init_weights = resnet_init_weights,
+    .set_precision = resnet_set_precision,
     .forward_backward = resnet_forward_backward,
     .eval_forward = resnet_eval_forward,
     .take_loss = resnet_take_loss,

@@ -131,7 +131,8 @@ ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
                                   const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s);
 
 /* The CPU backend's conv table (cpu_conv_table.c): the oneDNN functions and
- * the kernels of ours above. */
+ * the kernels of ours above, taking fp32 as they are and bf16/fp16 storage
+ * widened to fp32 around them (each output rounded once). */
 extern const ddp_conv_ops_t ddp_conv_cpu_ops;
 
 #endif
