@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2154,SC2034
-# Shared by bench/gpu_gpt2.sh, gpu_varlen.sh and gpu_memory.sh (sourced, not
+# Shared by bench/gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh and gpu_resnet.sh (sourced, not
 # run): the common options, the work directory, one ddptrain or PyTorch run
 # turned into a JSON record (a failure or timeout becomes a record that says
 # so, never a silent gap), and the dated block appended to OUT/gpu_bench.log.
@@ -95,7 +95,8 @@ gpu_skip_record() { # $1 run, $2 framework, $3 reason
 }
 
 # $1 run name, $2 file stem, then ddptrain's flags. Appends a record; returns
-# ddptrain's exit status (timeout: 124).
+# ddptrain's exit status (timeout: 124). The caller's `record_args` (e.g.
+# "--skip-windows 1 --field role x") go to gpu_report.py ddp-record.
 gpu_ddp_run() {
   local name=$1 stem=$2 rc=0 t why
   shift 2
@@ -110,7 +111,9 @@ gpu_ddp_run() {
     gpu_skip_record "$name" ddptrain "failed: $why, see $work/$stem.log"
     return $rc
   fi
-  "$rpy" "$here/gpu_report.py" ddp-record "$work/$stem.jsonl" "$work/$stem.log" --run "$name" >> "$recs"
+  # shellcheck disable=SC2086
+  "$rpy" "$here/gpu_report.py" ddp-record "$work/$stem.jsonl" "$work/$stem.log" --run "$name" \
+    ${record_args:-} >> "$recs"
 }
 
 # $1 run name (label), $2 mode, then pytorch_gpu_bench.py's arguments.
@@ -136,10 +139,12 @@ gpu_torch_run() {
   fi
 }
 
-# $1 summary kind, $2 a line describing the settings; the rest of the
-# block comes from the records. Appends the block to OUT/gpu_bench.log and prints it.
+# $1 summary kind, $2 a line describing the settings, then options for
+# gpu_report.py summary (e.g. --ref NAME); the rest of the block comes from
+# the records. Appends the block to OUT/gpu_bench.log and prints it.
 gpu_block() {
   local kind=$1 settings=$2 gpu commit
+  shift 2
   gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null | head -1) || true
   commit=${DDP_COMMIT:-$(git -C "$here" rev-parse --short HEAD 2> /dev/null || echo unknown)}
   {
@@ -150,7 +155,7 @@ gpu_block() {
     echo '```'
     cat "$recs"
     echo '```'
-    "$rpy" "$here/gpu_report.py" summary "$kind" "$recs" 2>&1 || echo "(no summary: see the records)"
+    "$rpy" "$here/gpu_report.py" summary "$kind" "$recs" "$@" 2>&1 || echo "(no summary: see the records)"
   } > "$work/block.md"
   cat "$work/block.md" >> "$out/gpu_bench.log"
   cat "$work/block.md"
