@@ -5,7 +5,9 @@
 # by PyTorch (as-is, re-padded, dynamic), the parsing of ddptrain's metrics,
 # the memory search (doubling, bisection, out-of-memory classification),
 # the report tables and the PASS/FAIL verdicts, which are also checked on
-# hand-made records where the right verdict is known. Without a GPU, the
+# hand-made records where the right verdict is known; the ResNet script's
+# synthetic image shard, its bf16-or-fp32 fallback, set-up and
+# first-step costs and --deterministic off run. Without a GPU, the
 # real (non-smoke) mode must fail with ddptrain's message or record why
 # each part did not run. SKIPs without a Python that has torch.
 . "${top_builddir:-.}/tests/env.sh"
@@ -204,6 +206,109 @@ rc=$?
 [ $rc = 1 ] && grep -q '"run": "ddptrain", "framework": "ddptrain", "skipped": "the --budget of 1s was spent"' "$dir/b.out" ||
   fail "gpu_gpt2.sh --budget 1: exit $rc, $(cat "$dir/b.out")"
 [ $fails = "$f0" ] && ok "bad options are refused with a message; a spent budget is reported"
+
+# ---- 8. ResNet: verdicts on records whose right answer is known ------------
+f0=$fails
+cat > "$dir/resnet.jsonl" << 'EOF'
+{"run": "ddptrain", "framework": "ddptrain", "images_per_s": 3300.0, "ms_per_step": 38.8, "mfu": 0.33, "peak_mem_mb": 20000, "peak_gflops": 800000, "setup_s": 9.5, "precision": "bf16", "first_window_ms": 60.0, "first_window_steps": 5, "data_wait_ms": 0.5}
+{"run": "pytorch-compile", "framework": "pytorch", "mode": "compile", "images_per_s": 2900.0, "step_ms": 44.1, "peak_mem_mb": 18000, "warmup_s": 70.0}
+{"run": "pytorch-eager", "framework": "pytorch", "mode": "eager", "images_per_s": 2000.0, "step_ms": 64.0, "peak_mem_mb": 21000, "warmup_s": 4.0}
+{"run": "ddptrain deterministic off", "framework": "ddptrain", "images_per_s": 3630.0, "ms_per_step": 35.3, "mfu": 0.363, "peak_mem_mb": 21000, "setup_s": 12.0, "precision": "bf16"}
+{"run": "ddptrain set-up baseline", "framework": "ddptrain", "images_per_s": 500.0, "ms_per_step": 4.0, "mfu": 0.001, "setup_s": 1.5, "precision": "bf16", "role": "setup-baseline"}
+EOF
+out=$(report summary resnet "$dir/resnet.jsonl")
+# 3300 / 2900 = 1.138 >= 1.1: PASS; eager is not the baseline of the target
+echo "$out" | grep -q "^PASS: ddptrain 1.14x the fastest torch.compile run (pytorch-compile) >= 1.10x" ||
+  fail "resnet speed-up verdict: $out"
+# PyTorch's MFU from ddptrain's FLOPs per image: 0.33 x 2900 / 3300 = 29.0%
+echo "$out" | grep -qF '| pytorch-compile | 2900.0 | 44.1 | 29.0% | 18000 | 70.00 | 1.14x |' ||
+  fail "resnet: PyTorch row (MFU from ddptrain's FLOPs per image): $out"
+echo "$out" | grep -q "^autotuning: ddptrain set-up 9.50 s, ddptrain set-up baseline 1.50 s .*: 8.00 s for the cuDNN search" ||
+  fail "resnet: autotuning line: $out"
+echo "$out" | grep -qF "ddptrain deterministic off vs ddptrain: images/s +10.0%, peak memory +5.0%, set-up 12.00 s (+2.50 s)" ||
+  fail "resnet: --deterministic off line: $out"
+# the first window: 5 x (60 - 38.8) = 106 ms more than steady steps
+echo "$out" | grep -qF "first steps: ddptrain's first 5 step(s) 60.0 ms/step against 38.8 ms/step after: 106 ms extra" ||
+  fail "resnet: first steps line: $out"
+echo "$out" | grep -q "| ddptrain set-up baseline |" && fail "resnet: the set-up baseline is in the throughput table"
+out=$(report summary resnet "$dir/resnet.jsonl" --vs-compiled 1.2)
+echo "$out" | grep -q "^FAIL: ddptrain 1.14x .* >= 1.20x" || fail "resnet FAIL verdict: $out"
+# an fp32 stand-in is no verdict on a bf16 target
+sed -e 's/"run": "ddptrain"/"run": "ddptrain fp32"/; s/"precision": "bf16"/"precision": "fp32"/' \
+  "$dir/resnet.jsonl" > "$dir/resnet32.jsonl"
+out=$(report summary resnet "$dir/resnet32.jsonl" --ref "ddptrain fp32")
+echo "$out" | grep -qF "SKIP: ddptrain fp32 >= 1.10x the fastest torch.compile run: ddptrain fp32 ran in fp32, PyTorch in bf16 (1.14x, not a verdict)" ||
+  fail "resnet: fp32 reference judged: $out"
+grep -v compile "$dir/resnet.jsonl" > "$dir/resnet-nc.jsonl"
+echo '{"run": "pytorch-compile", "framework": "pytorch", "mode": "compile", "skipped": "no CUDA device"}' >> "$dir/resnet-nc.jsonl"
+out=$(report summary resnet "$dir/resnet-nc.jsonl")
+echo "$out" | grep -qF "SKIP: ddptrain >= 1.10x the fastest torch.compile run (no torch.compile run: pytorch-compile: no CUDA device)" ||
+  fail "resnet: no compiled run: $out"
+echo '{"run": "ddptrain", "framework": "ddptrain", "tok_per_s": 5.0}' > "$dir/bad.jsonl"
+report summary resnet "$dir/bad.jsonl" > "$dir/bad.out" 2>&1
+[ $? = 2 ] && grep -q "no images_per_s" "$dir/bad.out" || fail "resnet: a record without images/s: $(cat "$dir/bad.out")"
+[ $fails = "$f0" ] && ok "resnet verdicts on known records"
+
+# ---- 9. gpu_resnet.sh --smoke, its bad options, its real mode without a GPU ---
+f0=$fails
+"$bench/gpu_resnet.sh" --smoke --ddptrain "$DDPTRAIN" --out "$dir/rn" --torch-modes "compile eager" \
+  > "$dir/rn.out" 2> "$dir/rn.err"
+rc=$?
+out=$(cat "$dir/rn.out")
+if [ $rc != 0 ]; then
+  fail "gpu_resnet.sh --smoke exited $rc"; sed 's/^/  | /' "$dir/rn.err" "$dir/rn.out"
+else
+  rw=$(ls -d "$dir"/rn/gpu_resnet-* | tail -n 1)
+  # bf16 figures, or (a build whose ResNet is fp32 only) the bf16 run
+  # reported as not run and the fp32 run standing in
+  if echo "$out" | grep -Eq '^\| ddptrain \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \| [0-9]+ \| [0-9.]+ \| 1.00x \|$'; then
+    ref=ddptrain
+  elif echo "$out" | grep -q '^| ddptrain | not run: failed: exit 2' &&
+       grep -q -- "--precision bf16" "$dir/rn.err" &&
+       echo "$out" | grep -Eq '^\| ddptrain fp32 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \| [0-9]+ \| [0-9.]+ \| 1.00x \|$'; then
+    ref="ddptrain fp32"
+  else
+    ref=none
+    fail "resnet: no ddptrain row with figures: $out"
+  fi
+  echo "$out" | grep -q "gpu_resnet (SMOKE" || fail "resnet: no SMOKE header"
+  echo "$out" | grep -Eq "^\| $ref deterministic off \| [0-9.]+ \|" || fail "resnet: no --deterministic off row"
+  echo "$out" | grep -qF "$ref deterministic off vs $ref: images/s " || fail "resnet: no --deterministic off line"
+  echo "$out" | grep -q "^autotuning: $ref set-up [0-9.]* s, ddptrain set-up baseline [0-9.]* s" ||
+    fail "resnet: no autotuning line"
+  echo "$out" | grep -qF "first steps: $ref's first 1 step(s) " || fail "resnet: no first-steps line"
+  for m in compile eager; do # PyTorch's GPU benchmark on a CPU: a row that says why
+    echo "$out" | grep -Eq "^\| pytorch-$m \| not run: (no CUDA device|torch .* has no torch.compile) \|" ||
+      fail "resnet: pytorch-$m row: $out"
+  done
+  echo "$out" | grep -qF "SKIP: $ref >= 1.10x the fastest torch.compile run" || fail "resnet: no verdict line"
+  # ddptrain trained the smoke net on the synthetic 32 x 32 shard
+  python3 -c 'import json,sys
+h = json.loads(open(sys.argv[1]).readline())["flags"]
+want = ("10", "8", "imagenet", "8", "2")
+got = (h["depth"], h["width"], h["stem"], h["batch-size"], h["steps"])
+assert got == want and h["data"].endswith("data.img"), (got, h["data"])' \
+    "$(ls "$rw"/ddp*.jsonl | head -n 1)" || fail "resnet: ddptrain did not train the smoke net"
+  ls "$rw"/*.img > /dev/null 2>&1 && fail "resnet: the image shard was left behind"
+  grep -q "gpu_resnet (SMOKE" "$dir/rn/gpu_bench.log" || fail "resnet: block not appended to the log"
+fi
+for args in "--steps 1" "--batch 1" "--images 4" "--torch-modes eager-sdpa" "--bogus"; do
+  # shellcheck disable=SC2086
+  "$bench/gpu_resnet.sh" --smoke --ddptrain "$DDPTRAIN" --out "$dir/bad" $args > "$dir/b.out" 2>&1
+  rc=$?
+  [ $rc = 2 ] && grep -q "^gpu_resnet: " "$dir/b.out" || fail "gpu_resnet.sh $args: exit $rc, $(cat "$dir/b.out")"
+done
+python3 "$bench/image_shard.py" "$dir/x.img" 0 32 > "$dir/b.out" 2>&1
+[ $? = 2 ] && grep -q "N must be a whole number" "$dir/b.out" && [ ! -e "$dir/x.img" ] ||
+  fail "image_shard.py N=0: $(cat "$dir/b.out")"
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  "$bench/gpu_resnet.sh" --ddptrain "$DDPTRAIN" --out "$dir/real" --images 16 --batch 16 > "$dir/real.out" 2>&1
+  rc=$?
+  [ $rc = 1 ] && grep -q "ddptrain run 'ddptrain.*' failed (exit 1)" "$dir/real.out" &&
+    grep -qE "no usable|this build has no cuda backend" "$dir/real.out" ||
+    fail "resnet without a GPU: exit $rc: $(cat "$dir/real.out")"
+fi
+[ $fails = "$f0" ] && ok "gpu_resnet.sh: --smoke, bad options, the real mode without a GPU"
 
 [ $fails = 0 ] || { echo "FAIL: $fails check(s)"; exit 1; }
 echo "PASS"
