@@ -9,13 +9,14 @@
 #   PyTorch (bench/pytorch_resnet_gpu_bench.py: AMP bf16, channels_last,
 #   cudnn.benchmark) cycles random images already on the GPU, one process
 #   per mode.
-# Runs, in the order that keeps the target's figures if the budget runs out:
+# Runs, cheapest first, so a short --budget still gets ddptrain's figures
+# and costs (torch.compile alone takes a minute or more):
 #   ddptrain                     --deterministic on (the default)
-#   pytorch-compile, pytorch-eager
 #   ddptrain deterministic off   cuDNN may pick atomics-based algorithms
 #   ddptrain set-up baseline     ResNet-10, width 8, batch 2, 2 steps on the
 #                                same shard and device: a set-up with almost
 #                                no algorithm search
+#   pytorch-eager, pytorch-compile (--torch-modes, in its order)
 # Reported: images/s and ms/step after the first log window, MFU against the
 # bf16 GEMM peak ddptrain measures at start-up (PyTorch's from ddptrain's
 # FLOPs per image and the same peak), peak device memory (ddptrain's
@@ -34,7 +35,7 @@
 # runs stand in, marked fp32 (no verdict).
 #
 # Usage: bench/gpu_resnet.sh [--smoke] [--out DIR] [--ddptrain PATH] [--steps N]
-#          [--batch B] [--images N] [--torch-modes "compile eager"] [--timeout S]
+#          [--batch B] [--images N] [--torch-modes "eager compile"] [--timeout S]
 #          [--budget S] [--nvtx] [--keep]
 #   --smoke   the plumbing on a CPU: ResNet-10, width 8, 32 x 32 images, 10
 #             classes, batch 8, 2 steps, --device cpu (PyTorch's GPU
@@ -77,7 +78,7 @@ else
   loaders=$((loaders > 8 ? 8 : loaders))
   steps=${steps:-40} batch=${batch:-128} images=${images:-1024} tsteps=30 twarm=10
 fi
-modes=${modes:-compile eager}
+modes=${modes:-eager compile}
 gpu_int --steps "$steps"
 gpu_int --batch "$batch"
 gpu_int --images "$images"
@@ -145,10 +146,6 @@ print(json.dumps(r))' "$f.json" "$name" "$mode" >> "$recs"
     gpu_skip_record "$name" pytorch "failed: exit $rc$([ $rc = 124 ] || [ $rc = 137 ] && echo ", timed out after ${t}s"), see $f.err"
   fi
 }
-for m in $modes; do
-  torch_run "$m"
-done
-
 if gpu_has --deterministic; then
   # shellcheck disable=SC2086
   gpu_ddp_run "$ref deterministic off" ddp_nondet $net --precision $prec $train --peak-gflops "$peak" \
@@ -165,5 +162,8 @@ record_args="--field role setup-baseline" gpu_ddp_run "ddptrain set-up baseline"
   --model resnet --depth 10 --width 8 --stem imagenet --precision $prec --data "$work/data.img" \
   --batch-size 2 --steps 2 --log-every 1 --eval-every 0 --optimizer sgd --warmup 1 --grad-clip 0 \
   --peak-gflops "$peak" || true
+for m in $modes; do
+  torch_run "$m"
+done
 
 gpu_block resnet "model: ResNet-$depth width $width, imagenet stem, ${size}x$size, $classes classes; ddptrain $prec, $batch images per step, $steps steps logged every $log, the first window excluded; PyTorch $tsteps steps after $twarm" --ref "$ref"

@@ -15,7 +15,8 @@
 #   sanitizer  a tiny bf16 training run under compute-sanitizer memcheck;
 #   profile    GPT-2 124M, two bf16 steps under Nsight Compute: device time
 #              per kernel name;
-#   bench      bench/gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh on what is left.
+#   bench      bench/gpu_resnet.sh, gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh on
+#              what is left.
 # Only a few files come back from such a host, so everything is written under
 # one work folder and packed into OUT/session.tgz at the end; OUT/summary.txt
 # holds the short table (also printed last), OUT/gpu_bench.log the benchmarks.
@@ -33,7 +34,7 @@ say() { echo "$*" | tee -a "$S"; }
 has() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
 pack() {
   cp "$W/bench/gpu_bench.log" "$OUT/" 2> /dev/null
-  tar -C "$W" -czf "$OUT/session.tgz" --exclude='*.bin' --exclude='*.st' --exclude='*.safetensors' . 2> /dev/null
+  tar -C "$W" -czf "$OUT/session.tgz" --exclude='*.bin' --exclude='*.img' --exclude='*.st' --exclude='*.safetensors' . 2> /dev/null
   echo "--- summary ($SECONDS s of $BUDGET)"; cat "$S"
 }
 trap pack EXIT
@@ -158,7 +159,7 @@ PY
 fi
 
 if has bench; then
-  for b in gpt2:2/5 varlen:3/5 memory:1/1; do
+  for b in resnet:2/5 gpt2:1/3 varlen:1/2 memory:1/1; do
     name=${b%%:*} frac=${b#*:}
     l=$(($(left) - 15))
     [ "$l" -gt 30 ] || { say "bench $name: not run ($l s left)"; continue; }

@@ -79,7 +79,7 @@ train() { # train NAME ARGS...: one run with --metrics and --export; 1 when it f
   "$DDPTRAIN" "$@" --metrics "$dir/$name.jsonl" --export "$dir/$name.st" > "$dir/$name.out" 2>&1
   rc=$?
   [ $rc = 0 ] && return 0
-  echo "FAIL: run $name (exit $rc):" $*; tail -n 8 "$dir/$name.out" | sed 's/^/  | /'; fail=1
+  echo "FAIL: run $name (exit $rc): $*"; tail -n 8 "$dir/$name.out" | sed 's/^/  | /'; fail=1
   return 1
 }
 
