@@ -25,9 +25,11 @@
 #                 shape while it builds the model, before the first step
 #                 (conv_prepare); its cost is the trainer's set-up time (the
 #                 metrics header's elapsed_s: data, model, optimizer, the
-#                 device being opened before) over the baseline's; the first log
-#                 window against the later ones shows what the first steps
-#                 still cost; PyTorch's warm-up time is listed beside it;
+#                 device being opened before; a bf16 run searches the fp32
+#                 shapes at creation and the bf16 ones at set_precision)
+#                 over the baseline's; the first log window against the
+#                 later ones shows what the first steps still cost;
+#                 PyTorch's warm-up time is listed beside it;
 #   determinism   --deterministic off against on: images/s and set-up.
 # Target, as a PASS/FAIL line: ddptrain >= 1.1x the fastest torch.compile
 # run (judged only when ddptrain ran bf16). A ddptrain without bf16 for the
