@@ -189,21 +189,23 @@ expect "option --width 4096 makes the last stage of --depth 50 131072 channels w
 loss_at() { # loss_at NAME STEP: the logged training loss of that step
   sed -n "s/.*step *$2\/[0-9]* | loss \([0-9.]*\).*/\1/p" "$dir/$1.log"
 }
-LEARN="--steps 30 --batch-size 16 --min-lr 0.05 --log-every 2"
+# 60 steps: over 30 a batch of 16's loss is still too noisy to tell falling
+# from not (fp32 itself fell by 0.02 to 0.11 from run to run)
+LEARN="--steps 60 --batch-size 16 --min-lr 0.05 --log-every 4"
 # shellcheck disable=SC2086
 if run learn32 1 $LEARN; then
   for p in bf16 fp16; do
     # shellcheck disable=SC2086
     if run "learn$p" 1 $LEARN --precision "$p" && grep -q "model: ResNet-10.*, $p;" "$dir/learn$p.log"; then
-      # step 2: the weights have moved once, by fp32 and by $p gradients;
-      # then the mean of the last three logged losses against step 2's
-      if python3 - "$(loss_at learn32 2)" "$(loss_at "learn$p" 2)" \
-        "$(loss_at "learn$p" 26) $(loss_at "learn$p" 28) $(loss_at "learn$p" 30)" << 'EOF'
+      # the first window (steps 1-4): the weights have moved by fp32 and by
+      # $p gradients; then the mean of the last three logged losses against it
+      if python3 - "$(loss_at learn32 4)" "$(loss_at "learn$p" 4)" \
+        "$(loss_at "learn$p" 52) $(loss_at "learn$p" 56) $(loss_at "learn$p" 60)" << 'EOF'
 import sys
 ref, got, last = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3].split()
 late = sum(map(float, last)) / len(last)
-print("step 2: %.4f (fp32 %.4f); mean of the last three logged: %.4f" % (got, ref, late))
-sys.exit(0 if abs(got - ref) <= 0.01 and late <= got - 0.05 else 1)
+print("steps 1-4: %.4f (fp32 %.4f); mean of the last three logged: %.4f" % (got, ref, late))
+sys.exit(0 if abs(got - ref) <= 0.01 and late <= got - 0.1 else 1)
 EOF
       then
         echo "ok: --precision $p follows fp32 and learns"

@@ -92,7 +92,8 @@ typedef struct ddp_conv_ops {
   /* Prepares the three convolution ops of sh (see the file comment). */
   ddp_status_t (*conv_prepare)(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
 
-  /* ---- batch normalization through the library ------------------------ */
+  /* ---- batch normalization, one rank's statistics (cuDNN on GPUs; on the
+   * CPU the parts below, whose double sums oneDNN's fp32 ones lack) ------ */
   /* Training (training = 1): normalises by the batch's mean and biased
    * variance, saves what the backward needs in save_a, save_b (C fp32 each,
    * in the backend's own form: mean and variance on the CPU, mean and

@@ -124,6 +124,18 @@ ddp_status_t ddp_cpu_bn_apply_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, 
 ddp_status_t ddp_cpu_bn_reduce_bwd(ddp_backend_t *be, ddp_dtype_t dt, float *sums, const void *dout,
                                    const void *inp, const float *mean, const ddp_bn_shape_t *sh,
                                    ddp_stream_t s);
+/* The table's bn_fwd / bn_bwd: the contract of ddp_cpu_bn_fwd / _bwd (the
+ * same saves: mean and biased variance), computed with the parts above,
+ * whose double sums keep the accuracy oneDNN's fp32 ones lose at a
+ * ResNet's sizes (cpu_conv_bn_parts.c has the figures). */
+ddp_status_t ddp_cpu_bn_fwd_exact(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                                  float *save_b, float *running_mean, float *running_var,
+                                  const void *inp, const float *gamma, const float *beta,
+                                  const ddp_bn_shape_t *sh, int training, ddp_stream_t s);
+ddp_status_t ddp_cpu_bn_bwd_exact(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                                  float *dbeta, const void *dout, const void *inp,
+                                  const float *gamma, const float *save_a, const float *save_b,
+                                  const ddp_bn_shape_t *sh, int accumulate, ddp_stream_t s);
 ddp_status_t ddp_cpu_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                                   float *dbeta, const void *dout, const void *inp,
                                   const float *mean, const float *var, const float *gamma,

@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/conv_check.h"
 #include "backend/cpu/cpu_conv.h"
 #include "backend/cpu/cpu_dnnl.h"
 #include "ddptrain/check.h"
@@ -233,7 +234,7 @@ static ddp_status_t conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_co
   return DDP_OK;
 }
 
-/* ---- batch normalization through the library ----------------------------- */
+/* ---- batch normalization, one rank's statistics ------------------------- */
 
 static ddp_status_t bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
                            float *save_b, float *running_mean, float *running_var, const void *inp,
@@ -243,14 +244,13 @@ static ddp_status_t bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *
   DDP_CHECK(admit(be, dt, "batch_norm_fwd", &direct));
   const size_t n = bn_elems(sh);
   if (direct || !n)
-    return ddp_cpu_bn_fwd(be, DDP_DTYPE_F32, out, save_a, save_b, running_mean, running_var, inp,
-                          gamma, beta, sh, training, s);
-  DDP_CHECK(ddp_cpu_dnnl_admit(be, DDP_DTYPE_F32, "batch_norm_fwd"));
+    return ddp_cpu_bn_fwd_exact(be, DDP_DTYPE_F32, out, save_a, save_b, running_mean, running_var,
+                                inp, gamma, beta, sh, training, s);
   float *ws;
   DDP_CHECK(stage(2 * n, "batch_norm_fwd", "bn_prepare", &ws));
   ddp_status_t st =
-      ddp_cpu_bn_fwd(be, DDP_DTYPE_F32, out_slot(ws + n, out), save_a, save_b, running_mean,
-                     running_var, widen(ws, inp, dt, n), gamma, beta, sh, training, s);
+      ddp_cpu_bn_fwd_exact(be, DDP_DTYPE_F32, out_slot(ws + n, out), save_a, save_b, running_mean,
+                           running_var, widen(ws, inp, dt, n), gamma, beta, sh, training, s);
   if (st == DDP_OK) narrow(out, ws + n, dt, n);
   unstage();
   return st;
@@ -264,14 +264,13 @@ static ddp_status_t bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float 
   DDP_CHECK(admit(be, dt, "batch_norm_bwd", &direct));
   const size_t n = bn_elems(sh);
   if (direct || !n)
-    return ddp_cpu_bn_bwd(be, DDP_DTYPE_F32, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b,
-                          sh, accumulate, s);
-  DDP_CHECK(ddp_cpu_dnnl_admit(be, DDP_DTYPE_F32, "batch_norm_bwd"));
+    return ddp_cpu_bn_bwd_exact(be, DDP_DTYPE_F32, dinp, dgamma, dbeta, dout, inp, gamma, save_a,
+                                save_b, sh, accumulate, s);
   float *ws;
   DDP_CHECK(stage(3 * n, "batch_norm_bwd", "bn_prepare", &ws));
-  ddp_status_t st = ddp_cpu_bn_bwd(be, DDP_DTYPE_F32, out_slot(ws + 2 * n, dinp), dgamma, dbeta,
-                                   widen(ws, dout, dt, n), widen(ws + n, inp, dt, n), gamma, save_a,
-                                   save_b, sh, accumulate, s);
+  ddp_status_t st = ddp_cpu_bn_bwd_exact(be, DDP_DTYPE_F32, out_slot(ws + 2 * n, dinp), dgamma,
+                                         dbeta, widen(ws, dout, dt, n), widen(ws + n, inp, dt, n),
+                                         gamma, save_a, save_b, sh, accumulate, s);
   if (st == DDP_OK) narrow(dinp, ws + 2 * n, dt, n);
   unstage();
   return st;
@@ -280,7 +279,7 @@ static ddp_status_t bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float 
 static ddp_status_t bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   int direct = 0;
   DDP_CHECK(admit(be, dt, "batch_norm_prepare", &direct));
-  DDP_CHECK(ddp_cpu_bn_prepare(be, DDP_DTYPE_F32, sh));
+  DDP_CHECK(ddp_bn_check_shape("batch_norm_prepare", sh, 0));
   /* Three activations: what bn_bwd and bn_apply_bwd stage, the most of any
    * batch-norm op (library or parts) of this shape. */
   if (!direct) DDP_CHECK(reserve(3 * bn_elems(sh), "batch_norm_prepare"));
