@@ -14,11 +14,13 @@
 # Learning: top-1 on the held-out images after --train-steps steps (the
 # issue's bar: above 85%), each program once; 0 skips it.
 # Usage: bench/resnet_cpu.sh [--ddptrain PATH] [--ddpprep PATH] [--steps N]
-#        [--rounds N] [--train-steps N] [--out DIR]   (run from a build dir)
+#        [--rounds N] [--train-steps N] [--out DIR] [--ddp-flags "FLAGS"]
+#        (run from a build dir); FLAGS are added to ddptrain's, e.g.
+#        "--deterministic off" (the autotuned convolutions).
 # Needs a Python with torch: $TORCH_PYTHON, else /usr/bin/python3.
 set -eu
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-exe=./ddptrain prep=./ddpprep steps=20 rounds=2 train_steps=300 out=""
+exe=./ddptrain prep=./ddpprep steps=20 rounds=2 train_steps=300 out="" extra=""
 while [ $# -gt 0 ]; do
   case $1 in
     --ddptrain) exe=$2; shift ;;
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift ;;
     --train-steps) train_steps=$2; shift ;;
     --out) out=$2; shift ;;
+    --ddp-flags) extra=$2; shift ;;
     -h | --help) sed -n '2,/^set/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
     *) echo "resnet_cpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -51,7 +54,7 @@ run_ddp() { # $1 steps, $2 file stem, then more flags
   n=$1 f=$2
   shift 2
   # shellcheck disable=SC2086
-  mpirun -np 2 --bind-to none "$exe" $ddp_flags --steps "$n" --log-every 5 --metrics "$work/$f.jsonl" \
+  mpirun -np 2 --bind-to none "$exe" $ddp_flags $extra --steps "$n" --log-every 5 --metrics "$work/$f.jsonl" \
     "$@" > "$work/$f.log" 2>&1 || { tail -n 20 "$work/$f.log" >&2; exit 1; }
 }
 # images/s over the step records after the first (5 steps of warm-up)

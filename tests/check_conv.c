@@ -258,6 +258,9 @@ static conv_ctx_t conv_setup(const ddp_conv_shape_t *sh) {
 }
 
 START_TEST(test_conv_fwd_matches_direct_convolution) {
+  /* _i = 1: the autotuned primitives (--deterministic off), which may be
+   * other oneDNN implementations: they must compute the same thing */
+  ddp_cpu_conv_set_autotune(_i);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -269,10 +272,14 @@ START_TEST(test_conv_fwd_matches_direct_convolution) {
     /* Sums of up to 72 products of O(1) values: fp32 rounding ~1e-6. */
     expect_close(what, c.out, want, out_elems(sh), 1e-5, 1e-5);
   }
+  ddp_cpu_conv_set_autotune(0);
 }
 END_TEST
 
 START_TEST(test_conv_bwd_data_finite_differences) {
+  /* _i = 1: the autotuned primitives (--deterministic off), which may be
+   * other oneDNN implementations: they must compute the same thing */
+  ddp_cpu_conv_set_autotune(_i);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -284,10 +291,14 @@ START_TEST(test_conv_bwd_data_finite_differences) {
     describe(what, sizeof what, "conv dinp", sh);
     fd_check(what, conv_forward, &c, c.out, R, out_elems(sh), c.inp, dinp, in_elems(sh));
   }
+  ddp_cpu_conv_set_autotune(0);
 }
 END_TEST
 
 START_TEST(test_conv_bwd_weights_finite_differences) {
+  /* _i = 1: the autotuned primitives (--deterministic off), which may be
+   * other oneDNN implementations: they must compute the same thing */
+  ddp_cpu_conv_set_autotune(_i);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -300,6 +311,7 @@ START_TEST(test_conv_bwd_weights_finite_differences) {
     describe(what, sizeof what, "conv dw", sh);
     fd_check(what, conv_forward, &c, c.out, R, out_elems(sh), c.w, dw, w_elems(sh));
   }
+  ddp_cpu_conv_set_autotune(0);
 }
 END_TEST
 
@@ -767,9 +779,9 @@ int main(void) {
     fprintf(stderr, "SKIP: this build has no oneDNN (configure --with-dnnl)\n");
     return 77;
   }
-  tcase_add_test(tc, test_conv_fwd_matches_direct_convolution);
-  tcase_add_test(tc, test_conv_bwd_data_finite_differences);
-  tcase_add_test(tc, test_conv_bwd_weights_finite_differences);
+  tcase_add_loop_test(tc, test_conv_fwd_matches_direct_convolution, 0, 2);
+  tcase_add_loop_test(tc, test_conv_bwd_data_finite_differences, 0, 2);
+  tcase_add_loop_test(tc, test_conv_bwd_weights_finite_differences, 0, 2);
   tcase_add_test(tc, test_conv_bwd_weights_accumulates);
   tcase_add_test(tc, test_conv_fd_check_detects_wrong_gradient);
   tcase_add_test(tc, test_bn_fwd_training_matches_formula);

@@ -271,9 +271,9 @@ static const opt_row_t k_rows[] = {
      "accumulation; the CPU ignores this",
      validate_on_off, SAME},
     {"deterministic", 0, OPT_STRING, OFF(deterministic), "on", 0, 0, "on|off", "Run control",
-     "GPU convolutions use only algorithms that repeat their results bit for bit; off = cuDNN "
-     "may also choose faster ones that sum with atomics (run-to-run differences in the last "
-     "bits); the CPU ignores this",
+     "convolutions repeat their results bit for bit; off = cuDNN may also choose faster "
+     "algorithms that sum with atomics, and the CPU times oneDNN's implementations of each "
+     "shape and keeps the fastest (run-to-run differences in the last bits)",
      validate_on_off, SAME},
     {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
      "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "

@@ -63,6 +63,7 @@ static ddp_status_t cpu_init(ddp_backend_t *be, const ddp_backend_config_t *cfg,
 #if DDP_HAVE_OPENBLAS_THREADS
   openblas_set_num_threads(be->threads);
 #endif
+  ddp_cpu_conv_set_autotune(cfg->conv_nondeterministic);
   snprintf(be->description, sizeof be->description, "cpu (OpenBLAS, %d thread%s)", be->threads,
            be->threads == 1 ? "" : "s");
   return DDP_OK;

@@ -8,13 +8,16 @@
 #include "backend/cpu/cpu_conv.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/conv_check.h"
 #include "backend/cpu/cpu_dnnl.h"
+#include "core/clock.h"
 #include "ddptrain/check.h"
+#include "ddptrain/log.h"
 
 int ddp_window_out_size(int in, int kernel, int stride, int pad) {
   if (in < 1 || kernel < 1 || stride < 1 || pad < 0) return 0;
@@ -33,10 +36,13 @@ int ddp_conv_out_w(const ddp_conv_shape_t *sh) {
 #if DDP_HAVE_DNNL
 
 enum conv_op { CONV_FWD = 1, CONV_BWD_DATA = 2, CONV_BWD_WEIGHTS = 3 };
+static int g_autotune; /* see ddp_cpu_conv_set_autotune */
 
+/* v[9]: whether the entry was autotuned (tuned and untuned ones differ) */
 static ddp_dnnl_key_t conv_key(enum conv_op op, const ddp_conv_shape_t *sh) {
   return (ddp_dnnl_key_t){
-      .op = op, .v = {sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, sh->pad}};
+      .op = op,
+      .v = {sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, sh->pad, g_autotune}};
 }
 
 static ddp_conv_shape_t key_shape(const ddp_dnnl_key_t *k) {
@@ -79,37 +85,111 @@ static void conv_destroy(void *impl) {
 /* oneDNN 2.6's AVX2 1x1 kernels write past their buffers when a strided
  * 1x1 convolution (which they compute by first gathering the strided input,
  * "reduce to unit stride") has channels that are not a multiple of 8 (a
- * ResNet's downsample at a small --width; check_conv has the case). For
- * such a shape the primitive descriptor is the first of oneDNN's candidate
- * implementations that is not a 1x1 kernel: the general direct kernel,
- * slower for 1x1 but correct. Other shapes take oneDNN's first choice. */
+ * ResNet's downsample at a small --width; check_conv has the case). Such a
+ * shape never takes a 1x1 kernel: the general direct one is slower for 1x1
+ * but correct. */
+static int broken_1x1(const ddp_conv_shape_t *sh, const char *impl) {
+  return sh->R == 1 && sh->S == 1 && sh->stride != 1 && (sh->C % 8 != 0 || sh->K % 8 != 0) &&
+         strstr(impl, "1x1") != NULL;
+}
+
+/* With --deterministic off, the CPU's counterpart of cudnn.benchmark: every
+ * implementation oneDNN offers for the op and shape is run on scratch
+ * buffers and the fastest kept. oneDNN's own first choice is often not the
+ * fastest on AVX2 (its direct NHWC kernels against its GEMM-based ones:
+ * the backward-data of a 3x3, 256-channel 8x8 layer took 65 ms against
+ * 34 ms); but which wins depends on timing, and implementations round
+ * differently, so a tuned run is not bit-reproducible: hence off by
+ * default. Set once per process by the CPU backend (the primitive cache is
+ * process-wide too); tuned and untuned entries are cached apart. */
+void ddp_cpu_conv_set_autotune(int on) {
+  g_autotune = on != 0;
+}
+
+/* Milliseconds of the best of 2 runs (after one warm-up) of the primitive
+ * of pd on zeroed scratch buffers; a candidate that cannot be built or run
+ * costs infinity. */
+static double time_candidate(const_dnnl_primitive_desc_t pd, enum conv_op op) {
+  const dnnl_query_t q[3] = {
+      op == CONV_BWD_DATA ? dnnl_query_diff_src_md : dnnl_query_src_md,
+      op == CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md : dnnl_query_weights_md,
+      op == CONV_FWD ? dnnl_query_dst_md : dnnl_query_diff_dst_md};
+  const int arg[3] = {op == CONV_BWD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC,
+                      op == CONV_BWD_WEIGHTS ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS,
+                      op == CONV_FWD ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST};
+  void *buf[4] = {NULL, NULL, NULL, NULL};
+  dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+  dnnl_exec_arg_t args[4];
+  dnnl_primitive_t prim = NULL;
+  double best = INFINITY;
+  int n = 0;
+  for (int i = 0; i < 4; ++i) {
+    const dnnl_memory_desc_t *md =
+        dnnl_primitive_desc_query_md(pd, i < 3 ? q[i] : dnnl_query_scratchpad_md, 0);
+    const size_t bytes = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (!bytes) continue;
+    if (!(buf[i] = calloc(1, bytes)) ||
+        dnnl_memory_create(&mem[i], md, ddp_dnnl_engine(), buf[i]) != dnnl_success)
+      goto done;
+    args[n++] = (dnnl_exec_arg_t){i < 3 ? arg[i] : DNNL_ARG_SCRATCHPAD, mem[i]};
+  }
+  if (dnnl_primitive_create(&prim, pd) != dnnl_success) goto done;
+  for (int r = 0; r < 3; ++r) {
+    const double t0 = ddp_clock_seconds();
+    if (dnnl_primitive_execute(prim, ddp_dnnl_stream(), n, args) != dnnl_success ||
+        dnnl_stream_wait(ddp_dnnl_stream()) != dnnl_success)
+      goto done;
+    const double ms = 1e3 * (ddp_clock_seconds() - t0);
+    if (r > 0 && ms < best) best = ms;
+  }
+done:
+  if (prim) dnnl_primitive_destroy(prim);
+  for (int i = 0; i < 4; ++i) {
+    if (mem[i]) dnnl_memory_destroy(mem[i]);
+    free(buf[i]);
+  }
+  return best;
+}
+
+/* The primitive descriptor of op_desc: oneDNN's first choice, or with
+ * autotuning the fastest of its implementations (oneDNN's reference ones
+ * are never candidates); never a broken 1x1 kernel (above). */
 static ddp_status_t create_pd(dnnl_primitive_desc_t *pd, const void *op_desc,
                               const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
-                              const ddp_conv_shape_t *sh) {
+                              const ddp_conv_shape_t *sh, enum conv_op op, int tune) {
   *pd = NULL;
-  if (sh->R != 1 || sh->S != 1 || sh->stride == 1 || (sh->C % 8 == 0 && sh->K % 8 == 0)) {
-    DDP_DNNL_CHECK(dnnl_primitive_desc_create(pd, op_desc, attr, ddp_dnnl_engine(), hint));
-    return DDP_OK;
-  }
   dnnl_primitive_desc_iterator_t it = NULL;
   DDP_DNNL_CHECK(dnnl_primitive_desc_iterator_create(&it, op_desc, attr, ddp_dnnl_engine(), hint));
+  double best_ms = INFINITY;
+  char chosen[64] = "";
   do {
     dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+    if (!cand) continue;
     const char *impl = NULL;
-    if (cand &&
-        dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-        impl && !strstr(impl, "1x1")) {
-      *pd = cand;
-      break;
+    if (dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        !impl || broken_1x1(sh, impl) || (tune && strstr(impl, "ref"))) {
+      dnnl_primitive_desc_destroy(cand);
+      continue;
     }
-    if (cand) dnnl_primitive_desc_destroy(cand);
+    const double ms = tune ? time_candidate(cand, op) : 0.0;
+    if (!*pd || ms < best_ms) {
+      if (*pd) dnnl_primitive_desc_destroy(*pd);
+      *pd = cand, best_ms = ms;
+      snprintf(chosen, sizeof chosen, "%s", impl);
+    } else {
+      dnnl_primitive_desc_destroy(cand);
+    }
+    if (!tune) break; /* oneDNN's first usable choice */
   } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
   dnnl_primitive_desc_iterator_destroy(it);
   if (!*pd)
     DDP_FAIL(DDP_ERR_UNSUPPORTED,
-             "conv: oneDNN has only 1x1 kernels for a strided 1x1 convolution of %d -> %d "
+             "conv: oneDNN has no usable implementation for a %dx%d convolution of %d -> %d "
              "channels",
-             sh->C, sh->K);
+             sh->R, sh->S, sh->C, sh->K);
+  if (tune)
+    DDP_LOG_DEBUG("conv autotune: op %d N%d H%d W%d C%d K%d %dx%d s%d: %s (%.2f ms)", (int)op,
+                  sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, chosen, best_ms);
   return DDP_OK;
 }
 
@@ -159,7 +239,7 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
       st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_user_scratchpad_attr(&attr), st, fail);
   if (op == CONV_FWD) {
-    DDP_CHECK_GOTO(create_pd(&pd, &fwd_d, attr, NULL, &sh), st, fail);
+    DDP_CHECK_GOTO(create_pd(&pd, &fwd_d, attr, NULL, &sh, op, (int)key->v[9]), st, fail);
   } else {
     DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, ddp_dnnl_engine(), NULL),
                         st, fail);
@@ -173,7 +253,7 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
                               &bwd_d, dnnl_convolution_direct, &src_md, &w_any_md, NULL, &dst_md,
                               strides, pads, pads_r),
                           st, fail);
-    DDP_CHECK_GOTO(create_pd(&pd, &bwd_d, attr, fwd_pd, &sh), st, fail);
+    DDP_CHECK_GOTO(create_pd(&pd, &bwd_d, attr, fwd_pd, &sh, op, (int)key->v[9]), st, fail);
   }
   DDP_CHECK_GOTO(ddp_dnnl_primitive(&c->prim, pd), st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_scratchpad(&c->scratch, pd), st, fail);
@@ -294,6 +374,10 @@ ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_c
 }
 
 #else /* !DDP_HAVE_DNNL: every op says that this build has no oneDNN */
+
+void ddp_cpu_conv_set_autotune(int on) {
+  (void)on;
+}
 
 ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, const void *inp,
                               const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {

@@ -46,6 +46,12 @@ ddp_status_t ddp_cpu_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp
 ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *dw,
                                       const void *dout, const void *inp, const ddp_conv_shape_t *sh,
                                       int accumulate, ddp_stream_t s);
+/* With on != 0 (--deterministic off), a shape's convolution primitives are
+ * the fastest of oneDNN's implementations, measured when the shape is first
+ * prepared; otherwise oneDNN's first choice. Process-wide, set by the CPU
+ * backend's init. */
+void ddp_cpu_conv_set_autotune(int on);
+
 /* Builds the three primitives for sh (outside the step loop). */
 ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
 
