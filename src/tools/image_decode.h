@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Decoded images larger than this are refused before their pixels are
@@ -31,13 +32,22 @@ static inline uint8_t ddp_luma(const uint8_t *rgb) {
   return (uint8_t)((19595u * rgb[0] + 38470u * rgb[1] + 7471u * rgb[2] + 0x8000u) >> 16);
 }
 
-/* Converts img in place between 1 and 3 channels (gray is replicated into
- * RGB). Returns 0, or -1 when out of memory (img unchanged). */
-static inline int ddp_decoded_to_channels(ddp_decoded_t *img, int channels) {
-  if (img->channels == channels) return 0;
-  const size_t n = (size_t)img->width * (size_t)img->height;
+/* A decoder's last step: takes the decoded pixels (width x height x got,
+ * malloc'd) into *img, converted to `channels` (1 or 3; gray is replicated
+ * into RGB). Returns 0, or -1 with "out of memory" in err, the pixels freed
+ * and *img zeroed. */
+static inline int ddp_decoded_finish(ddp_decoded_t *img, int width, int height, int got,
+                                     uint8_t *pixels, int channels, char *err, size_t err_len) {
+  *img = (ddp_decoded_t){.width = width, .height = height, .channels = got, .pixels = pixels};
+  if (got == channels) return 0;
+  const size_t n = (size_t)width * (size_t)height;
   uint8_t *p = malloc(n * (size_t)channels);
-  if (!p) return -1;
+  if (!p) {
+    free(pixels);
+    *img = (ddp_decoded_t){0};
+    snprintf(err, err_len, "out of memory");
+    return -1;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (channels == 1)
       p[i] = ddp_luma(img->pixels + 3 * i);

@@ -95,18 +95,9 @@ int ddp_decode_jpeg(const uint8_t *data, size_t n, int channels, ddp_decoded_t *
     jpeg_read_scanlines(&d, &row, 1);
   }
   jpeg_finish_decompress(&d);
-  img->width = (int)d.output_width;
-  img->height = (int)d.output_height;
-  img->channels = got;
-  img->pixels = pixels;
+  const int width = (int)d.output_width, height = (int)d.output_height;
   jpeg_destroy_decompress(&d);
-  if (ddp_decoded_to_channels(img, channels) != 0) {
-    free(img->pixels);
-    memset(img, 0, sizeof *img);
-    snprintf(err, err_len, "out of memory");
-    return -1;
-  }
-  return 0;
+  return ddp_decoded_finish(img, width, height, got, pixels, channels, err, err_len);
 }
 
 #else

@@ -97,17 +97,7 @@ int ddp_decode_png(const uint8_t *data, size_t n, int channels, ddp_decoded_t *i
   png_read_end(png, NULL); /* the chunks after the image, up to IEND: catches truncation */
   png_destroy_read_struct(&png, &info, NULL);
   free(rows);
-  img->width = (int)w;
-  img->height = (int)h;
-  img->channels = got;
-  img->pixels = pixels;
-  if (ddp_decoded_to_channels(img, channels) != 0) {
-    free(img->pixels);
-    memset(img, 0, sizeof *img);
-    snprintf(err, err_len, "out of memory");
-    return -1;
-  }
-  return 0;
+  return ddp_decoded_finish(img, (int)w, (int)h, got, pixels, channels, err, err_len);
 }
 
 #else
