@@ -93,6 +93,9 @@ typedef struct ddp_model_setup {
   /* The largest micro-batch: padded tokens (B x T) for token batches,
    * records for record batches. Size activation memory for it once. */
   int64_t max_batch;
+  /* The ranks of the job (0 is taken as 1), for statistics a model takes
+   * over all ranks (--sync-bn divides by the positions of every rank). */
+  int world;
 } ddp_model_setup_t;
 
 /* Which backends a model runs on: bits (1u << ddp_device_kind_t). */

@@ -102,7 +102,7 @@ typedef struct resnet {
   float *losses, *loss_sum, *ones; /* ones: n_units floats (counters, scaling) */
   int32_t *labels;
   ddp_event_t uploaded; /* after the batch's copies: the host's batch is free once it passes */
-  int world;            /* ranks, learnt once by the first --sync-bn forward; 0 until then */
+  int world;            /* ranks of the job (setup->world), for --sync-bn's positions */
   int last_n;           /* rows of the last forward's logits */
 } resnet_t;
 

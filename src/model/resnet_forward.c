@@ -46,21 +46,6 @@ static ddp_status_t scale(resnet_t *r, float *dst, const float *src, int n, doub
   return ddp_backend_gemm(r->be, &g, NULL);
 }
 
-/* The ranks of the job, learnt once with one sum of 1 (a host sync, on the
- * first --sync-bn step only). */
-static ddp_status_t learn_world(ddp_model_t *m, resnet_t *r) {
-  float *probe = r->stats_mem; /* unit 0's first value, rewritten by its BN next */
-  DDP_CHECK(r->be->ops->fill(r->be, probe, DDP_DTYPE_F32, 1.0f, 1, NULL));
-  DDP_CHECK(ddp_model_allreduce(m, probe, 1));
-  float n = 0.0f;
-  DDP_CHECK(ddp_backend_copy(r->be, &n, probe, sizeof n, DDP_COPY_KIND_DEVICE_TO_HOST, NULL));
-  DDP_CHECK(ddp_backend_sync(r->be, NULL));
-  if (!(n >= 1.0f) || n > 1e7f)
-    DDP_FAIL(DDP_ERR_INTERNAL, "resnet: --sync-bn: the sum of 1 over the ranks is %g", (double)n);
-  r->world = (int)(n + 0.5f);
-  return DDP_OK;
-}
-
 /* BatchNorm of unit u's conv output into `out`. */
 static ddp_status_t bn_forward(ddp_model_t *m, resnet_t *r, resnet_unit_t *u, void *out, int N,
                                int training) {
@@ -129,7 +114,6 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
   if (batch->floats != (int64_t)c->H * c->W * c->C)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: records of %lld floats, the model takes %dx%dx%d images",
              (long long)batch->floats, c->H, c->W, c->C);
-  if (training && c->sync_bn && r->world == 0) DDP_CHECK(learn_world(m, r));
   /* fp32 pixels from the loader; a half run converts them on the device */
   const size_t pixels = (size_t)N * (size_t)batch->floats;
   DDP_CHECK(ddp_backend_copy(r->be, r->x0, batch->inputs, pixels * sizeof(float),

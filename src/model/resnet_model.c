@@ -194,6 +194,7 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   m->impl = r;
   DDP_CHECK(resnet_layout(r, &c));
   r->be = be, r->dt = DDP_DTYPE_F32, r->max_batch = s->max_batch;
+  r->world = s->world > 0 ? s->world : 1;
   const size_t N = (size_t)s->max_batch;
   DDP_CHECK(alloc(be, r->n_params * sizeof(float), (void **)&m->params));
   DDP_CHECK(alloc(be, r->n_params * sizeof(float), (void **)&m->grads));

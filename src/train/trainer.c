@@ -344,7 +344,8 @@ static ddp_status_t setup_model(trainer_t *tr, const ddp_model_ops_t *mops) {
   ddp_model_setup_t ms = {.be = tr->be,
                           .opts = o,
                           .data = tr->data.shape,
-                          .max_batch = ddp_train_batch_budget(o, &tr->data)};
+                          .max_batch = ddp_train_batch_budget(o, &tr->data),
+                          .world = tr->dist->world};
   /* --init-from: the file's vocabulary, then its weights */
   if (o->init_from[0]) DDP_CHECK(ddp_init_from_data_shape(o->init_from, mops, &ms.data));
   DDP_CHECK(ddp_model_create(mops, &ms, &tr->model));
