@@ -16,7 +16,8 @@
 #   profile    GPT-2 124M, two bf16 steps under Nsight Compute: device time
 #              per kernel name;
 #   bench      bench/gpu_resnet.sh, gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh on
-#              what is left.
+#              what is left; GPU_BENCHES="name:share ..." picks others, e.g.
+#              GPU_BENCHES="resnet:1/1" for the ResNet alone.
 # Only a few files come back from such a host, so everything is written under
 # one work folder and packed into OUT/session.tgz at the end; OUT/summary.txt
 # holds the short table (also printed last), OUT/gpu_bench.log the benchmarks.
@@ -95,7 +96,7 @@ if has tests; then
   # spans on the GPU, which no other suite does
   G="$(sed -n 's/^GPU_TESTS *+*= *//p' Makefile.am | tr '\n' ' ') $(ls tests/test_gpu*.sh | tr '\n' ' ')"
   G="$G tests/test_sample.sh tests/test_trace.sh"
-  tmo=$(($(left) > 400 ? 170 : 120))
+  tmo=$(($(left) > 350 ? 170 : 120))
   timeout -k 10 $tmo make -j8 check TESTS="$G" > "$W/logs/check.log" 2>&1
   pkill -f 'tests/(check_gpu|test_gpu|test_sample|test_trace)' 2> /dev/null
   pkill -x ddptrain 2> /dev/null; pkill -x ddpsample 2> /dev/null # after a timeout
@@ -112,7 +113,7 @@ if has tests; then
   done
 fi
 
-if has sanitizer && [ "$(left)" -gt 200 ] && command -v compute-sanitizer > /dev/null; then
+if has sanitizer && [ "$(left)" -gt 150 ] && command -v compute-sanitizer > /dev/null; then
   t0=$SECONDS
   timeout -k 5 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
     ./ddptrain --device cuda --precision bf16 --steps 3 --n-layer 2 --n-head 2 --n-embd 64 \
@@ -120,6 +121,15 @@ if has sanitizer && [ "$(left)" -gt 200 ] && command -v compute-sanitizer > /dev
     > "$W/logs/memcheck.log" 2>&1
   say "memcheck, tiny bf16 run: exit $? ($((SECONDS - t0)) s); $(grep -c 'Invalid' "$W/logs/memcheck.log") invalid accesses"
   grep -m 6 -A 4 'Invalid\|ERROR SUMMARY' "$W/logs/memcheck.log" | tee -a "$S"
+  # the same for the ResNet: cuDNN's convolutions and batch norm, our
+  # pooling kernels, the image loader's pinned slots
+  t0=$SECONDS
+  timeout -k 5 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    ./ddptrain --device cuda --precision bf16 --model resnet --depth 10 --width 8 --batch-size 8 \
+    --steps 3 --log-every 1 --eval-every 0 --optimizer sgd --peak-gflops 10 \
+    > "$W/logs/memcheck-resnet.log" 2>&1
+  say "memcheck, tiny bf16 ResNet: exit $? ($((SECONDS - t0)) s); $(grep -c 'Invalid' "$W/logs/memcheck-resnet.log") invalid accesses"
+  grep -m 6 -A 4 'Invalid\|ERROR SUMMARY' "$W/logs/memcheck-resnet.log" | tee -a "$S"
 fi
 
 # Where a GPT-2 124M step's device time goes: each kernel launch of two bf16
@@ -159,7 +169,7 @@ PY
 fi
 
 if has bench; then
-  for b in resnet:2/5 gpt2:1/3 varlen:1/2 memory:1/1; do
+  for b in ${GPU_BENCHES:-resnet:2/5 gpt2:1/3 varlen:1/2 memory:1/1}; do
     name=${b%%:*} frac=${b#*:}
     l=$(($(left) - 15))
     [ "$l" -gt 30 ] || { say "bench $name: not run ($l s left)"; continue; }
