@@ -246,7 +246,8 @@ def summary_resnet(rows, a):
         if r.get("role") == "setup-baseline":
             if r.get("setup_s") is not None and ref.get("setup_s") is not None:
                 print("autotuning: %s set-up %.2f s, %s %.2f s on the same data and device:"
-                      " %.2f s for the cuDNN search and building the full net" % (
+                      " %.2f s for building the full net (and, before the search moved into the"
+                      " first forward, the cuDNN search)" % (
                           ref["run"], ref["setup_s"], r["run"], r["setup_s"],
                           ref["setup_s"] - r["setup_s"]))
             continue
@@ -262,7 +263,7 @@ def summary_resnet(rows, a):
         n = ref.get("first_window_steps") or 1
         extra = n * (ref["first_window_ms"] - ref["ms_per_step"])
         print("first steps: %s's first %d step(s) %.1f ms/step against %.1f ms/step after:"
-              " %.0f ms extra in all" % (ref["run"], n, ref["first_window_ms"],
+              " %.0f ms extra in all (the cuDNN search among them)" % (ref["run"], n, ref["first_window_ms"],
                                          ref["ms_per_step"], extra))
     if ref.get("data_wait_ms"):
         print(f"{ref['run']}: {ref['data_wait_ms']:.2f} ms/step waiting for the loader")

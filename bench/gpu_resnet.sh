@@ -22,13 +22,12 @@
 # FLOPs per image and the same peak), peak device memory (ddptrain's
 # peak_mem_mb, torch.cuda.max_memory_allocated), and the costs asked for:
 #   autotuning    ddptrain searches cuDNN's algorithms for every convolution
-#                 shape while it builds the model, before the first step
-#                 (conv_prepare); its cost is the trainer's set-up time (the
-#                 metrics header's elapsed_s: data, model, optimizer, the
-#                 device being opened before; a bf16 run searches the fp32
-#                 shapes at creation and the bf16 ones at set_precision)
-#                 over the baseline's; the first log window against the
-#                 later ones shows what the first steps still cost;
+#                 shape in the run's precision when the first forward makes
+#                 the activations (conv_prepare), so its cost is in the first
+#                 log window against the later ones (builds before that one
+#                 searched while making the model, in the trainer's set-up
+#                 time, the metrics header's elapsed_s, listed against the
+#                 baseline's);
 #                 PyTorch's warm-up time is listed beside it;
 #   determinism   --deterministic off against on: images/s and set-up.
 # Target, as a PASS/FAIL line: ddptrain >= 1.1x the fastest torch.compile

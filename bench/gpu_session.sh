@@ -15,6 +15,8 @@
 #   sanitizer  a tiny bf16 training run under compute-sanitizer memcheck;
 #   profile    GPT-2 124M, two bf16 steps under Nsight Compute: device time
 #              per kernel name;
+#   rprofile   the same for one bf16 step of ResNet-50 at batch 128 (the third
+#              step: the first one searches cuDNN's algorithms);
 #   bench      bench/gpu_resnet.sh, gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh on
 #              what is left; GPU_BENCHES="name:share ..." picks others, e.g.
 #              GPU_BENCHES="resnet:1/1" for the ResNet alone.
@@ -39,6 +41,31 @@ pack() {
   echo "--- summary ($SECONDS s of $BUDGET)"; cat "$S"
 }
 trap pack EXIT
+# ncu_table CSV: Nsight Compute's raw CSV (gpu__time_duration per launch)
+# summed per kernel name, the largest first, into the summary.
+ncu_table() {
+  python3 - "$1" << 'PY' | tee -a "$S"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if r]
+head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if head is None:
+    print("  no kernel rows"); sys.exit()
+cols = rows[head]; k = cols.index("Kernel Name"); t = cols.index("gpu__time_duration.sum")
+unit = rows[head + 1][t] if len(rows) > head + 1 else ""
+tot, cnt = collections.Counter(), collections.Counter()
+for r in rows[head + 2:]:
+    try:
+        v = float(r[t].replace(",", ""))
+    except (ValueError, IndexError):
+        continue
+    name = r[k][:90]; tot[name] += v; cnt[name] += 1
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(unit, 1e-6)
+all_ms = sum(tot.values()) * scale
+print(f"  {sum(cnt.values())} launches, {all_ms:.1f} ms of kernels ({unit})")
+for name, v in tot.most_common(22):
+    print(f"  {v * scale:8.2f} ms {100 * v * scale / all_ms:5.1f}% {cnt[name]:5d}x  {name}")
+PY
+}
 
 if has facts; then
   {
@@ -145,27 +172,19 @@ if has profile && [ "$(left)" -gt 120 ] && command -v ncu > /dev/null; then
     --warmup 1 --log-every 1 --eval-every 0 --eval-tokens 1 --peak-gflops 860000 \
     > "$W/logs/ncu.csv" 2> "$W/logs/ncu.err"
   say "profile: exit $? ($((SECONDS - t0)) s); device time per kernel name over 2 steps:"
-  python3 - "$W/logs/ncu.csv" << 'PY' | tee -a "$S"
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1], errors="replace")) if r]
-head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-if head is None:
-    print("  no kernel rows"); sys.exit()
-cols = rows[head]; k = cols.index("Kernel Name"); t = cols.index("gpu__time_duration.sum")
-unit = rows[head + 1][t] if len(rows) > head + 1 else ""
-tot, cnt = collections.Counter(), collections.Counter()
-for r in rows[head + 2:]:
-    try:
-        v = float(r[t].replace(",", ""))
-    except (ValueError, IndexError):
-        continue
-    name = r[k][:90]; tot[name] += v; cnt[name] += 1
-scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(unit, 1e-6)
-all_ms = sum(tot.values()) * scale
-print(f"  {sum(cnt.values())} launches, {all_ms:.1f} ms of kernels ({unit})")
-for name, v in tot.most_common(22):
-    print(f"  {v * scale:8.2f} ms {100 * v * scale / all_ms:5.1f}% {cnt[name]:5d}x  {name}")
-PY
+  ncu_table "$W/logs/ncu.csv"
+fi
+
+if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
+  t0=$SECONDS
+  python3 bench/image_shard.py "$W/rprof.img" 256 224 --classes 1000 > /dev/null 2>&1
+  timeout -k 5 $(($(left) > 200 ? 120 : 70)) ncu --clock-control none --metrics gpu__time_duration.sum \
+    --csv --page raw --nvtx --nvtx-include "step 2 micro-step 0/" ./ddptrain --device cuda \
+    --precision bf16 --model resnet --depth 50 --stem imagenet --data "$W/rprof.img" \
+    --batch-size 128 --steps 4 --warmup 1 --log-every 1 --eval-every 0 --optimizer sgd \
+    --nvtx on --peak-gflops 860000 > "$W/logs/ncu-resnet.csv" 2> "$W/logs/ncu-resnet.err"
+  say "ResNet-50 profile: exit $? ($((SECONDS - t0)) s); device time per kernel name, one step's forward and backward:"
+  ncu_table "$W/logs/ncu-resnet.csv"
 fi
 
 if has bench; then

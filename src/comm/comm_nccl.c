@@ -83,7 +83,63 @@ typedef struct nccl_impl {
   int host_waits;     /* host threads inside wait_slot now (atomics) */
   ddp_status_t cause; /* the abort's status, returned by every later call */
   char why[256];      /* the abort's cause, repeated by every later call */
+  struct abort_job *abort_job; /* the background ncclCommAbort, joined at shutdown */
 } nccl_impl_t;
+
+/* ncclCommAbort frees device memory, and so waits until the device is
+ * idle: behind a kernel or a host callback that never ends, or that ends
+ * minutes later, it blocks as long. A host wait that has timed out must
+ * return with its error at once (a GPU showed the wait held for the whole
+ * 3 s of other work queued before the collective), so the abort runs on a
+ * thread of its own. The job is its own allocation, which a thread that
+ * never returns keeps: shutdown waits for it, bounded, and else leaves it. */
+typedef struct abort_job {
+  ncclComm_t comm;
+  int device;
+  int finished; /* atomics */
+} abort_job_t;
+
+static void *abort_thread(void *arg) {
+  abort_job_t *j = arg;
+  cudaSetDevice(j->device);
+  ncclCommAbort(j->comm);
+  __atomic_store_n(&j->finished, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Starts ncclCommAbort(comm) in the background (inline when no thread can
+ * be made). */
+static void abort_in_background(nccl_impl_t *m, ncclComm_t comm) {
+  abort_job_t *j = calloc(1, sizeof *j);
+  pthread_t tid;
+  if (j) {
+    j->comm = comm;
+    j->device = m->device;
+    if (pthread_create(&tid, NULL, abort_thread, j) == 0) {
+      pthread_detach(tid);
+      m->abort_job = j;
+      return;
+    }
+    free(j);
+  }
+  ncclCommAbort(comm);
+}
+
+/* Waits up to limit_s for the background abort; 1 when it has returned (or
+ * none ran). */
+static int abort_finished(nccl_impl_t *m, double limit_s) {
+  abort_job_t *j = m->abort_job;
+  if (!j) return 1;
+  const int64_t end = ddp_clock_ns() + (int64_t)(limit_s * 1e9);
+  while (!__atomic_load_n(&j->finished, __ATOMIC_ACQUIRE)) {
+    if (ddp_clock_ns() > end) return 0;
+    const struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&ts, NULL);
+  }
+  free(j);
+  m->abort_job = NULL;
+  return 1;
+}
 
 static const char *op_name(ddp_comm_op_t op) {
   switch (op) {
@@ -164,7 +220,7 @@ static ddp_status_t abort_comm(ddp_comm_t *c, const ddp_comm_slot_t *s, ddp_stat
                         s ? op_bytes(c, s) : 0, cause, "aborting the NCCL communicator");
   DDP_LOG_ERROR("%s", line);
   ncclComm_t comm = take_comm(m);
-  if (comm) ncclCommAbort(comm);
+  if (comm) abort_in_background(m, comm);
   return st;
 }
 
@@ -629,7 +685,17 @@ static void nccl_shutdown(ddp_comm_t *c) {
     if (r != ncclSuccess)
       DDP_LOG_WARN("comm nccl: rank %d: ncclCommDestroy: %s", c->rank, ncclGetErrorString(r));
   }
-  cudaStreamSynchronize(m->stream); /* an aborted NCCL's kernels have exited */
+  /* The abort's kernels and the device work it waits for end first; one
+   * that never returns is left (the device is wedged), and so is the comm
+   * stream, which would wait as long. */
+  const double limit = c->timeout_s + 30.0;
+  if (abort_finished(m, limit)) {
+    cudaStreamSynchronize(m->stream); /* an aborted NCCL's kernels have exited */
+  } else {
+    DDP_LOG_WARN("comm nccl: %s: NCCL's abort has not returned after %g s; leaving it", m->who,
+                 limit);
+    m->barrier_buf = NULL; /* cudaFree would wait for the device as well */
+  }
   free_impl(m);
   c->impl = NULL;
 }

@@ -88,7 +88,7 @@ typedef struct resnet {
   ddp_backend_t *be;
   ddp_dtype_t dt;
   int64_t max_batch;
-  void *arena; /* every activation, one allocation */
+  void *arena; /* every activation, one allocation: made by the first forward */
   void *x0;    /* the uploaded input (N,H,W,C), fp32 as the loader gives it */
   void *x_in;  /* what the stem reads: x0 itself in fp32, its dt copy otherwise */
   void *pool;  /* the stem's max-pool output */
@@ -97,7 +97,7 @@ typedef struct resnet {
   void *pooled;    /* (N, features) */
   void *logits;    /* (N, classes), fp32: the loss reads fp32 */
   void *logits_dt; /* the classifier's output and dlogits in dt: logits itself in fp32 */
-  int nn_reserved; /* the nn table's workspace is held (set_precision) */
+  int nn_reserved; /* holds on the nn table's workspace (create, set_precision) */
   float *stats_mem;
   float *losses, *loss_sum, *ones; /* ones: n_units floats (counters, scaling) */
   int32_t *labels;
@@ -127,6 +127,9 @@ ddp_status_t resnet_init_weights(ddp_model_t *m, uint64_t seed);
  * backward needs and moves the running statistics; with labels, adds the
  * loss sum and (training) leaves dlogits = dloss * d(loss)/d(logits) in
  * r->logits. */
+/* Allocates the activations and prepares the kernels for every shape, once
+ * (the first forward calls it). */
+ddp_status_t resnet_materialise(resnet_t *r);
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
                             float dloss);
 

@@ -114,6 +114,7 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
   if (batch->floats != (int64_t)c->H * c->W * c->C)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: records of %lld floats, the model takes %dx%dx%d images",
              (long long)batch->floats, c->H, c->W, c->C);
+  DDP_CHECK(resnet_materialise(r));
   /* fp32 pixels from the loader; a half run converts them on the device */
   const size_t pixels = (size_t)N * (size_t)batch->floats;
   DDP_CHECK(ddp_backend_copy(r->be, r->x0, batch->inputs, pixels * sizeof(float),

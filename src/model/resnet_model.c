@@ -81,7 +81,7 @@ static void resnet_destroy(ddp_model_t *m) {
   for (size_t i = 0; i < sizeof mem / sizeof mem[0]; ++i)
     if (mem[i]) ddp_backend_free(be, mem[i]);
   if (r->uploaded) be->ops->event_destroy(be, r->uploaded);
-  if (r->nn_reserved) be->ops->nn->release(be);
+  for (; r->nn_reserved > 0; --r->nn_reserved) be->ops->nn->release(be);
   resnet_layout_free(r);
   free(r);
   m->impl = NULL;
@@ -134,6 +134,20 @@ static ddp_status_t prepare(resnet_t *r) {
     DDP_CHECK(cv->bn_prepare(r->be, r->dt, &bs));
   }
   return DDP_OK;
+}
+
+/* The activations and the kernels' choice, made by the first forward, in
+ * the run's precision: a model made in fp32 and switched to bf16 had held
+ * an fp32 arena and its bf16 successor at once (ResNet-50 at batch 128 on a
+ * GPU peaked at 18.7 GiB where PyTorch needs 6), and searched cuDNN's
+ * algorithms for fp32 shapes it never ran. */
+ddp_status_t resnet_materialise(resnet_t *r) {
+  if (r->arena) return DDP_OK;
+  void *arena = NULL;
+  DDP_CHECK(alloc(r->be, place(r, NULL), &arena));
+  r->arena = arena;
+  place(r, r->arena);
+  return prepare(r);
 }
 
 /* The conv table may be partial (a backend still growing one): every op
@@ -199,8 +213,6 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   DDP_CHECK(alloc(be, r->n_params * sizeof(float), (void **)&m->params));
   DDP_CHECK(alloc(be, r->n_params * sizeof(float), (void **)&m->grads));
   DDP_CHECK(alloc(be, r->n_buffer_floats * sizeof(float), (void **)&m->buffers));
-  DDP_CHECK(alloc(be, place(r, NULL), &r->arena));
-  place(r, r->arena);
   size_t stats = 0;
   for (int i = 0; i < r->n_units; ++i) stats += 6 * (size_t)r->units[i].K;
   DDP_CHECK(alloc(be, stats * sizeof(float), (void **)&r->stats_mem));
@@ -219,10 +231,14 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   DDP_CHECK(alloc(be, (size_t)r->n_units * sizeof(float), (void **)&r->ones));
   DDP_CHECK(alloc(be, N * sizeof(int32_t), (void **)&r->labels));
   DDP_CHECK(be->ops->event_create(be, &r->uploaded));
+  /* the classifier's linear (its bias gradient's column sums, on a GPU)
+   * and the loss take the nn table's scratch, sized here for fp32 and
+   * again by set_precision for a half type */
+  DDP_CHECK(be->ops->nn->reserve(be, DDP_DTYPE_F32, r->max_batch, r->features, c.classes));
+  r->nn_reserved++;
   DDP_CHECK(be->ops->fill(be, r->loss_sum, DDP_DTYPE_F32, 0.0f, 1, NULL));
   DDP_CHECK(be->ops->fill(be, r->ones, DDP_DTYPE_F32, 1.0f, (size_t)r->n_units, NULL));
   DDP_CHECK(be->ops->fill(be, m->buffers, DDP_DTYPE_F32, 0.0f, r->n_buffer_floats, NULL));
-  DDP_CHECK(prepare(r));
   m->tensors = r->table, m->n_tensors = r->n_tensors, m->n_params = r->n_params;
   m->n_outputs = c.classes;
   m->buffer_tensors = r->buffers, m->n_buffer_tensors = r->n_buffers;
@@ -249,22 +265,15 @@ static ddp_status_t resnet_set_precision(ddp_model_t *m, ddp_dtype_t dtype) {
   if (dtype == r->dt) return DDP_OK;
   if (r->dt != DDP_DTYPE_F32)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: precision is already %s", ddp_dtype_name(r->dt));
+  if (r->arena)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: the precision is set before the first forward");
   const size_t f32_bytes = place(r, NULL), es = ddp_dtype_size(dtype);
   /* the classifier's linear widens into the nn table's workspace */
   DDP_CHECK(be->ops->nn->reserve(be, dtype, r->max_batch, r->features, r->cfg.classes));
-  r->nn_reserved = 1;
+  r->nn_reserved++;
   DDP_CHECK(alloc(be, m->n_params * es, &m->compute_params));
   r->dt = dtype;
-  void *arena = NULL;
   const size_t bytes = place(r, NULL);
-  const ddp_status_t st = alloc(be, bytes, &arena);
-  if (st != DDP_OK) {
-    r->dt = DDP_DTYPE_F32; /* the fp32 arena is still placed */
-    return st;
-  }
-  ddp_backend_free(be, r->arena);
-  r->arena = arena;
-  place(r, r->arena);
   m->precision = dtype;
   if (r->cfg.imagenet_stem) { /* the winners' record is the same; the prepare is dtype's */
     const resnet_unit_t *st0 = &r->units[0];
@@ -278,7 +287,6 @@ static ddp_status_t resnet_set_precision(ddp_model_t *m, ddp_dtype_t dtype) {
     size_t ws = 0;
     DDP_CHECK(be->ops->conv->maxpool_workspace_bytes(be, dtype, &ps, &ws));
   }
-  DDP_CHECK(prepare(r));
   DDP_LOG_INFO(
       "precision %s: %.1f MiB activations (fp32: %.1f MiB), %.1f MiB compute copy of the "
       "weights",
