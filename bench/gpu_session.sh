@@ -178,8 +178,9 @@ fi
 if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
   t0=$SECONDS
   python3 bench/image_shard.py "$W/rprof.img" 256 224 --classes 1000 > /dev/null 2>&1
+  # an NVTX include names the whole range (push/pop ranges end in "/")
   timeout -k 5 $(($(left) > 200 ? 120 : 70)) ncu --clock-control none --metrics gpu__time_duration.sum \
-    --csv --page raw --nvtx --nvtx-include "step 2 micro-step 0/" ./ddptrain --device cuda \
+    --csv --page raw --nvtx --nvtx-include "step 2 micro-step 0 (128 targets)/" ./ddptrain --device cuda \
     --precision bf16 --model resnet --depth 50 --stem imagenet --data "$W/rprof.img" \
     --batch-size 128 --steps 4 --warmup 1 --log-every 1 --eval-every 0 --optimizer sgd \
     --nvtx on --peak-gflops 860000 > "$W/logs/ncu-resnet.csv" 2> "$W/logs/ncu-resnet.err"
