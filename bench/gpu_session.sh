@@ -101,8 +101,16 @@ if has build; then
   fi
   say "build: $((SECONDS - t0)) s"
 fi
+# A later call on the still-warm host (phases without build) gets a fresh
+# .device/ from the carry, without the env.sh that build.sh wrote there:
+# the build keeps a copy beside itself.
+if [ -f "$SRC/.device/env.sh" ]; then
+  cp "$SRC/.device/env.sh" /tmp/ddp-device-env.sh 2> /dev/null
+else
+  say "no .device/env.sh: using the one of the earlier build on this host"
+fi
 # shellcheck disable=SC1091
-source "$SRC/.device/env.sh"
+source /tmp/ddp-device-env.sh || { say "no build on this host: run the build phase"; exit 1; }
 cd /tmp/ddp || exit 1
 # Debian's libpmix looks for its plugins where the image keeps its own,
 # newer PMIx's (an H200 image logged "undefined symbol: pmix_output_info"):
