@@ -13,7 +13,8 @@
 #    is absent): it learns, and 2 ranks equal 1 rank with --accum 2;
 #  - the remainder of an epoch is dropped and said so, --plan-only too;
 #  - bad combinations are one line and exit 2: an image model given another
-#    file, a record or token model given an image shard, bad flag values.
+#    file, a record or token model given an image shard or an image flag,
+#    bad flag values.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
@@ -159,6 +160,15 @@ expect "option --data $dir/tiny_train.img is an image shard, but model gpt train
   --model gpt --data "$dir/tiny_train.img"
 expect "option --val-data $dir/tiny_train.img is an image shard, but model reclin" \
   --model reclin --data "$dir/records.safetensors" --val-data "$dir/tiny_train.img"
+# the loader's image flags, given to a model that reads no images
+expect "option --hflip applies to image models (such as --model resnet); model gpt trains on token shards" \
+  --model gpt --hflip 0
+expect "option --crop-pad applies to image models (such as --model resnet); model reclin trains on record files" \
+  --model reclin --data "$dir/records.safetensors" --crop-pad 2
+for f in "--pad-to 32" "--normalize none" "--loader-threads 2"; do
+  # shellcheck disable=SC2086
+  expect "option ${f%% *} applies to image models" --model gpt $f
+done
 # too few images for one step: found when the data is read (exit 1), one clear line
 "$prog" --threads 1 --steps 2 --batch-size 8192 --accum 4 > "$dir/few.log" 2>&1
 rc=$?

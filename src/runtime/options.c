@@ -810,6 +810,18 @@ static ddp_status_t check_data_kind(const ddp_options_t *o, const ddp_model_ops_
     USAGE_ERROR("option --val-data needs --data (the built-in image set has its own split)");
     return DDP_ERR_INVALID_ARG;
   }
+  /* The loader's image flags do nothing for a token or record model: a
+   * user who gives one expects augmentation that would never happen. */
+  static const char *const image_flags[] = {"crop-pad", "pad-to", "hflip", "normalize",
+                                            "loader-threads"};
+  for (size_t i = 0; !model->image_data && i < sizeof image_flags / sizeof image_flags[0]; ++i)
+    if (ddp_options_given(o, image_flags[i])) {
+      USAGE_ERROR("option --%s applies to image models (such as --model resnet); model %s trains "
+                  "on %s",
+                  image_flags[i], model->name,
+                  model->batch_kind == DDP_BATCH_TOKENS ? "token shards" : "record files");
+      return DDP_ERR_INVALID_ARG;
+    }
   return DDP_OK;
 }
 
