@@ -122,14 +122,16 @@ double resnet_forward_macs(const resnet_t *r);
 /* ---- resnet_init.c ---- */
 ddp_status_t resnet_init_weights(ddp_model_t *m, uint64_t seed);
 
+/* ---- resnet_model.c ---- */
+/* Allocates the activations and prepares the kernels for every shape, once
+ * (the first forward calls it). */
+ddp_status_t resnet_materialise(resnet_t *r);
+
 /* ---- resnet_forward.c ---- */
 /* The forward of N images (batch on the host); training keeps what the
  * backward needs and moves the running statistics; with labels, adds the
  * loss sum and (training) leaves dlogits = dloss * d(loss)/d(logits) in
  * r->logits. */
-/* Allocates the activations and prepares the kernels for every shape, once
- * (the first forward calls it). */
-ddp_status_t resnet_materialise(resnet_t *r);
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
                             float dloss);
 

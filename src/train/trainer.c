@@ -865,11 +865,10 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
     /* after the first step where there are others; its wall time is
      * taken as its compute time, which the search and allocations fill */
     const int skip = t->steps > 1;
-    const double n_after = skip ? ns - 1.0 : ns;
-    const double comp = t->compute_s - (skip ? tr->first_compute_s : 0.0);
-    const double waited = t->host_wait_s - (skip ? tr->first_host_wait_s : 0.0);
-    const double wall = dt - (skip ? tr->first_compute_s : 0.0);
-    const double issue_ms = 1e3 * (comp - waited) / n_after, wall_ms = 1e3 * wall / n_after;
+    const double first_c = skip ? tr->first_compute_s : 0.0;
+    const double n_after = ns - skip, waited = t->host_wait_s - (skip ? tr->first_host_wait_s : 0.0);
+    const double issue_ms = 1e3 * (t->compute_s - first_c - waited) / n_after,
+                 wall_ms = 1e3 * (dt - first_c) / n_after;
     DDP_LOG_INFO(
         "summary: the host issued each step's forward and backward in %.1f ms (and "
         "waited %.2f ms for the device) of %.1f ms per step%s: %s",
