@@ -199,6 +199,22 @@ START_TEST(test_half_precision_is_set_once) {
 }
 END_TEST
 
+/* The activations are made by the first forward in the model's precision:
+ * changing it afterwards is refused, and the fp32 net stays fp32. */
+START_TEST(test_half_precision_after_a_forward_is_refused) {
+  make_pair("10", "cifar", H_IMG, DDP_DTYPE_BF16, 3);
+  ck_assert_int_eq(g_m[0]->ops->forward_backward(g_m[0], &g_batch, 1.0f, 0, 0), DDP_OK);
+  ddp_test_log_start();
+  const ddp_status_t st = g_m[0]->ops->set_precision(g_m[0], DDP_DTYPE_BF16);
+  char *log = ddp_test_log_stop();
+  ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "resnet: the precision is set before the first forward");
+  free(log);
+  ck_assert_int_eq(g_m[0]->precision, DDP_DTYPE_F32);
+  ck_assert_ptr_null(g_m[0]->compute_params);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("resnet_half");
   TCase *tc = tcase_create("cpu");
@@ -207,6 +223,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_half_forward_backward_follows_fp32, 0, 4);
   tcase_add_test(tc, test_half_bounds_tell_other_weights_apart);
   tcase_add_test(tc, test_half_precision_is_set_once);
+  tcase_add_test(tc, test_half_precision_after_a_forward_is_refused);
   suite_add_tcase(s, tc);
   return ddp_test_run_suite(s);
 }
