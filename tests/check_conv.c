@@ -200,6 +200,9 @@ static const ddp_conv_shape_t k_cases[] = {
      * no window, so the right padding is -1 (a oneDNN kernel given 0 there
      * wrote past its weight buffer) */
     {.N = 4, .H = 8, .W = 8, .C = 4, .K = 8, .R = 1, .S = 1, .stride = 2, .pad = 0},
+    /* channels in whole blocks of 8: oneDNN's blocked kernels, with the
+     * activations reordered to and from NHWC */
+    {.N = 2, .H = 6, .W = 6, .C = 16, .K = 16, .R = 3, .S = 3, .stride = 1, .pad = 1},
 };
 enum { N_CASES = sizeof k_cases / sizeof *k_cases };
 
@@ -648,6 +651,32 @@ START_TEST(test_conv_primitive_cache_reused) {
 }
 END_TEST
 
+/* The reordered activations of every entry share two staging buffers: a
+ * larger shape grows (moves) them, and an older entry must then find them
+ * at their new place, not write where they were. */
+START_TEST(test_conv_staging_survives_growth) {
+  const ddp_conv_shape_t small = k_cases[N_CASES - 1];
+  const ddp_conv_shape_t large = {
+      .N = 4, .H = 16, .W = 16, .C = 16, .K = 32, .R = 3, .S = 3, .stride = 1, .pad = 1};
+  conv_ctx_t a = conv_setup(&small), b = conv_setup(&large);
+  float *first = fnan(out_elems(&small)), *dinp0 = fnan(in_elems(&small));
+  float *dinp1 = fnan(in_elems(&small));
+  const float *R = fnormal(out_elems(&small), 0, 1);
+  conv_forward(&a);
+  memcpy(first, a.out, out_elems(&small) * sizeof *first);
+  expect_ok(ddp_cpu_conv_bwd_data(g_be, DDP_DTYPE_F32, dinp0, R, a.w, &small, NULL), "bwd_data");
+  const size_t staged = ddp_cpu_dnnl_staging_bytes();
+  if (staged == 0) return; /* this CPU's oneDNN runs the shape in NHWC: nothing is staged */
+  conv_forward(&b);
+  ck_assert_uint_gt(ddp_cpu_dnnl_staging_bytes(), staged);
+  a.out = fnan(out_elems(&small));
+  conv_forward(&a);
+  expect_ok(ddp_cpu_conv_bwd_data(g_be, DDP_DTYPE_F32, dinp1, R, a.w, &small, NULL), "bwd_data");
+  expect_bits_equal("forward after the staging grew", a.out, first, out_elems(&small));
+  expect_bits_equal("backward-data after the staging grew", dinp1, dinp0, in_elems(&small));
+}
+END_TEST
+
 /* ---- bad arguments ----------------------------------------------------------------- */
 
 /* Runs the forward on sh with sentinel-filled buffers big enough for any of
@@ -792,6 +821,7 @@ int main(void) {
   tcase_add_test(tc, test_maxpool_bwd_finite_differences);
   tcase_add_test(tc, test_maxpool_rejects_bad_shapes);
   tcase_add_test(tc, test_conv_primitive_cache_reused);
+  tcase_add_test(tc, test_conv_staging_survives_growth);
   tcase_add_test(tc, test_conv_rejects_bad_shapes);
   tcase_add_test(tc, test_bn_rejects_bad_arguments);
   suite_add_tcase(s, tc);

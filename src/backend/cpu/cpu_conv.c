@@ -1,8 +1,9 @@
 /* NHWC fp32 2-D convolution on the CPU through oneDNN: forward,
  * backward-data and backward-weights (cpu_conv.h), each a cached oneDNN
  * primitive (cpu_dnnl.h). oneDNN has the convolution, so none is written
- * here: this file only describes shapes to it, checks them first, and moves
- * the weights between the caller's (K,R,S,C) layout and oneDNN's. */
+ * here: this file only describes shapes to it, checks them first, picks an
+ * implementation, and moves the weights and activations between the
+ * caller's layouts ((K,R,S,C); NHWC) and the ones oneDNN's kernels want. */
 #include <config.h>
 
 #include "backend/cpu/cpu_conv.h"
@@ -57,25 +58,30 @@ static ddp_conv_shape_t key_shape(const ddp_dnnl_key_t *k) {
                             .pad = (int)k->v[8]};
 }
 
-/* One cached convolution: its primitive, memory objects for the caller's
- * activations (NHWC, re-pointed each call), the weights staged between the
- * caller's layout and the primitive's, the scratchpad, and for the weight
- * gradient under accumulate the buffer the fresh gradient lands in. */
+/* One cached convolution: its primitive, its two activations and its
+ * weights, each staged between the caller's layout (NHWC; (K,R,S,C)) and
+ * the primitive's, the scratchpad, and for the weight gradient under
+ * accumulate the buffer the fresh gradient lands in. The activations are
+ *   forward:          a = src (read),      b = dst (written);
+ *   backward-data:    a = diff_dst (read), b = diff_src (written);
+ *   backward-weights: a = src (read),      b = diff_dst (read).
+ * Their blocked copies live in the shared staging buffers (cpu_dnnl.h):
+ * slot 0 for a, slot 1 for b. */
 typedef struct conv_impl {
   dnnl_primitive_t prim;
-  dnnl_memory_t act_in, act_out; /* what the op reads / writes besides the weights */
-  ddp_dnnl_staged_t w;
+  ddp_dnnl_staged_t a, b, w;
   dnnl_memory_t scratch;
   float *dw_fresh;
   size_t w_elems;
+  char name[64]; /* oneDNN's implementation, and whether activations are reordered */
 } conv_impl_t;
 
 static void conv_destroy(void *impl) {
   conv_impl_t *c = impl;
   if (!c) return;
   if (c->prim) dnnl_primitive_destroy(c->prim);
-  if (c->act_in) dnnl_memory_destroy(c->act_in);
-  if (c->act_out) dnnl_memory_destroy(c->act_out);
+  ddp_dnnl_staged_destroy(&c->a);
+  ddp_dnnl_staged_destroy(&c->b);
   ddp_dnnl_staged_destroy(&c->w);
   if (c->scratch) dnnl_memory_destroy(c->scratch);
   free(c->dw_fresh);
@@ -94,200 +100,274 @@ static int broken_1x1(const ddp_conv_shape_t *sh, const char *impl) {
 }
 
 /* With --deterministic off, the CPU's counterpart of cudnn.benchmark: every
- * implementation oneDNN offers for the op and shape is run on scratch
- * buffers and the fastest kept. oneDNN's own first choice is often not the
- * fastest on AVX2 (its direct NHWC kernels against its GEMM-based ones:
- * the backward-data of a 3x3, 256-channel 8x8 layer took 65 ms against
- * 34 ms); but which wins depends on timing, and implementations round
- * differently, so a tuned run is not bit-reproducible: hence off by
- * default. Set once per process by the CPU backend (the primitive cache is
- * process-wide too); tuned and untuned entries are cached apart. */
+ * implementation oneDNN offers for the op and shape, in the activation
+ * layout it prefers and in NHWC, is run on scratch buffers, reorders
+ * included, and the fastest kept. oneDNN's own first choice is often not
+ * the fastest on AVX2 (its direct kernels against its GEMM-based ones: the
+ * backward-data of a 3x3, 256-channel 8x8 layer took 65 ms against 34 ms);
+ * but which wins depends on timing, and implementations round differently,
+ * so a tuned run is not bit-reproducible: hence off by default. Set once
+ * per process by the CPU backend (the primitive cache is process-wide too);
+ * tuned and untuned entries are cached apart. */
 void ddp_cpu_conv_set_autotune(int on) {
   g_autotune = on != 0;
 }
 
-/* Milliseconds of the best of 2 runs (after one warm-up) of the primitive
- * of pd on zeroed scratch buffers; a candidate that cannot be built or run
- * costs infinity. */
-static double time_candidate(const_dnnl_primitive_desc_t pd, enum conv_op op) {
-  const dnnl_query_t q[3] = {
-      op == CONV_BWD_DATA ? dnnl_query_diff_src_md : dnnl_query_src_md,
-      op == CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md : dnnl_query_weights_md,
-      op == CONV_FWD ? dnnl_query_dst_md : dnnl_query_diff_dst_md};
-  const int arg[3] = {op == CONV_BWD_DATA ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC,
-                      op == CONV_BWD_WEIGHTS ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS,
-                      op == CONV_FWD ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST};
-  void *buf[4] = {NULL, NULL, NULL, NULL};
-  dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-  dnnl_exec_arg_t args[4];
-  dnnl_primitive_t prim = NULL;
-  double best = INFINITY;
-  int n = 0;
-  for (int i = 0; i < 4; ++i) {
-    const dnnl_memory_desc_t *md =
-        dnnl_primitive_desc_query_md(pd, i < 3 ? q[i] : dnnl_query_scratchpad_md, 0);
-    const size_t bytes = md ? dnnl_memory_desc_get_size(md) : 0;
-    if (!bytes) continue;
-    if (!(buf[i] = calloc(1, bytes)) ||
-        dnnl_memory_create(&mem[i], md, ddp_dnnl_engine(), buf[i]) != dnnl_success)
-      goto done;
-    args[n++] = (dnnl_exec_arg_t){i < 3 ? arg[i] : DNNL_ARG_SCRATCHPAD, mem[i]};
-  }
-  if (dnnl_primitive_create(&prim, pd) != dnnl_success) goto done;
-  for (int r = 0; r < 3; ++r) {
-    const double t0 = ddp_clock_seconds();
-    if (dnnl_primitive_execute(prim, ddp_dnnl_stream(), n, args) != dnnl_success ||
-        dnnl_stream_wait(ddp_dnnl_stream()) != dnnl_success)
-      goto done;
-    const double ms = 1e3 * (ddp_clock_seconds() - t0);
-    if (r > 0 && ms < best) best = ms;
-  }
-done:
-  if (prim) dnnl_primitive_destroy(prim);
-  for (int i = 0; i < 4; ++i) {
-    if (mem[i]) dnnl_memory_destroy(mem[i]);
-    free(buf[i]);
-  }
-  return best;
-}
+/* The activation layouts a convolution may run in, in order of preference:
+ * the one oneDNN picks (`any`: on AVX2 its channel-blocked nChw8c, whose
+ * kernels beat its NHWC ones by 10-30% on a ResNet's 3x3 layers, far more
+ * than the reorders to and from the caller's NHWC cost; see
+ * bench/RESULTS.md), then NHWC as it is (the stem, whose 1 or 3 input
+ * channels have no blocked kernel). */
+static const dnnl_format_tag_t k_act_layouts[] = {dnnl_format_tag_any, dnnl_nhwc};
+enum { ACT_LAYOUTS = sizeof k_act_layouts / sizeof k_act_layouts[0] };
 
-/* The primitive descriptor of op_desc: oneDNN's first choice, or with
- * autotuning the fastest of its implementations (oneDNN's reference ones
- * are never candidates); never a broken 1x1 kernel (above). */
-static ddp_status_t create_pd(dnnl_primitive_desc_t *pd, const void *op_desc,
-                              const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
-                              const ddp_conv_shape_t *sh, enum conv_op op, int tune) {
-  *pd = NULL;
-  dnnl_primitive_desc_iterator_t it = NULL;
-  DDP_DNNL_CHECK(dnnl_primitive_desc_iterator_create(&it, op_desc, attr, ddp_dnnl_engine(), hint));
-  double best_ms = INFINITY;
-  char chosen[64] = "";
-  do {
-    dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
-    if (!cand) continue;
-    const char *impl = NULL;
-    if (dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-        !impl || broken_1x1(sh, impl) || (tune && strstr(impl, "ref"))) {
-      dnnl_primitive_desc_destroy(cand);
-      continue;
-    }
-    const double ms = tune ? time_candidate(cand, op) : 0.0;
-    if (!*pd || ms < best_ms) {
-      if (*pd) dnnl_primitive_desc_destroy(*pd);
-      *pd = cand, best_ms = ms;
-      snprintf(chosen, sizeof chosen, "%s", impl);
-    } else {
-      dnnl_primitive_desc_destroy(cand);
-    }
-    if (!tune) break; /* oneDNN's first usable choice */
-  } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
-  dnnl_primitive_desc_iterator_destroy(it);
-  if (!*pd)
-    DDP_FAIL(DDP_ERR_UNSUPPORTED,
-             "conv: oneDNN has no usable implementation for a %dx%d convolution of %d -> %d "
-             "channels",
-             sh->R, sh->S, sh->C, sh->K);
-  if (tune)
-    DDP_LOG_DEBUG("conv autotune: op %d N%d H%d W%d C%d K%d %dx%d s%d: %s (%.2f ms)", (int)op,
-                  sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, chosen, best_ms);
-  return DDP_OK;
-}
+/* The operation descriptors of one layout: the forward (also the hint the
+ * backward ones need) and op's own. */
+typedef struct conv_descs {
+  dnnl_memory_desc_t src_user, dst_user, w_user; /* the caller's layouts */
+  dnnl_convolution_desc_t fwd, bwd;
+  dnnl_primitive_desc_t fwd_pd; /* the hint; NULL for the forward op */
+} conv_descs_t;
 
-static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
-  const ddp_conv_shape_t sh = key_shape(key);
-  const int op = key->op;
-  ddp_status_t st = DDP_OK;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_primitive_desc_t fwd_pd = NULL, pd = NULL;
-  conv_impl_t *c = calloc(1, sizeof *c);
-  if (!c) DDP_FAIL(DDP_ERR_OOM, "conv: cannot allocate a primitive cache entry");
-  c->w_elems = (size_t)sh.K * sh.R * sh.S * sh.C;
-
-  /* Activations in the caller's NHWC; the weights' layout left to oneDNN
-   * (`any`): its fast kernels want blocked weights, which the staging
-   * reorder provides. */
-  const dnnl_dims_t src_dims = {sh.N, sh.C, sh.H, sh.W};
-  const dnnl_dims_t dst_dims = {sh.N, sh.K, ddp_conv_out_h(&sh), ddp_conv_out_w(&sh)};
-  const dnnl_dims_t w_dims = {sh.K, sh.C, sh.R, sh.S};
+static ddp_status_t descs_init(conv_descs_t *d, const ddp_conv_shape_t *sh, enum conv_op op,
+                               dnnl_format_tag_t act) {
+  *d = (conv_descs_t){0};
+  const dnnl_dims_t src_dims = {sh->N, sh->C, sh->H, sh->W};
+  const dnnl_dims_t dst_dims = {sh->N, sh->K, ddp_conv_out_h(sh), ddp_conv_out_w(sh)};
+  const dnnl_dims_t w_dims = {sh->K, sh->C, sh->R, sh->S};
   /* The right/bottom padding is what the last window really reaches,
    * (O-1)*stride + kernel - in - pad: negative when the input's last rows
    * are in no window (a 1x1 stride-2 convolution of an even size). Passing
    * `pad` there instead describes a window oneDNN's 1x1 kernels then read
    * and write past their buffers for. */
-  const dnnl_dims_t strides = {sh.stride, sh.stride}, pads = {sh.pad, sh.pad};
+  const dnnl_dims_t strides = {sh->stride, sh->stride}, pads = {sh->pad, sh->pad};
   const dnnl_dims_t pads_r = {
-      (dst_dims[2] - 1) * sh.stride + sh.R - sh.H - sh.pad,
-      (dst_dims[3] - 1) * sh.stride + sh.S - sh.W - sh.pad,
+      (dst_dims[2] - 1) * sh->stride + sh->R - sh->H - sh->pad,
+      (dst_dims[3] - 1) * sh->stride + sh->S - sh->W - sh->pad,
   };
-  dnnl_memory_desc_t src_md, dst_md, w_user_md, w_any_md;
-  DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, dnnl_nhwc), st,
-                      fail);
-  DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, dnnl_nhwc), st,
-                      fail);
-  DDP_DNNL_CHECK_GOTO(dnnl_memory_desc_init_by_tag(&w_user_md, 4, w_dims, dnnl_f32, dnnl_ohwi), st,
-                      fail);
-  DDP_DNNL_CHECK_GOTO(
-      dnnl_memory_desc_init_by_tag(&w_any_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any), st, fail);
-
+  dnnl_memory_desc_t src_md, dst_md, w_md;
+  DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&d->src_user, 4, src_dims, dnnl_f32, dnnl_nhwc));
+  DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&d->dst_user, 4, dst_dims, dnnl_f32, dnnl_nhwc));
+  DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&d->w_user, 4, w_dims, dnnl_f32, dnnl_ohwi));
+  DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&src_md, 4, src_dims, dnnl_f32, act));
+  DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&dst_md, 4, dst_dims, dnnl_f32, act));
+  /* The weights' layout is always oneDNN's choice: its fast kernels want
+   * blocked weights, which the staging reorder provides. */
+  DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any));
   /* Direct convolution: Winograd would be faster for some 3x3 shapes but
    * rounds differently from cuDNN's default algorithms and from the test's
-   * oracle. The forward descriptor is also the hint the backward ones need. */
-  dnnl_convolution_desc_t fwd_d, bwd_d;
-  DDP_DNNL_CHECK_GOTO(
-      dnnl_convolution_forward_desc_init(&fwd_d, dnnl_forward_training, dnnl_convolution_direct,
-                                         &src_md, &w_any_md, NULL, &dst_md, strides, pads, pads_r),
-      st, fail);
-  DDP_CHECK_GOTO(ddp_dnnl_user_scratchpad_attr(&attr), st, fail);
-  if (op == CONV_FWD) {
-    DDP_CHECK_GOTO(create_pd(&pd, &fwd_d, attr, NULL, &sh, op, (int)key->v[9]), st, fail);
-  } else {
-    DDP_DNNL_CHECK_GOTO(dnnl_primitive_desc_create(&fwd_pd, &fwd_d, NULL, ddp_dnnl_engine(), NULL),
-                        st, fail);
-    if (op == CONV_BWD_DATA)
-      DDP_DNNL_CHECK_GOTO(
-          dnnl_convolution_backward_data_desc_init(&bwd_d, dnnl_convolution_direct, &src_md,
-                                                   &w_any_md, &dst_md, strides, pads, pads_r),
-          st, fail);
-    else
-      DDP_DNNL_CHECK_GOTO(dnnl_convolution_backward_weights_desc_init(
-                              &bwd_d, dnnl_convolution_direct, &src_md, &w_any_md, NULL, &dst_md,
-                              strides, pads, pads_r),
-                          st, fail);
-    DDP_CHECK_GOTO(create_pd(&pd, &bwd_d, attr, fwd_pd, &sh, op, (int)key->v[9]), st, fail);
+   * oracle. */
+  DDP_DNNL_CHECK(dnnl_convolution_forward_desc_init(&d->fwd, dnnl_forward_training,
+                                                    dnnl_convolution_direct, &src_md, &w_md, NULL,
+                                                    &dst_md, strides, pads, pads_r));
+  if (op == CONV_FWD) return DDP_OK;
+  DDP_DNNL_CHECK(dnnl_primitive_desc_create(&d->fwd_pd, &d->fwd, NULL, ddp_dnnl_engine(), NULL));
+  ddp_status_t st = DDP_OK;
+  if (op == CONV_BWD_DATA)
+    DDP_DNNL_CHECK_GOTO(
+        dnnl_convolution_backward_data_desc_init(&d->bwd, dnnl_convolution_direct, &src_md, &w_md,
+                                                 &dst_md, strides, pads, pads_r),
+        st, fail);
+  else
+    DDP_DNNL_CHECK_GOTO(
+        dnnl_convolution_backward_weights_desc_init(&d->bwd, dnnl_convolution_direct, &src_md,
+                                                    &w_md, NULL, &dst_md, strides, pads, pads_r),
+        st, fail);
+  return DDP_OK;
+fail:
+  dnnl_primitive_desc_destroy(d->fwd_pd);
+  d->fwd_pd = NULL;
+  return st;
+}
+
+/* Builds the entry for one candidate primitive descriptor (consumed: the
+ * caller keeps no reference to pd). */
+static ddp_status_t impl_from_pd(conv_impl_t **out, dnnl_primitive_desc_t pd, const conv_descs_t *d,
+                                 const ddp_conv_shape_t *sh, enum conv_op op) {
+  *out = NULL;
+  ddp_status_t st = DDP_OK;
+  conv_impl_t *c = calloc(1, sizeof *c);
+  if (!c) {
+    dnnl_primitive_desc_destroy(pd);
+    DDP_FAIL(DDP_ERR_OOM, "conv: cannot allocate a primitive cache entry");
   }
+  c->w_elems = (size_t)sh->K * sh->R * sh->S * sh->C;
+  const dnnl_query_t qa = op == CONV_BWD_DATA ? dnnl_query_diff_dst_md : dnnl_query_src_md;
+  const dnnl_query_t qb = op == CONV_FWD        ? dnnl_query_dst_md
+                          : op == CONV_BWD_DATA ? dnnl_query_diff_src_md
+                                                : dnnl_query_diff_dst_md;
+  const dnnl_query_t qw =
+      op == CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md : dnnl_query_weights_md;
+  const dnnl_memory_desc_t *a_user = op == CONV_BWD_DATA ? &d->dst_user : &d->src_user;
+  const dnnl_memory_desc_t *b_user = op == CONV_BWD_DATA ? &d->src_user : &d->dst_user;
   DDP_CHECK_GOTO(ddp_dnnl_primitive(&c->prim, pd), st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_scratchpad(&c->scratch, pd), st, fail);
-  const dnnl_memory_desc_t *w_inner_md = dnnl_primitive_desc_query_md(
-      pd, op == CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
-  DDP_CHECK_GOTO(ddp_dnnl_staged_init(&c->w, &w_user_md, w_inner_md, op != CONV_BWD_WEIGHTS), st,
-                 fail);
-  /* fwd reads src, writes dst; bwd-data reads diff_dst, writes diff_src;
-   * bwd-weights reads src and diff_dst. */
-  DDP_CHECK_GOTO(ddp_dnnl_user_memory(&c->act_in, op == CONV_BWD_DATA ? &dst_md : &src_md), st,
-                 fail);
-  DDP_CHECK_GOTO(ddp_dnnl_user_memory(&c->act_out, op == CONV_BWD_DATA ? &src_md : &dst_md), st,
-                 fail);
+  DDP_CHECK_GOTO(
+      ddp_dnnl_staged_init_shared(&c->a, a_user, dnnl_primitive_desc_query_md(pd, qa, 0), 1, 0), st,
+      fail);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_init_shared(&c->b, b_user, dnnl_primitive_desc_query_md(pd, qb, 0),
+                                             op == CONV_BWD_WEIGHTS, 1),
+                 st, fail);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_init(&c->w, &d->w_user, dnnl_primitive_desc_query_md(pd, qw, 0),
+                                      op != CONV_BWD_WEIGHTS),
+                 st, fail);
   if (op == CONV_BWD_WEIGHTS) {
     c->dw_fresh = malloc(c->w_elems * sizeof *c->dw_fresh);
     if (!c->dw_fresh)
       DDP_FAIL_GOTO(st, DDP_ERR_OOM, fail, "conv: cannot allocate %zu floats for dw", c->w_elems);
   }
-  ddp_dnnl_release_descs(pd, fwd_pd, attr);
-  *impl = c;
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+    impl = "?";
+  snprintf(c->name, sizeof c->name, "%s%s", impl,
+           c->a.reorder || c->b.reorder ? " (activations reordered)" : " (NHWC)");
+  dnnl_primitive_desc_destroy(pd);
+  *out = c;
   return DDP_OK;
 fail:
-  ddp_dnnl_release_descs(pd, fwd_pd, attr);
+  dnnl_primitive_desc_destroy(pd);
   conv_destroy(c);
   return st;
 }
 
-/* Runs c's primitive with the weights argument `w_arg` and its two
- * activation arguments. */
-static ddp_status_t conv_execute(conv_impl_t *c, int in_arg, int out_arg, int w_arg) {
-  dnnl_exec_arg_t args[4] = {
-      {in_arg, c->act_in}, {out_arg, c->act_out}, {w_arg, c->w.inner}, {DNNL_ARG_SCRATCHPAD, NULL}};
-  args[3].memory = c->scratch;
-  return ddp_dnnl_execute(c->prim, c->scratch ? 4 : 3, args);
+/* Runs c on the caller's buffers: stages what it reads into the
+ * primitive's layouts, executes, stages what it wrote back. a, b are the
+ * activations as conv_impl_t names them; w the weights (written for
+ * backward-weights). */
+static ddp_status_t conv_run(conv_impl_t *c, enum conv_op op, const void *a, const void *b,
+                             const void *w) {
+  DDP_CHECK(ddp_dnnl_point(c->a.user, a));
+  DDP_CHECK(ddp_dnnl_point(c->b.user, b));
+  DDP_CHECK(ddp_dnnl_point(c->w.user, w));
+  DDP_CHECK(ddp_dnnl_staged_run(&c->a, 1));
+  if (op == CONV_BWD_WEIGHTS)
+    DDP_CHECK(ddp_dnnl_staged_run(&c->b, 1));
+  else
+    DDP_CHECK(ddp_dnnl_staged_run(&c->w, 1));
+  DDP_CHECK(ddp_dnnl_staged_bind(&c->b));
+  const int arg_a = op == CONV_BWD_DATA ? DNNL_ARG_DIFF_DST : DNNL_ARG_SRC;
+  const int arg_b = op == CONV_FWD        ? DNNL_ARG_DST
+                    : op == CONV_BWD_DATA ? DNNL_ARG_DIFF_SRC
+                                          : DNNL_ARG_DIFF_DST;
+  const int arg_w = op == CONV_BWD_WEIGHTS ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS;
+  const dnnl_exec_arg_t args[4] = {{arg_a, c->a.inner},
+                                   {arg_b, c->b.inner},
+                                   {arg_w, c->w.inner},
+                                   {DNNL_ARG_SCRATCHPAD, c->scratch}};
+  DDP_CHECK(ddp_dnnl_execute(c->prim, c->scratch ? 4 : 3, args));
+  return op == CONV_BWD_WEIGHTS ? ddp_dnnl_staged_run(&c->w, 0) : ddp_dnnl_staged_run(&c->b, 0);
+}
+
+/* Caller-layout scratch operands for timing candidates: zeroed, so no
+ * denormals or NaNs skew a timing. */
+typedef struct tune_buffers {
+  void *a, *b, *w;
+} tune_buffers_t;
+
+static ddp_status_t tune_buffers_alloc(tune_buffers_t *t, const conv_descs_t *d, enum conv_op op) {
+  const dnnl_memory_desc_t *a_md = op == CONV_BWD_DATA ? &d->dst_user : &d->src_user;
+  const dnnl_memory_desc_t *b_md = op == CONV_BWD_DATA ? &d->src_user : &d->dst_user;
+  t->a = calloc(1, dnnl_memory_desc_get_size(a_md));
+  t->b = calloc(1, dnnl_memory_desc_get_size(b_md));
+  t->w = calloc(1, dnnl_memory_desc_get_size(&d->w_user));
+  if (!t->a || !t->b || !t->w) DDP_FAIL(DDP_ERR_OOM, "conv autotune: cannot allocate scratch");
+  return DDP_OK;
+}
+
+static void tune_buffers_free(tune_buffers_t *t) {
+  free(t->a), free(t->b), free(t->w);
+  *t = (tune_buffers_t){0};
+}
+
+/* Milliseconds of the best of 2 runs of c (after one warm-up), reorders
+ * included; infinity when it fails to run. */
+static double time_impl(conv_impl_t *c, enum conv_op op, const tune_buffers_t *t) {
+  double best = INFINITY;
+  for (int r = 0; r < 3; ++r) {
+    const double t0 = ddp_clock_seconds();
+    if (conv_run(c, op, t->a, t->b, t->w) != DDP_OK) return INFINITY;
+    const double ms = 1e3 * (ddp_clock_seconds() - t0);
+    if (r > 0 && ms < best) best = ms;
+  }
+  return best;
+}
+
+/* The entry for key: oneDNN's first choice in the first layout that has a
+ * non-reference implementation, or with autotuning the fastest of every
+ * non-reference implementation in every layout; a reference one only when
+ * nothing else exists; never a broken 1x1 kernel (above). */
+static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
+  const ddp_conv_shape_t sh = key_shape(key);
+  const enum conv_op op = (enum conv_op)key->op;
+  const int tune = (int)key->v[9];
+  ddp_status_t st = DDP_OK;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t fallback = NULL; /* the first reference implementation */
+  const conv_descs_t *fallback_descs = NULL;
+  conv_descs_t d[ACT_LAYOUTS] = {0}; /* kept to the end: a backward pd refers to its hint */
+  conv_impl_t *best = NULL;
+  double best_ms = INFINITY;
+  tune_buffers_t tb = {0};
+  DDP_CHECK(ddp_dnnl_user_scratchpad_attr(&attr));
+  for (int l = 0; l < ACT_LAYOUTS && (tune || !best); ++l) {
+    DDP_CHECK_GOTO(descs_init(&d[l], &sh, op, k_act_layouts[l]), st, done);
+    if (tune && !tb.a) DDP_CHECK_GOTO(tune_buffers_alloc(&tb, &d[l], op), st, done);
+    dnnl_primitive_desc_iterator_t it = NULL;
+    if (dnnl_primitive_desc_iterator_create(
+            &it, op == CONV_FWD ? (const void *)&d[l].fwd : (const void *)&d[l].bwd, attr,
+            ddp_dnnl_engine(), d[l].fwd_pd) != dnnl_success)
+      continue; /* no implementation in this layout */
+    do {
+      dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+      const char *name = NULL;
+      if (!cand) continue;
+      if (dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &name) != dnnl_success ||
+          !name || broken_1x1(&sh, name) || (strstr(name, "ref") && fallback)) {
+        dnnl_primitive_desc_destroy(cand);
+        continue;
+      }
+      if (strstr(name, "ref")) {
+        fallback = cand, fallback_descs = &d[l];
+        continue;
+      }
+      conv_impl_t *c = NULL;
+      if ((st = impl_from_pd(&c, cand, &d[l], &sh, op)) != DDP_OK) break;
+      const double ms = tune ? time_impl(c, op, &tb) : 0.0;
+      if (!best || ms < best_ms) {
+        conv_destroy(best);
+        best = c, best_ms = ms;
+      } else {
+        conv_destroy(c);
+      }
+      if (!tune) break; /* oneDNN's first usable choice */
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    if (st != DDP_OK) goto done;
+  }
+  if (!best && fallback) {
+    st = impl_from_pd(&best, fallback, fallback_descs, &sh, op);
+    fallback = NULL;
+    if (st != DDP_OK) goto done;
+  }
+  if (!best)
+    DDP_FAIL_GOTO(st, DDP_ERR_UNSUPPORTED, done,
+                  "conv: oneDNN has no usable implementation for a %dx%d convolution of %d -> %d "
+                  "channels",
+                  sh.R, sh.S, sh.C, sh.K);
+  if (tune)
+    DDP_LOG_DEBUG("conv autotune: op %d N%d H%d W%d C%d K%d %dx%d s%d: %s (%.2f ms)", (int)op, sh.N,
+                  sh.H, sh.W, sh.C, sh.K, sh.R, sh.S, sh.stride, best->name, best_ms);
+  *impl = best;
+  best = NULL;
+done:
+  if (fallback) dnnl_primitive_desc_destroy(fallback);
+  conv_destroy(best);
+  for (int l = 0; l < ACT_LAYOUTS; ++l)
+    if (d[l].fwd_pd) dnnl_primitive_desc_destroy(d[l].fwd_pd);
+  tune_buffers_free(&tb);
+  dnnl_primitive_attr_destroy(attr);
+  return st;
 }
 
 static ddp_status_t acquire(const ddp_backend_t *be, enum conv_op op, const ddp_conv_shape_t *sh,
@@ -305,14 +385,8 @@ ddp_status_t ddp_cpu_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, cons
   DDP_CHECK(ddp_conv_check_shape("conv_fwd", sh));
   if (!out || !inp || !w) DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_fwd: out, inp and w are required");
   conv_impl_t *c = NULL;
-  ddp_status_t st = DDP_OK;
-  DDP_CHECK_GOTO(acquire(be, CONV_FWD, sh, &c), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->w.user, w), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_staged_run(&c->w, 1), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_in, inp), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_out, out), st, done);
-  st = conv_execute(c, DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_WEIGHTS);
-done:
+  ddp_status_t st = acquire(be, CONV_FWD, sh, &c);
+  if (st == DDP_OK) st = conv_run(c, CONV_FWD, inp, out, w);
   ddp_dnnl_release();
   return st;
 }
@@ -324,14 +398,8 @@ ddp_status_t ddp_cpu_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp
   if (!dinp || !dout || !w)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_bwd_data: dinp, dout and w are required");
   conv_impl_t *c = NULL;
-  ddp_status_t st = DDP_OK;
-  DDP_CHECK_GOTO(acquire(be, CONV_BWD_DATA, sh, &c), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->w.user, w), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_staged_run(&c->w, 1), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_in, dout), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_out, dinp), st, done);
-  st = conv_execute(c, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS);
-done:
+  ddp_status_t st = acquire(be, CONV_BWD_DATA, sh, &c);
+  if (st == DDP_OK) st = conv_run(c, CONV_BWD_DATA, dout, dinp, w);
   ddp_dnnl_release();
   return st;
 }
@@ -344,19 +412,12 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
   if (!dw || !dout || !inp)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_bwd_weights: dw, dout and inp are required");
   conv_impl_t *c = NULL;
-  ddp_status_t st = DDP_OK;
-  DDP_CHECK_GOTO(acquire(be, CONV_BWD_WEIGHTS, sh, &c), st, done);
+  ddp_status_t st = acquire(be, CONV_BWD_WEIGHTS, sh, &c);
   /* oneDNN overwrites its output; under accumulate the fresh gradient goes
    * to the entry's buffer and is added to dw. */
-  float *target = accumulate ? c->dw_fresh : dw;
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->w.user, target), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_in, inp), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_point(c->act_out, dout), st, done);
-  DDP_CHECK_GOTO(conv_execute(c, DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS), st, done);
-  DDP_CHECK_GOTO(ddp_dnnl_staged_run(&c->w, 0), st, done);
-  if (accumulate)
+  if (st == DDP_OK) st = conv_run(c, CONV_BWD_WEIGHTS, inp, dout, accumulate ? c->dw_fresh : dw);
+  if (st == DDP_OK && accumulate)
     for (size_t i = 0; i < c->w_elems; ++i) dw[i] += c->dw_fresh[i];
-done:
   ddp_dnnl_release();
   return st;
 }

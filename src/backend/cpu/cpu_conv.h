@@ -13,8 +13,10 @@
  * Layouts are channels-last, the layout cuDNN's tensor cores prefer, so the
  * GPU twins take the same buffers: activations NHWC, (N,H,W,C); weights
  * (K,R,S,C) (out channels, kernel rows, kernel columns, in channels: cuDNN's
- * NHWC filter layout). oneDNN may keep the weights in a blocked layout of
- * its choosing internally; the ops reorder into and out of it (cpu_dnnl.h).
+ * NHWC filter layout). A convolution runs in the weight and activation
+ * layouts oneDNN prefers (channel-blocked on AVX2, where its blocked kernels
+ * are faster than its NHWC ones); the op reorders into and out of them
+ * (cpu_dnnl.h), so callers only ever see NHWC.
  *
  * The backend reaches them through its `conv` table (ddp_conv_cpu_ops, at
  * the end of this file; docs/design.md §3.7). The first call for a
@@ -47,9 +49,10 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
                                       const void *dout, const void *inp, const ddp_conv_shape_t *sh,
                                       int accumulate, ddp_stream_t s);
 /* With on != 0 (--deterministic off), a shape's convolution primitives are
- * the fastest of oneDNN's implementations, measured when the shape is first
- * prepared; otherwise oneDNN's first choice. Process-wide, set by the CPU
- * backend's init. */
+ * the fastest of oneDNN's implementations in either activation layout,
+ * reorders included, measured when the shape is first prepared; otherwise
+ * oneDNN's first choice in its preferred layout. Process-wide, set by the
+ * CPU backend's init. */
 void ddp_cpu_conv_set_autotune(int on);
 
 /* Builds the three primitives for sh (outside the step loop). */

@@ -9,6 +9,7 @@
 #include <omp.h>
 #endif
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ddptrain/check.h"
@@ -50,6 +51,10 @@ static size_t g_entries;
 static uint64_t g_clock, g_primitives;
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
+/* The shared staging buffers (ddp_dnnl_staged_init_shared): grown only when
+ * an entry is created, so never in the step loop. */
+static void *g_stage[DDP_DNNL_STAGE_SLOTS];
+static size_t g_stage_bytes[DDP_DNNL_STAGE_SLOTS];
 
 ddp_status_t ddp_dnnl_status(long code, const char *expr, const char *file, int line) {
   if (code == dnnl_success) return DDP_OK;
@@ -106,7 +111,19 @@ void ddp_cpu_dnnl_cache_clear(void) {
   pthread_mutex_lock(&g_lock);
   for (size_t i = 0; i < g_entries; ++i) g_cache[i].destroy(g_cache[i].impl);
   g_entries = 0;
+  for (int i = 0; i < DDP_DNNL_STAGE_SLOTS; ++i) {
+    free(g_stage[i]);
+    g_stage[i] = NULL, g_stage_bytes[i] = 0;
+  }
   pthread_mutex_unlock(&g_lock);
+}
+
+size_t ddp_cpu_dnnl_staging_bytes(void) {
+  pthread_mutex_lock(&g_lock);
+  size_t n = 0;
+  for (int i = 0; i < DDP_DNNL_STAGE_SLOTS; ++i) n += g_stage_bytes[i];
+  pthread_mutex_unlock(&g_lock);
+  return n;
 }
 
 /* The engine and stream, created on first use (under the lock) and kept for
@@ -213,9 +230,23 @@ ddp_status_t ddp_dnnl_execute(const_dnnl_primitive_t prim, int nargs, const dnnl
   return DDP_OK;
 }
 
-ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
-                                  const dnnl_memory_desc_t *inner_md, int to_inner) {
-  *s = (ddp_dnnl_staged_t){0};
+/* Grows staging buffer `slot` to at least `bytes` (under the cache lock:
+ * entries are created only in ddp_dnnl_acquire). */
+static ddp_status_t stage_reserve(int slot, size_t bytes) {
+  if (slot < 0 || slot >= DDP_DNNL_STAGE_SLOTS)
+    DDP_FAIL(DDP_ERR_INTERNAL, "oneDNN staging slot %d out of range", slot);
+  if (bytes <= g_stage_bytes[slot]) return DDP_OK;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void *grown = aligned_alloc(64, rounded);
+  if (!grown) DDP_FAIL(DDP_ERR_OOM, "cannot allocate %zu bytes of oneDNN staging", rounded);
+  free(g_stage[slot]);
+  g_stage[slot] = grown, g_stage_bytes[slot] = rounded;
+  return DDP_OK;
+}
+
+static ddp_status_t staged_make(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
+                                const dnnl_memory_desc_t *inner_md, int to_inner, int slot) {
+  *s = (ddp_dnnl_staged_t){.slot = DDP_DNNL_OWN_BUFFER};
   ddp_status_t st = DDP_OK;
   DDP_CHECK(ddp_dnnl_user_memory(&s->user, user_md));
   if (dnnl_memory_desc_equal(user_md, inner_md)) {
@@ -223,9 +254,16 @@ ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t
     return DDP_OK;
   }
   /* The primitive wants its own (blocked) layout: a buffer for it, made
-   * once, and the reorder that converts each call. */
-  DDP_DNNL_CHECK_GOTO(dnnl_memory_create(&s->inner, inner_md, g_engine, DNNL_MEMORY_ALLOCATE), st,
-                      fail);
+   * once (or the shared one), and the reorder that converts each call. */
+  if (slot == DDP_DNNL_OWN_BUFFER) {
+    DDP_DNNL_CHECK_GOTO(dnnl_memory_create(&s->inner, inner_md, g_engine, DNNL_MEMORY_ALLOCATE), st,
+                        fail);
+  } else {
+    DDP_CHECK_GOTO(stage_reserve(slot, dnnl_memory_desc_get_size(inner_md)), st, fail);
+    DDP_DNNL_CHECK_GOTO(dnnl_memory_create(&s->inner, inner_md, g_engine, DNNL_MEMORY_NONE), st,
+                        fail);
+    s->slot = slot;
+  }
   dnnl_primitive_desc_t rpd = NULL;
   DDP_DNNL_CHECK_GOTO(
       dnnl_reorder_primitive_desc_create(&rpd, to_inner ? user_md : inner_md, g_engine,
@@ -240,8 +278,25 @@ fail:
   return st;
 }
 
+ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
+                                  const dnnl_memory_desc_t *inner_md, int to_inner) {
+  return staged_make(s, user_md, inner_md, to_inner, DDP_DNNL_OWN_BUFFER);
+}
+
+ddp_status_t ddp_dnnl_staged_init_shared(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
+                                         const dnnl_memory_desc_t *inner_md, int to_inner,
+                                         int slot) {
+  return staged_make(s, user_md, inner_md, to_inner, slot);
+}
+
+ddp_status_t ddp_dnnl_staged_bind(const ddp_dnnl_staged_t *s) {
+  /* Re-pointed every call: a later entry may have grown (moved) the buffer. */
+  return s->slot == DDP_DNNL_OWN_BUFFER ? DDP_OK : ddp_dnnl_point(s->inner, g_stage[s->slot]);
+}
+
 ddp_status_t ddp_dnnl_staged_run(const ddp_dnnl_staged_t *s, int to_inner) {
   if (!s->reorder) return DDP_OK;
+  DDP_CHECK(ddp_dnnl_staged_bind(s));
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, to_inner ? s->user : s->inner},
                                   {DNNL_ARG_TO, to_inner ? s->inner : s->user}};
   return ddp_dnnl_execute(s->reorder, 2, args);
@@ -251,7 +306,7 @@ void ddp_dnnl_staged_destroy(ddp_dnnl_staged_t *s) {
   if (s->reorder) dnnl_primitive_destroy(s->reorder);
   if (s->inner && s->inner != s->user) dnnl_memory_destroy(s->inner);
   if (s->user) dnnl_memory_destroy(s->user);
-  *s = (ddp_dnnl_staged_t){0};
+  *s = (ddp_dnnl_staged_t){.slot = DDP_DNNL_OWN_BUFFER};
 }
 
 #else /* !DDP_HAVE_DNNL */
@@ -269,5 +324,9 @@ size_t ddp_cpu_dnnl_cache_entries(void) {
 }
 
 void ddp_cpu_dnnl_cache_clear(void) {}
+
+size_t ddp_cpu_dnnl_staging_bytes(void) {
+  return 0;
+}
 
 #endif

@@ -40,8 +40,12 @@ const char *ddp_cpu_dnnl_version(void);
 uint64_t ddp_cpu_dnnl_primitives_created(void);
 /* Entries now cached. */
 size_t ddp_cpu_dnnl_cache_entries(void);
-/* Destroys every cached entry (tests and shutdown; never during a step). */
+/* Destroys every cached entry and the staging buffers (tests and shutdown;
+ * never during a step). */
 void ddp_cpu_dnnl_cache_clear(void);
+/* Bytes of the shared staging buffers the cached entries' reordered
+ * activations live in (ddp_dnnl_staged_init_shared). */
+size_t ddp_cpu_dnnl_staging_bytes(void);
 
 /* The checks every oneDNN op makes first: the CPU backend, fp32 and a build
  * with oneDNN (DDP_ERR_UNSUPPORTED naming what is missing); `op` names the
@@ -103,17 +107,30 @@ ddp_status_t ddp_dnnl_point(dnnl_memory_t mem, const void *buf);
  * their outputs written, as every other CPU op does). */
 ddp_status_t ddp_dnnl_execute(const_dnnl_primitive_t prim, int nargs, const dnnl_exec_arg_t *args);
 
-/* A weights tensor in the caller's plain layout (user) and in the layout the
+/* A tensor in the caller's plain layout (user) and in the layout the
  * primitive chose (inner, with the reorder between them), or the same memory
  * when the primitive takes the plain layout as it is. */
 typedef struct ddp_dnnl_staged {
   dnnl_memory_t user, inner;
   dnnl_primitive_t reorder; /* NULL when inner == user */
+  int slot;                 /* DDP_DNNL_OWN_BUFFER, or the shared staging buffer inner lives in */
 } ddp_dnnl_staged_t;
-/* to_inner: 1 reorders user -> inner (weights read by the op), 0 inner ->
- * user (weight gradients written by it). */
+enum { DDP_DNNL_OWN_BUFFER = -1, DDP_DNNL_STAGE_SLOTS = 2 };
+/* to_inner: 1 reorders user -> inner (an operand the op reads), 0 inner ->
+ * user (one it writes). The inner buffer is the entry's own. */
 ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
                                   const dnnl_memory_desc_t *inner_md, int to_inner);
+/* The same with the inner buffer in the process-wide staging buffer `slot`
+ * (0 .. DDP_DNNL_STAGE_SLOTS-1), grown here to fit: for activations, which
+ * are large and used only for the length of one op, and ops run one at a
+ * time under the cache lock, so one buffer a slot serves every entry. */
+ddp_status_t ddp_dnnl_staged_init_shared(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
+                                         const dnnl_memory_desc_t *inner_md, int to_inner,
+                                         int slot);
+/* Points a shared inner memory at its staging buffer (before an op writes
+ * it); nothing for an own buffer. */
+ddp_status_t ddp_dnnl_staged_bind(const ddp_dnnl_staged_t *s);
+/* Binds, then reorders (nothing when inner is user). */
 ddp_status_t ddp_dnnl_staged_run(const ddp_dnnl_staged_t *s, int to_inner);
 void ddp_dnnl_staged_destroy(ddp_dnnl_staged_t *s);
 #endif
