@@ -19,7 +19,10 @@
 #  4. the export has torchvision's names, PyTorch's layouts and the buffers;
 #  5. bad flags: one line each, exit 2;
 #  6. --precision bf16 and fp16: the loss follows fp32's and falls; 2 ranks
-#     equal 1 rank with --accum 2 in bf16 as in fp32.
+#     equal 1 rank with --accum 2 in bf16 as in fp32;
+#  7. evaluation scores each of the 2,000 held-out images once, however the
+#     plan's whole steps deal them (2 x 24 a step needs 2,016 rows), and 2
+#     ranks give the 1-rank run's held-out loss and accuracy.
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if [ -z "$MPIRUN" ]; then echo "SKIP: no mpirun (configure found no MPI)"; exit 77; fi
@@ -228,5 +231,25 @@ if run hnp2 2 --steps 6 --batch-size 8 --precision bf16 --export "$dir/hnp2.st" 
   fi
 else
   echo "FAIL: the bf16 data-parallel runs failed"; show hnp2; show hacc2; fail=1
+fi
+# 7. every held-out image scored once: 2000 = 41 steps of 2 x 24 + 32, so
+# the last step repeats 16 images (and 1 rank x 48 likewise)
+held() { sed -n 's/.*val loss \([0-9.]*\) | top-1 accuracy \([0-9.]*\)% on \([0-9]*\) held-out records.*/\1 \2 \3/p' "$dir/$1.log" | tail -1; }
+if run eval2 2 --steps 1 --lr 0 --min-lr 0 --sync-bn 1 --sampler random --batch-size 24 --eval-tokens 100000 &&
+   run eval1 1 --steps 1 --lr 0 --min-lr 0 --sync-bn 1 --sampler random --batch-size 48 --eval-tokens 100000; then
+  if python3 - "$(held eval2)" "$(held eval1)" << 'EOF'
+import sys
+a, b = sys.argv[1].split(), sys.argv[2].split()
+print("2 ranks: val loss %s, top-1 %s%% on %s; 1 rank: %s, %s%% on %s" % tuple(a + b))
+sys.exit(0 if a[2] == b[2] == "2000" and abs(float(a[0]) - float(b[0])) <= 1.5e-4 and a[1] == b[1]
+         else 1)
+EOF
+  then
+    echo "ok: each of the 2000 held-out images is scored once on 2 ranks as on 1"
+  else
+    echo "FAIL: the held-out images are not each scored once"; show eval2; show eval1; fail=1
+  fi
+else
+  echo "FAIL: the evaluation runs failed"; show eval2; show eval1; fail=1
 fi
 exit $fail

@@ -3,6 +3,7 @@
 #include "train/train_data.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ddptrain/check.h"
@@ -244,7 +245,8 @@ ddp_status_t ddp_train_sampler_create(const ddp_train_data_t *d, int split,
   const ddp_train_split_t *s = split == DDP_SPLIT_VAL ? &d->val : &d->train;
   if (d->kind == DDP_BATCH_TOKENS) return ddp_sampler_create(&s->corpus, cfg, out);
   /* records and images: items of one target each (length 2), so T is 1;
-   * evaluation scores every record (its last step wraps instead) */
+   * evaluation scores every record: its last step wraps, and the repeats
+   * are dropped before scoring (ddp_eval_firsts_apply) */
   ddp_sampler_config_t c = *cfg;
   if (split == DDP_SPLIT_VAL) c.drop_remainder = 0;
   if (d->images) return ddp_sampler_create_items(s->images.items, s->images.n, 1, &c, out);
@@ -311,4 +313,67 @@ ddp_status_t ddp_train_batch_fill(ddp_train_batch_t *b, const ddp_train_data_t *
   const ddp_train_split_t *sp = split == DDP_SPLIT_VAL ? &d->val : &d->train;
   if (d->images) return fill_images(&b->records, d, &sp->images, split, s, step, rank, micro);
   return fill_records(&b->records, &sp->records, s, step, rank, micro);
+}
+
+ddp_status_t ddp_eval_firsts_init(ddp_eval_firsts_t *f, const ddp_train_data_t *d, ddp_sampler_t *s,
+                                  int world, int rank) {
+  *f = (ddp_eval_firsts_t){.rows_max = ddp_sampler_max_rows(s)};
+  const int64_t n = d->images ? d->val.images.n : d->val.records.n;
+  DDP_CHECK(ddp_sampler_steps_in_epoch(s, 0, &f->steps));
+  ddp_status_t st = DDP_OK;
+  uint8_t *seen = calloc((size_t)(n + 7) / 8, 1);
+  int64_t *items = malloc((size_t)f->rows_max * sizeof *items);
+  f->keep = calloc((size_t)f->steps * (size_t)f->rows_max, 1);
+  f->step_targets = calloc((size_t)f->steps, sizeof *f->step_targets);
+  if (!seen || !items || !f->keep || !f->step_targets)
+    DDP_FAIL_GOTO(st, DDP_ERR_OOM, done, "evaluation plan: out of host memory for %lld records",
+                  (long long)n);
+  for (int64_t t = 0; t < f->steps; ++t)
+    for (int r = 0; r < world; ++r) {
+      int rows = 0;
+      ddp_step_info_t info;
+      DDP_CHECK_GOTO(ddp_sampler_rows(s, t, r, 0, items, f->rows_max, &rows, &info), st, done);
+      for (int i = 0; i < rows; ++i) {
+        const int64_t k = items[i];
+        if (k < 0 || k >= n)
+          DDP_FAIL_GOTO(st, DDP_ERR_INTERNAL, done,
+                        "evaluation plan: record %lld of a split of %lld", (long long)k,
+                        (long long)n);
+        const uint8_t bit = (uint8_t)(1u << (k % 8));
+        if (seen[k / 8] & bit) continue;
+        seen[k / 8] |= bit;
+        ++f->step_targets[t];
+        if (r == rank) f->keep[t * f->rows_max + i] = 1;
+      }
+    }
+done:
+  free(items);
+  free(seen);
+  if (st != DDP_OK) ddp_eval_firsts_destroy(f);
+  return st;
+}
+
+void ddp_eval_firsts_destroy(ddp_eval_firsts_t *f) {
+  free(f->keep);
+  free(f->step_targets);
+  *f = (ddp_eval_firsts_t){0};
+}
+
+void ddp_eval_firsts_apply(const ddp_eval_firsts_t *f, int64_t step, ddp_record_batch_t *b) {
+  const uint8_t *keep = f->keep + step * f->rows_max;
+  const size_t row_floats = (size_t)b->floats;
+  int kept = 0;
+  for (int i = 0; i < b->B; ++i) {
+    if (!keep[i]) continue;
+    if (kept != i) {
+      memmove(b->inputs + (size_t)kept * row_floats, b->inputs + (size_t)i * row_floats,
+              row_floats * sizeof *b->inputs);
+      b->labels[kept] = b->labels[i];
+      b->items[kept] = b->items[i];
+    }
+    ++kept;
+  }
+  b->B = kept;
+  b->n_targets = kept;
+  b->info.n_targets = f->step_targets[step];
 }

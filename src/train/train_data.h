@@ -81,6 +81,26 @@ void ddp_train_batch_destroy(ddp_train_batch_t *b);
 ddp_status_t ddp_train_batch_fill(ddp_train_batch_t *b, const ddp_train_data_t *d, int split,
                                   ddp_sampler_t *s, int64_t step, int rank, int micro);
 
+/* Which rows of this rank's evaluation plan score a record for the first
+ * time. A plan of whole steps repeats records to fill its last step (10,000
+ * images in steps of 2 x 32 deal 10,048 rows); walking every rank's rows in
+ * plan order (step, then rank) marks each repeat, so every rank drops the
+ * same ones and each record counts exactly once across the ranks. */
+typedef struct ddp_eval_firsts {
+  uint8_t *keep;         /* [step * rows_max + row]: 1 for a first sight on this rank */
+  int64_t *step_targets; /* [step]: first sights over all ranks (the step's normaliser) */
+  int64_t steps;         /* of the epoch-0 plan */
+  int rows_max;
+} ddp_eval_firsts_t;
+/* Only for record and image data; s is the validation sampler. */
+ddp_status_t ddp_eval_firsts_init(ddp_eval_firsts_t *f, const ddp_train_data_t *d, ddp_sampler_t *s,
+                                  int world, int rank);
+void ddp_eval_firsts_destroy(ddp_eval_firsts_t *f);
+/* Drops the rows of a record batch filled for `step` that are repeats,
+ * keeping the others in order; B, n_targets and the step's global
+ * n_targets follow (B may reach 0). */
+void ddp_eval_firsts_apply(const ddp_eval_firsts_t *f, int64_t step, ddp_record_batch_t *b);
+
 /* What the model's operations take: a ddp_batch_t or a ddp_record_batch_t. */
 static inline const void *ddp_train_batch_input(const ddp_train_batch_t *b) {
   return b->kind == DDP_BATCH_TOKENS ? (const void *)&b->tokens : (const void *)&b->records;

@@ -59,6 +59,7 @@ typedef struct trainer {
   ddp_train_data_t data;
   ddp_sampler_t *sampler, *val_sampler;
   ddp_train_batch_t val_batch;
+  ddp_eval_firsts_t val_firsts; /* record data: the repeats of the last step, left unscored */
   float *val_outputs; /* record models: a validation micro-batch's outputs, for top-1/top-5 */
   ddp_loader_t *loader;
   ddp_train_batch_t slots[LOADER_DEPTH];
@@ -303,6 +304,9 @@ static ddp_status_t setup_eval(trainer_t *tr, const ddp_model_ops_t *mops) {
     tr->val_outputs = malloc(n * sizeof *tr->val_outputs);
     if (!tr->val_outputs) DDP_FAIL(DDP_ERR_OOM, "evaluation: out of host memory");
   }
+  if (tr->data.kind == DDP_BATCH_RECORDS)
+    DDP_CHECK(ddp_eval_firsts_init(&tr->val_firsts, &tr->data, tr->val_sampler, tr->dist->world,
+                                   tr->dist->rank));
   return DDP_OK;
 }
 
@@ -523,8 +527,12 @@ static ddp_status_t evaluate(trainer_t *tr, eval_result_t *r) {
   for (int64_t i = 0; i < steps && targets < tr->o->eval_tokens; ++i) {
     DDP_CHECK(
         ddp_train_batch_fill(b, &tr->data, DDP_SPLIT_VAL, tr->val_sampler, i, tr->dist->rank, 0));
-    DDP_CHECK(tr->model->ops->eval_forward(tr->model, ddp_train_batch_input(b)));
+    if (tr->val_firsts.keep) ddp_eval_firsts_apply(&tr->val_firsts, i, &b->records);
     targets += ddp_train_batch_info(b)->n_targets;
+    /* a rank whose rows all repeat records sits the step out (no
+     * collective runs inside the loop) */
+    if (b->kind == DDP_BATCH_RECORDS && b->records.B == 0) continue;
+    DDP_CHECK(tr->model->ops->eval_forward(tr->model, ddp_train_batch_input(b)));
     if (tr->val_outputs) {
       DDP_CHECK(count_hits(tr, &b->records, &sums[1], &sums[3]));
       sums[2] += b->records.B;
@@ -866,7 +874,8 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
      * taken as its compute time, which the search and allocations fill */
     const int skip = t->steps > 1;
     const double first_c = skip ? tr->first_compute_s : 0.0;
-    const double n_after = ns - skip, waited = t->host_wait_s - (skip ? tr->first_host_wait_s : 0.0);
+    const double n_after = ns - skip,
+                 waited = t->host_wait_s - (skip ? tr->first_host_wait_s : 0.0);
     const double issue_ms = 1e3 * (t->compute_s - first_c - waited) / n_after,
                  wall_ms = 1e3 * (dt - first_c) / n_after;
     DDP_LOG_INFO(
@@ -1100,6 +1109,7 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_sampler_destroy(tr.val_sampler);
   ddp_train_batch_destroy(&tr.val_batch);
   free(tr.val_outputs);
+  ddp_eval_firsts_destroy(&tr.val_firsts);
   ddp_train_data_destroy(&tr.data);
   return st;
 }
