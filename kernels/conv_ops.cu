@@ -221,13 +221,29 @@ __global__ void bn_slices_kernel(float *sums, const float *scratch, int C, int P
   sums[i] = acc;
 }
 
+/* The channel of element i of an NHWC tensor as a grid-stride loop walks
+ * it: one 64-bit remainder per thread, then an add and a compare a step.
+ * A 64-bit remainder per element (dozens of instructions) costs about as
+ * much as the element's memory traffic in these bandwidth-bound passes. */
+struct ChannelWalk {
+  int c, step, C;
+  __device__ ChannelWalk(size_t i0, size_t stride, int channels)
+      : c((int)(i0 % (size_t)channels)), step((int)(stride % (size_t)channels)), C(channels) {}
+  __device__ void next() {
+    c += step; /* both below C, so one subtraction wraps it */
+    if (c >= C) c -= C;
+  }
+};
+
 template <int DT>
 __global__ void bn_apply_fwd_kernel(void *out, const void *x, const float *mean, const float *var,
                                     const float *gamma, const float *beta, float eps, size_t n,
                                     int C) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int c = (int)(i % C);
+  const size_t stride = (size_t)gridDim.x * blockDim.x,
+               i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  ChannelWalk ch(i0, stride, C);
+  for (size_t i = i0; i < n; i += stride, ch.next()) {
+    const int c = ch.c;
     const float istd = 1.0f / sqrtf(var[c] + eps);
     store<DT>(out, i, (load<DT>(x, i) - mean[c]) * istd * gamma[c] + beta[c]);
   }
@@ -249,9 +265,11 @@ template <int DT>
 __global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, const float *mean,
                                     const float *var, const float *istd_in, const float *gamma,
                                     const float *g, float eps, float inv_m, size_t n, int C) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int c = (int)(i % C);
+  const size_t stride = (size_t)gridDim.x * blockDim.x,
+               i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  ChannelWalk ch(i0, stride, C);
+  for (size_t i = i0; i < n; i += stride, ch.next()) {
+    const int c = ch.c;
     const float istd = istd_of(istd_in, var, eps, c);
     const float xh = (load<DT>(x, i) - mean[c]) * istd;
     const float r = load<DT>(dy, i) - g[c] * inv_m - xh * istd * g[C + c] * inv_m;
