@@ -203,14 +203,13 @@ static ddp_status_t impl_from_pd(conv_impl_t **out, dnnl_primitive_desc_t pd, co
   const dnnl_memory_desc_t *b_user = op == CONV_BWD_DATA ? &d->src_user : &d->dst_user;
   DDP_CHECK_GOTO(ddp_dnnl_primitive(&c->prim, pd), st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_scratchpad(&c->scratch, pd), st, fail);
-  DDP_CHECK_GOTO(
-      ddp_dnnl_staged_init_shared(&c->a, a_user, dnnl_primitive_desc_query_md(pd, qa, 0), 1, 0), st,
-      fail);
-  DDP_CHECK_GOTO(ddp_dnnl_staged_init_shared(&c->b, b_user, dnnl_primitive_desc_query_md(pd, qb, 0),
-                                             op == CONV_BWD_WEIGHTS, 1),
+  DDP_CHECK_GOTO(ddp_dnnl_staged_init(&c->a, a_user, dnnl_primitive_desc_query_md(pd, qa, 0), 1, 0),
+                 st, fail);
+  DDP_CHECK_GOTO(ddp_dnnl_staged_init(&c->b, b_user, dnnl_primitive_desc_query_md(pd, qb, 0),
+                                      op == CONV_BWD_WEIGHTS, 1),
                  st, fail);
   DDP_CHECK_GOTO(ddp_dnnl_staged_init(&c->w, &d->w_user, dnnl_primitive_desc_query_md(pd, qw, 0),
-                                      op != CONV_BWD_WEIGHTS),
+                                      op != CONV_BWD_WEIGHTS, DDP_DNNL_OWN_BUFFER),
                  st, fail);
   if (op == CONV_BWD_WEIGHTS) {
     c->dw_fresh = malloc(c->w_elems * sizeof *c->dw_fresh);
@@ -241,11 +240,12 @@ static ddp_status_t conv_run(conv_impl_t *c, enum conv_op op, const void *a, con
   DDP_CHECK(ddp_dnnl_point(c->b.user, b));
   DDP_CHECK(ddp_dnnl_point(c->w.user, w));
   DDP_CHECK(ddp_dnnl_staged_run(&c->a, 1));
-  if (op == CONV_BWD_WEIGHTS)
+  if (op == CONV_BWD_WEIGHTS) {
     DDP_CHECK(ddp_dnnl_staged_run(&c->b, 1));
-  else
+  } else {
     DDP_CHECK(ddp_dnnl_staged_run(&c->w, 1));
-  DDP_CHECK(ddp_dnnl_staged_bind(&c->b));
+    DDP_CHECK(ddp_dnnl_staged_bind(&c->b)); /* the op writes it */
+  }
   const int arg_a = op == CONV_BWD_DATA ? DNNL_ARG_DIFF_DST : DNNL_ARG_SRC;
   const int arg_b = op == CONV_FWD        ? DNNL_ARG_DST
                     : op == CONV_BWD_DATA ? DNNL_ARG_DIFF_SRC

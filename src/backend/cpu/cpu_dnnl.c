@@ -51,7 +51,7 @@ static size_t g_entries;
 static uint64_t g_clock, g_primitives;
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
-/* The shared staging buffers (ddp_dnnl_staged_init_shared): grown only when
+/* The shared staging buffers (ddp_dnnl_staged_init with a slot): grown only when
  * an entry is created, so never in the step loop. */
 static void *g_stage[DDP_DNNL_STAGE_SLOTS];
 static size_t g_stage_bytes[DDP_DNNL_STAGE_SLOTS];
@@ -244,8 +244,8 @@ static ddp_status_t stage_reserve(int slot, size_t bytes) {
   return DDP_OK;
 }
 
-static ddp_status_t staged_make(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
-                                const dnnl_memory_desc_t *inner_md, int to_inner, int slot) {
+ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
+                                  const dnnl_memory_desc_t *inner_md, int to_inner, int slot) {
   *s = (ddp_dnnl_staged_t){.slot = DDP_DNNL_OWN_BUFFER};
   ddp_status_t st = DDP_OK;
   DDP_CHECK(ddp_dnnl_user_memory(&s->user, user_md));
@@ -276,17 +276,6 @@ static ddp_status_t staged_make(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *
 fail:
   ddp_dnnl_staged_destroy(s);
   return st;
-}
-
-ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
-                                  const dnnl_memory_desc_t *inner_md, int to_inner) {
-  return staged_make(s, user_md, inner_md, to_inner, DDP_DNNL_OWN_BUFFER);
-}
-
-ddp_status_t ddp_dnnl_staged_init_shared(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
-                                         const dnnl_memory_desc_t *inner_md, int to_inner,
-                                         int slot) {
-  return staged_make(s, user_md, inner_md, to_inner, slot);
 }
 
 ddp_status_t ddp_dnnl_staged_bind(const ddp_dnnl_staged_t *s) {

@@ -44,7 +44,7 @@ size_t ddp_cpu_dnnl_cache_entries(void);
  * never during a step). */
 void ddp_cpu_dnnl_cache_clear(void);
 /* Bytes of the shared staging buffers the cached entries' reordered
- * activations live in (ddp_dnnl_staged_init_shared). */
+ * activations live in (ddp_dnnl_staged_init with a slot). */
 size_t ddp_cpu_dnnl_staging_bytes(void);
 
 /* The checks every oneDNN op makes first: the CPU backend, fp32 and a build
@@ -117,16 +117,13 @@ typedef struct ddp_dnnl_staged {
 } ddp_dnnl_staged_t;
 enum { DDP_DNNL_OWN_BUFFER = -1, DDP_DNNL_STAGE_SLOTS = 2 };
 /* to_inner: 1 reorders user -> inner (an operand the op reads), 0 inner ->
- * user (one it writes). The inner buffer is the entry's own. */
+ * user (one it writes). slot DDP_DNNL_OWN_BUFFER: the inner buffer is the
+ * entry's own; 0 .. DDP_DNNL_STAGE_SLOTS-1: it lives in that process-wide
+ * staging buffer, grown here to fit (for activations, which are large and
+ * used only for the length of one op, and ops run one at a time under the
+ * cache lock, so one buffer a slot serves every entry). */
 ddp_status_t ddp_dnnl_staged_init(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
-                                  const dnnl_memory_desc_t *inner_md, int to_inner);
-/* The same with the inner buffer in the process-wide staging buffer `slot`
- * (0 .. DDP_DNNL_STAGE_SLOTS-1), grown here to fit: for activations, which
- * are large and used only for the length of one op, and ops run one at a
- * time under the cache lock, so one buffer a slot serves every entry. */
-ddp_status_t ddp_dnnl_staged_init_shared(ddp_dnnl_staged_t *s, const dnnl_memory_desc_t *user_md,
-                                         const dnnl_memory_desc_t *inner_md, int to_inner,
-                                         int slot);
+                                  const dnnl_memory_desc_t *inner_md, int to_inner, int slot);
 /* Points a shared inner memory at its staging buffer (before an op writes
  * it); nothing for an own buffer. */
 ddp_status_t ddp_dnnl_staged_bind(const ddp_dnnl_staged_t *s);
