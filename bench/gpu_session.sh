@@ -186,13 +186,15 @@ fi
 if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
   t0=$SECONDS
   python3 bench/image_shard.py "$W/rprof.img" 256 224 --classes 1000 > /dev/null 2>&1
-  # an NVTX include names the whole range (push/pop ranges end in "/")
+  # an NVTX include names a whole push/pop range, "/" at its end; "step 2"
+  # is the trainer's outermost range (forward, backward and optimizer), the
+  # micro-step's own range nests inside it
   timeout -k 5 $(($(left) > 200 ? 120 : 70)) ncu --clock-control none --metrics gpu__time_duration.sum \
-    --csv --page raw --nvtx --nvtx-include "step 2 micro-step 0 (128 targets)/" ./ddptrain --device cuda \
+    --csv --page raw --nvtx --nvtx-include "step 2/" ./ddptrain --device cuda \
     --precision bf16 --model resnet --depth 50 --stem imagenet --data "$W/rprof.img" \
     --batch-size 128 --steps 4 --warmup 1 --log-every 1 --eval-every 0 --optimizer sgd \
     --nvtx on --peak-gflops 860000 > "$W/logs/ncu-resnet.csv" 2> "$W/logs/ncu-resnet.err"
-  say "ResNet-50 profile: exit $? ($((SECONDS - t0)) s); device time per kernel name, one step's forward and backward:"
+  say "ResNet-50 profile: exit $? ($((SECONDS - t0)) s); device time per kernel name, one whole step:"
   ncu_table "$W/logs/ncu-resnet.csv"
 fi
 

@@ -601,7 +601,7 @@ static ddp_status_t train_step(trainer_t *tr, int64_t step, window_t *w, float l
     if (info.n_targets <= 0) DDP_FAIL(DDP_ERR_FORMAT, "step %lld has no targets", (long long)step);
     const float dloss = ddp_amp_loss_scale(&tr->amp) / (float)info.n_targets;
     /* the step in the name lets a profiler pick one step's kernels
-     * (Nsight Compute's --nvtx-include "step 2 micro-step 0/") */
+     * (Nsight Compute's --nvtx-include "step 2/", the step span's range around it) */
     DDP_NVTX_PUSH("step %lld micro-step %lld (%lld targets)", (long long)step, (long long)k,
                   (long long)ddp_train_batch_targets(b));
     DDP_CHECK(tr->model->ops->forward_backward(tr->model, ddp_train_batch_input(b), dloss, k > 0,
