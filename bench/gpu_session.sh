@@ -189,7 +189,11 @@ if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
   # an NVTX include names a whole push/pop range, "/" at its end; "step 2"
   # is the trainer's outermost range (forward, backward and optimizer), the
   # micro-step's own range nests inside it
-  timeout -k 5 $(($(left) > 200 ? 120 : 70)) ncu --clock-control none --metrics gpu__time_duration.sum \
+  # about 90 ms of Nsight Compute per launch, some 700 launches a step: the
+  # step takes 60-70 s under it (the H100 session of 2026-11-26 ran out at
+  # 70); caches are left warm between launches, as in training
+  tl=$(($(left) - 20)); [ $tl -gt 200 ] && tl=200
+  timeout -k 5 $tl ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
     --csv --page raw --nvtx --nvtx-include "step 2/" ./ddptrain --device cuda \
     --precision bf16 --model resnet --depth 50 --stem imagenet --data "$W/rprof.img" \
     --batch-size 128 --steps 4 --warmup 1 --log-every 1 --eval-every 0 --optimizer sgd \
