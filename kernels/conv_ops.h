@@ -90,7 +90,7 @@ static inline size_t ddp_cuda_bn_scratch_floats(int64_t M, int C) {
  *   mean[c]).
  * scratch: ddp_cuda_bn_scratch_floats(M, C) floats, overwritten. Each slice
  * sums its rows eight lanes at a time and adds the lanes in a fixed tree; a
- * second kernel adds the slices in order. */
+ * second kernel adds each sum's slices with one warp, in a fixed order. */
 ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
                                 const void *dy, const float *mean, int64_t M, int C,
                                 cudaStream_t stream);

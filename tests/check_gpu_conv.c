@@ -273,6 +273,11 @@ static const ddp_bn_shape_t k_bn_shapes[] = {
     {.N = 4, .H = 5, .W = 5, .C = 24, .eps = 1e-5f, .momentum = 0.1f},
     {.N = 2, .H = 7, .W = 3, .C = 67, .eps = 1e-3f, .momentum = 0.25f},
     {.N = 6, .H = 10, .W = 10, .C = 8, .eps = 1e-5f, .momentum = 0.1f},
+    /* more positions than the apply kernels' grid has threads (4096 x
+     * 256), so each thread's channel walk wraps: in groups of four
+     * channels (72) and one by one (35, not a multiple of 4) */
+    {.N = 4, .H = 128, .W = 128, .C = 72, .eps = 1e-5f, .momentum = 0.1f},
+    {.N = 2, .H = 128, .W = 128, .C = 35, .eps = 1e-5f, .momentum = 0.1f},
 };
 #define N_BN_SHAPES ((int)(sizeof k_bn_shapes / sizeof k_bn_shapes[0]))
 
@@ -574,11 +579,28 @@ START_TEST(test_gpu_maxpool_ties_go_to_first) {
 }
 END_TEST
 
-static void act_case(ddp_dtype_t dt, size_t n) {
+/* Elements [off, n) of t as a buffer of their own: an offset of one
+ * element misaligns the four-element groups of the GPU's vector kernels,
+ * so the scalar ones run. */
+static mixed_t mixed_view(const mixed_t *t, size_t off) {
+  mixed_t v = *t;
+  v.host = t->host + off;
+  v.cpu = (float *)t->cpu + off;
+  v.gpu = (char *)t->gpu + off * ddp_dtype_size(t->dt);
+  v.n = t->n - off;
+  return v;
+}
+
+/* The three activation ops on n elements, each buffer starting `off`
+ * elements into its allocation. */
+static void act_case(ddp_dtype_t dt, size_t n_all, size_t off) {
   const ddp_conv_ops_t *cc = cpu_conv(), *gc = gpu_conv();
-  mixed_t a = mixed_input(dt, n, 0.0f, 1.0f), b = mixed_input(dt, n, 0.0f, 1.0f);
-  mixed_t dy = mixed_input(dt, n, 0.0f, 1.0f);
-  mixed_t r = mixed_output(dt, n), s = mixed_output(dt, n), dx = mixed_output(dt, n);
+  mixed_t a0 = mixed_input(dt, n_all, 0.0f, 1.0f), b0 = mixed_input(dt, n_all, 0.0f, 1.0f);
+  mixed_t dy0 = mixed_input(dt, n_all, 0.0f, 1.0f);
+  mixed_t r0 = mixed_output(dt, n_all), s0 = mixed_output(dt, n_all), dx0 = mixed_output(dt, n_all);
+  mixed_t a = mixed_view(&a0, off), b = mixed_view(&b0, off), dy = mixed_view(&dy0, off);
+  mixed_t r = mixed_view(&r0, off), s = mixed_view(&s0, off), dx = mixed_view(&dx0, off);
+  const size_t n = n_all - off;
   ck_assert_int_eq(cc->relu_fwd(twin_cpu, DDP_DTYPE_F32, r.cpu, a.cpu, n, NULL), DDP_OK);
   ck_assert_int_eq(gc->relu_fwd(twin_gpu, dt, r.gpu, a.gpu, n, NULL), DDP_OK);
   ck_assert_int_eq(cc->add_relu_fwd(twin_cpu, DDP_DTYPE_F32, s.cpu, a.cpu, b.cpu, n, NULL), DDP_OK);
@@ -591,23 +613,28 @@ static void act_case(ddp_dtype_t dt, size_t n) {
   mixed_expect(&s, out_tol(dt, 0.0), "add_relu_fwd");
   mixed_expect(&dx, 0.0, "relu_bwd");
   /* In place: out aliases a, then dinp aliases dout; the same bits. */
-  mixed_t a2 = mixed_alloc(dt, n), dy2 = mixed_alloc(dt, n);
-  memcpy(a2.host, a.host, n * sizeof(float));
-  memcpy(dy2.host, dy.host, n * sizeof(float));
-  mixed_set(&a2);
-  mixed_set(&dy2);
+  mixed_t a20 = mixed_alloc(dt, n_all), dy20 = mixed_alloc(dt, n_all);
+  memcpy(a20.host, a0.host, n_all * sizeof(float));
+  memcpy(dy20.host, dy0.host, n_all * sizeof(float));
+  mixed_set(&a20);
+  mixed_set(&dy20);
+  mixed_t a2 = mixed_view(&a20, off), dy2 = mixed_view(&dy20, off);
   ck_assert_int_eq(gc->add_relu_fwd(twin_gpu, dt, a2.gpu, a2.gpu, b.gpu, n, NULL), DDP_OK);
   ck_assert_int_eq(gc->relu_bwd(twin_gpu, dt, dy2.gpu, dy2.gpu, a2.gpu, n, NULL), DDP_OK);
   expect_gpu_bits_equal(a2.gpu, s.gpu, n * ddp_dtype_size(dt), "add_relu_fwd in place");
   expect_gpu_bits_equal(dy2.gpu, dx.gpu, n * ddp_dtype_size(dt), "relu_bwd in place");
-  mixed_t *all[] = {&a, &b, &dy, &r, &s, &dx, &a2, &dy2};
+  mixed_t *all[] = {&a0, &b0, &dy0, &r0, &s0, &dx0, &a20, &dy20};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
 }
 
 START_TEST(test_gpu_activations_match_cpu) {
   for (int d = 0; d < 3; ++d) {
-    act_case(twin_dtypes[d], 1000 + 3);
-    act_case(twin_dtypes[d], 1);
+    act_case(twin_dtypes[d], 1000 + 3, 0);
+    act_case(twin_dtypes[d], 1, 0);
+    act_case(twin_dtypes[d], 1000 + 4, 1); /* misaligned: the scalar kernels */
+    /* more groups of four than the grid has threads (4096 x 256): the
+     * grid-stride loop wraps, and a tail of 3 */
+    act_case(twin_dtypes[d], (size_t)4 * 4096 * 256 + 4 * 999 + 3, 0);
   }
 }
 END_TEST

@@ -11,6 +11,8 @@
  * Autotuning: the first call of an op on a shape (or conv_prepare, for all
  * three ops at once) runs cudnnFind*AlgorithmEx, which times every
  * candidate algorithm on the GPU, and keeps the fastest one that is allowed
+ * (near-ties, within CONV_TIE_MARGIN, to the lowest algorithm number, so
+ * that timing noise does not pick differently from run to run)
  * in a plan keyed by the shape and dtype, beside the descriptors: later
  * calls are a lookup and one cuDNN call. The backward-weights search writes
  * its output, so it always measures into a scratch filter, never into the
@@ -70,6 +72,9 @@ struct ddp_cuda_conv {
   size_t ws_bytes;
   uint64_t finds;
 };
+
+/* Candidates timed within this fraction of the fastest count as tied. */
+#define CONV_TIE_MARGIN 0.05f
 
 /* One candidate of a search, whichever op's perf struct it came from. */
 typedef struct candidate {
@@ -363,6 +368,19 @@ static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *
   int pick = -1;
   for (int i = 0; i < n && pick < 0; ++i)
     if (allowed(be, p->dt, &cand[i])) pick = i;
+  /* Near-ties go to the lowest algorithm number (then math type), not to
+   * the stopwatch: cuDNN's candidates come sorted by one timing each, the
+   * order of two within a few percent changes from run to run, and each
+   * algorithm rounds its own way, so a pure fastest-wins choice made two
+   * runs of the same job differ (an H100's bf16 ResNet-10, 2026-11-26). */
+  if (pick >= 0) {
+    const float limit = cand[pick].ms * (1.0f + CONV_TIE_MARGIN);
+    for (int i = pick + 1; i < n; ++i) {
+      const candidate_t *k = &cand[i], *best = &cand[pick];
+      if (!allowed(be, p->dt, k) || !(k->ms <= limit)) continue;
+      if (k->algo < best->algo || (k->algo == best->algo && k->math < best->math)) pick = i;
+    }
+  }
   if (pick < 0)
     DDP_FAIL(DDP_ERR_UNSUPPORTED,
              "cuda:%d: %s: cuDNN has no %s algorithm for N=%d H=%d W=%d C=%d K=%d R=%d S=%d "
