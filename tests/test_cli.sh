@@ -125,6 +125,30 @@ check1 "--loss-scale-min above --loss-scale-init" 2 \
 # shellcheck disable=SC2086
 check1 "--plan-only checks combinations too" 2 "option --tokens-per-batch 10 is smaller" \
   "$DDPTRAIN" $TINY --tokens-per-batch 10 --plan-only
+# --conv-algos: a bad record names its file and line; an explicit path
+# that cannot be created is refused before training; a good one is read
+# (the CPU records nothing, so it stays as it was)
+algos=$(mktemp)
+printf '# ddptrain convolution algorithms v1\nconv_fwd bf16 N=2\n' > "$algos"
+# shellcheck disable=SC2086
+check "--conv-algos: a malformed record" 1 "$algos line 2: 3 fields, expected 15" \
+  "$DDPTRAIN" $TINY --conv-algos "$algos"
+# shellcheck disable=SC2086
+check "--conv-algos: a folder that does not exist" 1 \
+  "--conv-algos /nonexistent-dir/a.txt: cannot create a file in /nonexistent-dir" \
+  "$DDPTRAIN" $TINY --conv-algos /nonexistent-dir/a.txt
+printf '# ddptrain convolution algorithms v1\nconv_fwd bf16 N=2 H=9 W=9 C=8 K=16 R=3 S=3 stride=1 pad=1 det=1 tf32=1 algo=1 math=1\n' > "$algos"
+cp "$algos" "$algos.orig"
+# shellcheck disable=SC2086
+check "--conv-algos: a good record is read" 0 "--conv-algos: 1 convolution algorithm choices from" \
+  "$DDPTRAIN" $TINY --conv-algos "$algos"
+if cmp -s "$algos" "$algos.orig"; then
+  echo "ok: --conv-algos: the CPU leaves the record as it was"
+else
+  echo "FAIL: --conv-algos: the CPU run changed the record"; fail=1
+fi
+rm -f "$algos" "$algos.orig"
+check "--help explains --conv-algos" 0 "the record of the convolution algorithms" "$DDPTRAIN" --help
 check "stray argument" 2 "unexpected argument 'data.bin'" "$DDPTRAIN" data.bin
 check "bad DDPTRAIN_LOG_LEVEL" 2 "DDPTRAIN_LOG_LEVEL='loud'" env DDPTRAIN_LOG_LEVEL=loud "$DDPTRAIN"
 check "unknown DDPTRAIN_ variable warned" 0 "DDPTRAIN_LOG_LEVL is not a ddptrain setting" \

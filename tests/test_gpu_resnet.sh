@@ -13,8 +13,12 @@
 #     the GPU's convolutions are other algorithms (cuDNN, autotuned), so
 #     the bound leaves room for their rounding, not for a wrong gradient
 #     (whole percents). The step loop makes no allocation.
-#  2. --deterministic on (the default) twice: bit-identical exports.
-#  3. bf16: two runs bit-identical, and 40 steps make the loss fall (last
+#  2. --deterministic on (the default) twice: bit-identical exports. The
+#     runs share a --conv-algos record: autotuning alone times candidates
+#     differently from run to run (a bf16 pair differed on an H100), the
+#     record makes the second run take the first one's algorithms.
+#  3. bf16: two runs with one record bit-identical (the first writes it, the
+#     second reads it), and 40 steps make the loss fall (last
 #     log window at most 98% of the first); SKIPped with a line when this
 #     build trains the ResNet in fp32 only (exit 2 naming --precision).
 #  4. --sync-bn 1 on one GPU equals --sync-bn 0 (our statistics kernels
@@ -87,7 +91,7 @@ train() { # train NAME ARGS...: one run with --metrics and --export; 1 when it f
 # shellcheck disable=SC2086
 if train w0 --device cpu --threads 1 $SHORT --lr 0 --min-lr 0 &&
    train cpu --device cpu --threads 1 $SHORT &&
-   train gpu --device cuda --tf32 off $SHORT; then
+   train gpu --device cuda --tf32 off $SHORT --conv-algos "$dir/algos32.txt"; then
   u=$(python3 "$dir/diff.py" "$dir/gpu.st" "$dir/cpu.st" "$dir/w0.st" update)
   b=$(python3 "$dir/diff.py" "$dir/gpu.st" "$dir/cpu.st" "$dir/w0.st" buffers)
   if within "$u" 2e-3 && within "$b" 1e-3; then
@@ -105,7 +109,8 @@ fi
 
 # ---- 2. --deterministic on: bit-identical repeats ---------------------------
 # shellcheck disable=SC2086
-if [ -f "$dir/gpu.st" ] && train gpu2 --device cuda --tf32 off $SHORT --deterministic on; then
+if [ -f "$dir/gpu.st" ] && train gpu2 --device cuda --tf32 off $SHORT --deterministic on \
+     --conv-algos "$dir/algos32.txt"; then
   if cmp -s "$dir/gpu.st" "$dir/gpu2.st"; then
     echo "ok: fp32 --deterministic on: two runs export bit-identical weights"
   else
@@ -117,7 +122,7 @@ fi
 LONG="$NET --warmup 2 --batch-size 32 --steps 40 --log-every 10"
 # shellcheck disable=SC2086
 "$DDPTRAIN" --device cuda --precision bf16 $LONG --metrics "$dir/bf1.jsonl" --export "$dir/bf1.st" \
-  > "$dir/bf1.out" 2>&1
+  --conv-algos "$dir/algos16.txt" > "$dir/bf1.out" 2>&1
 rc=$?
 if [ $rc = 2 ] && grep -q -- "--precision bf16" "$dir/bf1.out"; then
   echo "SKIP (part): this build trains the ResNet in fp32 only: $(grep -m 1 -- '--precision bf16' "$dir/bf1.out")"
@@ -134,11 +139,22 @@ print(w[0], w[-1])' "$dir/bf1.jsonl")
     echo "FAIL: bf16 loss went from ${losses% *} to ${losses#* }"; fail=1
   fi
   # shellcheck disable=SC2086
-  if train bf2 --device cuda --precision bf16 $LONG; then
-    if cmp -s "$dir/bf1.st" "$dir/bf2.st"; then
-      echo "ok: bf16 --deterministic on: two runs export bit-identical weights"
+  # the record the first run wrote: every convolution op of the ResNet-10
+  # (3 ops x its shapes), which the second run reads instead of timing
+  n=$(grep -c '^conv_' "$dir/algos16.txt" 2> /dev/null)
+  if [ "${n:-0}" -ge 30 ]; then
+    echo "ok: the first bf16 run recorded $n algorithm choices"
+  else
+    echo "FAIL: the first bf16 run recorded ${n:-no} algorithm choices (want >= 30)"; fail=1
+  fi
+  # shellcheck disable=SC2086
+  if train bf2 --device cuda --precision bf16 $LONG --conv-algos "$dir/algos16.txt"; then
+    if ! grep -q -- "--conv-algos: $n convolution algorithm choices from" "$dir/bf2.out"; then
+      echo "FAIL: the second bf16 run did not read the record"; fail=1
+    elif cmp -s "$dir/bf1.st" "$dir/bf2.st"; then
+      echo "ok: bf16 --deterministic on: two runs with one record export bit-identical weights"
     else
-      echo "FAIL: bf16 --deterministic on: two runs differ"; fail=1
+      echo "FAIL: bf16 --deterministic on: two runs with one record differ"; fail=1
     fi
   fi
 fi

@@ -204,6 +204,11 @@ struct ddp_backend {
    * faster than the device runs it, i.e. whether launch gaps can occur. */
   double host_wait_s;
   size_t bytes_in_use, peak_bytes;
+  /* The convolution algorithm record the conv table consults before it
+   * autotunes a shape, and adds its choices to (the trainer's
+   * --conv-algos); NULL, the default: every new shape is searched. Owned
+   * by whoever set it. */
+  struct ddp_conv_algos *conv_algos;
 };
 
 /* Creates the backend named by cfg->device. "auto" picks the first available

@@ -104,6 +104,9 @@ typedef struct ddp_options {
   char nvtx[8]; /* "on" | "off" */
   /* "on" | "off": GPU convolutions by deterministic algorithms only */
   char deterministic[8];
+  /* --conv-algos FILE|auto|none: the convolution algorithm record
+   * (train/train_conv_algos.h) */
+  char conv_algos[1024];
   int64_t threads;
   int64_t seed;
   double peak_gflops;

@@ -275,6 +275,12 @@ static const opt_row_t k_rows[] = {
      "algorithms that sum with atomics, and the CPU times oneDNN's implementations of each "
      "shape and keeps the fastest (run-to-run differences in the last bits)",
      validate_on_off, SAME},
+    {"conv-algos", 0, OPT_STRING, OFF(conv_algos), "auto", 0, 0, "FILE|auto|none", "Run control",
+     "GPUs: the record of the convolution algorithms autotuning chose: a run reads FILE when it "
+     "exists, uses its choices without timing them, and adds what it searched, so a rerun with "
+     "the same FILE (or a resume) computes the same bits; auto = DIR/conv-algos.txt with --save "
+     "DIR, else none",
+     NULL, JOB},
     {"nvtx", 0, OPT_STRING, OFF(nvtx), "off", 0, 0, "on|off", "Run control",
      "name each step, micro-step, block forward/backward, bucket all-reduce and optimizer pass "
      "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "

@@ -32,6 +32,7 @@
 #include "optim/optim.h"
 #include "runtime/fault.h"
 #include "trace/nvtx.h"
+#include "train/train_conv_algos.h"
 #include "trace/timeline.h"
 #include "train/train_trace.h"
 #include "train/anomaly.h"
@@ -103,6 +104,7 @@ typedef struct trainer {
    * progress lines' elapsed time and the metrics' elapsed_s count from */
   double start_unix, start_mono;
   ddp_sample_every_t sample_every; /* --sample-every */
+  ddp_train_conv_algos_t conv_algos; /* --conv-algos */
   /* The run's first step, apart: it makes the activations and searches the
    * convolution algorithms, so it would skew the summary's launch-gap
    * verdict (a ResNet-50 on a GPU: 4.8 s of a 40-step run's 5.8 s). */
@@ -426,6 +428,8 @@ static ddp_status_t setup(trainer_t *tr) {
         (double)ddp_lr_schedule(tr->steps - 1, (float)o->lr, (float)o->min_lr, o->warmup,
                                 tr->steps));
   DDP_CHECK(ddp_amp_setup(&tr->amp, o, tr->dist->rank));
+  /* before the model: its first forward searches the convolutions */
+  DDP_CHECK(ddp_train_conv_algos_setup(&tr->conv_algos, o, tr->be, tr->dist->rank));
   DDP_CHECK(setup_model(tr, mops));
   DDP_CHECK(setup_optimizer(tr));
   DDP_CHECK(setup_parallel(tr));
@@ -925,6 +929,8 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
  * 76), the same on every rank. */
 static ddp_status_t after_step(trainer_t *tr, int64_t step, int stop, int signo) {
   const ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
+  /* the first step (and an evaluation's first batch) searched new shapes */
+  ddp_train_conv_algos_save_new(&tr->conv_algos);
   if (stop) {
     DDP_LOG_INFO("preempted (%s) after step %lld: %s",
                  signo ? strsignal(signo) : "a stop signal on another rank", (long long)step + 1,
@@ -1042,6 +1048,7 @@ static ddp_status_t run(trainer_t *tr) {
                  (long long)tr->steps);
   eval_result_t fe;
   DDP_CHECK(evaluate(tr, &fe));
+  ddp_train_conv_algos_save_new(&tr->conv_algos);
   if (tr->val_sampler && tr->data.kind == DDP_BATCH_TOKENS) {
     int n_docs = 0;
     DDP_CHECK(ddp_task_accuracy(tr->model, o->tokens_per_batch, (int)o->seq_len,
@@ -1111,5 +1118,6 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   free(tr.val_outputs);
   ddp_eval_firsts_destroy(&tr.val_firsts);
   ddp_train_data_destroy(&tr.data);
+  ddp_train_conv_algos_destroy(&tr.conv_algos);
   return st;
 }

@@ -11,8 +11,7 @@
  * Autotuning: the first call of an op on a shape (or conv_prepare, for all
  * three ops at once) runs cudnnFind*AlgorithmEx, which times every
  * candidate algorithm on the GPU, and keeps the fastest one that is allowed
- * (near-ties, within CONV_TIE_MARGIN, to the lowest algorithm number, so
- * that timing noise does not pick differently from run to run)
+ * (near-ties, within CONV_TIE_MARGIN, to the lowest algorithm number)
  * in a plan keyed by the shape and dtype, beside the descriptors: later
  * calls are a lookup and one cuDNN call. The backward-weights search writes
  * its output, so it always measures into a scratch filter, never into the
@@ -20,6 +19,9 @@
  * deterministic (CUDNN_DETERMINISTIC: cuDNN's atomics-based algorithms are
  * excluded) unless the backend was made with conv_nondeterministic
  * (--deterministic off), and no tensor-core math for fp32 without TF32.
+ * Timings vary from run to run, and so would the choices: a backend given
+ * an algorithm record (be->conv_algos, backend/conv_algos.h) takes each
+ * shape's choice from there without timing, and adds what it searched.
  *
  * Workspace: one buffer for the whole table from the caching allocator,
  * grown to the largest need of any chosen algorithm and kept; the search
@@ -36,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/conv_algos.h"
 #include "backend/cuda/cuda_conv.h"
 #include "backend/cuda/cuda_impl.h"
 #include "conv_ops.h"
@@ -268,29 +271,33 @@ static ddp_status_t plan_get(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_s
 
 /* ---- the search ------------------------------------------------------------ */
 
+/* The workspace algorithm `algo` of op needs for p under the descriptor's
+ * current math type, or the status of an algorithm that does not apply. */
+static cudnnStatus_t algo_workspace(cudnnHandle_t h, const conv_plan_t *p, enum conv_op op,
+                                    int algo, size_t *bytes) {
+  if (op == OP_FWD)
+    return cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y,
+                                                   (cudnnConvolutionFwdAlgo_t)algo, bytes);
+  if (op == OP_BWD_DATA)
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
+                                                        (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+  return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
+                                                        (cudnnConvolutionBwdFilterAlgo_t)algo,
+                                                        bytes);
+}
+
 /* The largest workspace any candidate algorithm of op asks for, within the
  * search's cap. Algorithms that do not apply to the shape answer with an
  * error and are skipped. */
 static size_t search_workspace(ddp_backend_t *be, cudnnHandle_t h, const conv_plan_t *p,
                                enum conv_op op) {
+  const int count = op == OP_FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                    : op == OP_BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                        : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
   size_t most = 0;
-  for (int a = 0; a < MAX_CANDIDATES; ++a) {
+  for (int a = 0; a < MAX_CANDIDATES && a < count; ++a) {
     size_t b = 0;
-    cudnnStatus_t s;
-    if (op == OP_FWD) {
-      if (a >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT) break;
-      s = cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y,
-                                                  (cudnnConvolutionFwdAlgo_t)a, &b);
-    } else if (op == OP_BWD_DATA) {
-      if (a >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT) break;
-      s = cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
-                                                       (cudnnConvolutionBwdDataAlgo_t)a, &b);
-    } else {
-      if (a >= CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT) break;
-      s = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
-                                                         (cudnnConvolutionBwdFilterAlgo_t)a, &b);
-    }
-    if (s == CUDNN_STATUS_SUCCESS && b > most) most = b;
+    if (algo_workspace(h, p, op, a, &b) == CUDNN_STATUS_SUCCESS && b > most) most = b;
   }
   size_t cap = FIND_WORKSPACE_CAP, free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && free_b / 2 < cap) cap = free_b / 2;
@@ -355,12 +362,10 @@ static int allowed(ddp_backend_t *be, ddp_dtype_t dt, const candidate_t *k) {
   return 1;
 }
 
-/* Chooses op's algorithm for p by measuring on the buffers given, and grows
- * the shared workspace to what it needs. */
-static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *p, enum conv_op op,
-                           const void *a, const void *b, void *out) {
-  cudnnHandle_t h;
-  DDP_CHECK(ddp_cuda_conv_handle(be, stream, &h));
+/* The fastest allowed candidate of cuDNN's search for op on the buffers
+ * given, near-ties going to the lowest algorithm number. */
+static ddp_status_t search_pick(ddp_backend_t *be, cudnnHandle_t h, conv_plan_t *p, enum conv_op op,
+                                const void *a, const void *b, void *out, candidate_t *chosen) {
   candidate_t cand[MAX_CANDIDATES];
   int n = 0;
   DDP_CHECK(run_search(be, h, p, op, a, b, out, cand, &n));
@@ -368,19 +373,6 @@ static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *
   int pick = -1;
   for (int i = 0; i < n && pick < 0; ++i)
     if (allowed(be, p->dt, &cand[i])) pick = i;
-  /* Near-ties go to the lowest algorithm number (then math type), not to
-   * the stopwatch: cuDNN's candidates come sorted by one timing each, the
-   * order of two within a few percent changes from run to run, and each
-   * algorithm rounds its own way, so a pure fastest-wins choice made two
-   * runs of the same job differ (an H100's bf16 ResNet-10, 2026-11-26). */
-  if (pick >= 0) {
-    const float limit = cand[pick].ms * (1.0f + CONV_TIE_MARGIN);
-    for (int i = pick + 1; i < n; ++i) {
-      const candidate_t *k = &cand[i], *best = &cand[pick];
-      if (!allowed(be, p->dt, k) || !(k->ms <= limit)) continue;
-      if (k->algo < best->algo || (k->algo == best->algo && k->math < best->math)) pick = i;
-    }
-  }
   if (pick < 0)
     DDP_FAIL(DDP_ERR_UNSUPPORTED,
              "cuda:%d: %s: cuDNN has no %s algorithm for N=%d H=%d W=%d C=%d K=%d R=%d S=%d "
@@ -388,21 +380,96 @@ static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *
              be->device, k_op_name[op],
              ddp_cuda_state(be)->conv_nondeterministic ? "usable" : "deterministic", sh->N, sh->H,
              sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, sh->pad, ddp_dtype_name(p->dt), n);
-  const candidate_t *k = &cand[pick];
-  p->algo[op] = k->algo;
+  /* Near-ties go to the lowest algorithm number (then math type), not to
+   * the stopwatch: cuDNN's candidates come sorted by one timing each, and
+   * the order of two within a few percent changes from run to run. This
+   * narrows, but cannot close, the gap between two runs' choices (small
+   * shapes' timings moved by 2x on an H100); the record (--conv-algos)
+   * closes it. */
+  const float limit = cand[pick].ms * (1.0f + CONV_TIE_MARGIN);
+  for (int i = pick + 1; i < n; ++i) {
+    const candidate_t *k = &cand[i], *best = &cand[pick];
+    if (!allowed(be, p->dt, k) || !(k->ms <= limit)) continue;
+    if (k->algo < best->algo || (k->algo == best->algo && k->math < best->math)) pick = i;
+  }
+  *chosen = cand[pick];
   /* fp32 without TF32 runs FMA math whatever the candidate was timed as. */
-  p->math[op] =
-      p->dt == DDP_DTYPE_F32 && !ddp_cuda_state(be)->allow_tf32 ? CUDNN_FMA_MATH : k->math;
-  p->algo_ws[op] = k->memory;
-  p->need[op] = k->memory;
+  if (p->dt == DDP_DTYPE_F32 && !ddp_cuda_state(be)->allow_tf32) chosen->math = CUDNN_FMA_MATH;
+  return DDP_OK;
+}
+
+/* The record's key for op of p under the backend's mode. */
+static ddp_conv_algo_key_t record_key(ddp_backend_t *be, const conv_plan_t *p, enum conv_op op) {
+  const ddp_cuda_state_t *st = ddp_cuda_state(be);
+  return (ddp_conv_algo_key_t){.op = (ddp_conv_algo_op_t)op,
+                               .dt = p->dt,
+                               .sh = p->sh,
+                               .deterministic = !st->conv_nondeterministic,
+                               .tf32 = st->allow_tf32 ? 1 : 0};
+}
+
+/* The recorded choice for op of p, as a candidate, when the record has one
+ * that applies here (*found); one that does not (another cuDNN, another
+ * GPU) is reported and searched again. */
+static ddp_status_t recorded_pick(ddp_backend_t *be, cudnnHandle_t h, conv_plan_t *p,
+                                  enum conv_op op, candidate_t *chosen, int *found) {
+  *found = 0;
+  const ddp_conv_algo_key_t key = record_key(be, p, op);
+  const ddp_conv_algo_entry_t *e = ddp_conv_algos_find(be->conv_algos, &key);
+  if (!e) return DDP_OK;
+  size_t bytes = 0;
+  DDP_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, (cudnnMathType_t)e->math));
+  const cudnnStatus_t s = algo_workspace(h, p, op, e->algo, &bytes);
+  if (s != CUDNN_STATUS_SUCCESS) {
+    const ddp_conv_shape_t *sh = &p->sh;
+    DDP_LOG_WARN(
+        "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: the recorded algorithm %d (math %d) "
+        "does not apply here (cuDNN: %s); searching again",
+        be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K,
+        sh->R, sh->S, sh->stride, e->algo, e->math, cudnnGetErrorString(s));
+    return DDP_OK;
+  }
+  *chosen = (candidate_t){.algo = e->algo,
+                          .status = s,
+                          .ms = 0.0f,
+                          .memory = bytes,
+                          .determinism = CUDNN_DETERMINISTIC,
+                          .math = (cudnnMathType_t)e->math};
+  *found = 1;
+  return DDP_OK;
+}
+
+/* Chooses op's algorithm for p: the record's choice where it has one, else
+ * by measuring on the buffers given (and adding the result to the record);
+ * grows the shared workspace to what it needs. */
+static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *p, enum conv_op op,
+                           const void *a, const void *b, void *out) {
+  cudnnHandle_t h;
+  DDP_CHECK(ddp_cuda_conv_handle(be, stream, &h));
+  candidate_t k;
+  int recorded = 0;
+  DDP_CHECK(recorded_pick(be, h, p, op, &k, &recorded));
+  if (!recorded) {
+    DDP_CHECK(search_pick(be, h, p, op, a, b, out, &k));
+    if (be->conv_algos) {
+      const ddp_conv_algo_key_t key = record_key(be, p, op);
+      DDP_CHECK(ddp_conv_algos_put(be->conv_algos, &key, k.algo, (int)k.math));
+    }
+  }
+  const ddp_conv_shape_t *sh = &p->sh;
+  p->algo[op] = k.algo;
+  p->math[op] = k.math;
+  p->algo_ws[op] = k.memory;
+  p->need[op] = k.memory;
   if (op == OP_BWD_WEIGHTS && p->dt != DDP_DTYPE_F32)
-    p->need[op] = round_up(k->memory, WS_ALIGN) +
+    p->need[op] = round_up(k.memory, WS_ALIGN) +
                   (size_t)sh->K * sh->R * sh->S * sh->C * ddp_dtype_size(p->dt);
   DDP_LOG_DEBUG(
-      "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: algorithm %d (%.3f ms, %zu "
-      "bytes of workspace, math %d) of %d",
+      "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: algorithm %d (%s%.3f ms, %zu bytes of "
+      "workspace, math %d)",
       be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K, sh->R,
-      sh->S, sh->stride, k->algo, (double)k->ms, k->memory, (int)k->math, n);
+      sh->S, sh->stride, k.algo, recorded ? "recorded, not timed: " : "", (double)k.ms, k.memory,
+      (int)k.math);
   void *ws = NULL;
   DDP_CHECK(ddp_cuda_conv_workspace(be, p->need[op], &ws));
   p->found[op] = 1;

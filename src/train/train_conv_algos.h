@@ -1,0 +1,42 @@
+/* --conv-algos FILE|auto|none: the trainer's side of the convolution
+ * algorithm record (backend/conv_algos.h). At set-up every rank reads the
+ * file when it exists and hands the record to its backend, whose conv
+ * table then takes each recorded shape's algorithm without timing; after a
+ * step (or the final evaluation) that searched new shapes, rank 0 writes
+ * the grown record back, atomically. So a second run with the same file,
+ * and a run resumed from --save (auto keeps the file there), convolve with
+ * the algorithms the first one chose, and compute the same bits.
+ *
+ * Ranks search on their own in a run that starts without a record; rank
+ * 0's choices are the ones written, so every later run's ranks use those.
+ * On the CPU nothing is recorded (its default takes oneDNN's first choice,
+ * which needs no record), and the file, if any, is only checked. */
+#ifndef DDPTRAIN_TRAIN_TRAIN_CONV_ALGOS_H
+#define DDPTRAIN_TRAIN_TRAIN_CONV_ALGOS_H
+
+#include "backend/conv_algos.h"
+#include "ddptrain/backend.h"
+#include "ddptrain/options.h"
+
+typedef struct ddp_train_conv_algos {
+  ddp_conv_algos_t rec;
+  char path[1100]; /* "" = off */
+  int writer;      /* rank 0 */
+  int warned;      /* a failed save was reported; later saves are not tried */
+  ddp_backend_t *be;
+} ddp_train_conv_algos_t;
+
+/* Resolves the flag (auto: DIR/conv-algos.txt with --save DIR, else off),
+ * reads an existing file (a bad one is DDP_ERR_FORMAT naming file and
+ * line), checks on rank 0 that a missing one can be created, and sets
+ * be->conv_algos. */
+ddp_status_t ddp_train_conv_algos_setup(ddp_train_conv_algos_t *t, const ddp_options_t *o,
+                                        ddp_backend_t *be, int rank);
+/* Rank 0: writes the record when it has grown since the last write. A
+ * failed write is a warning naming the file and the cause (the run goes
+ * on; only the next run's reproducibility is at stake), said once. */
+void ddp_train_conv_algos_save_new(ddp_train_conv_algos_t *t);
+/* Detaches the record from the backend and frees it. */
+void ddp_train_conv_algos_destroy(ddp_train_conv_algos_t *t);
+
+#endif
