@@ -103,6 +103,16 @@ ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *running_mea
                                    const float *var, const float *gamma, const float *beta,
                                    float eps, float momentum, float unbias, int64_t M, int C,
                                    cudaStream_t stream);
+/* ddp_cuda_bn_apply_fwd with an epilogue in the same pass: relu set,
+ * out = max(out, 0); residual given (relu implied), out = max(round(out) +
+ * residual, 0), the normalised value rounded to dt before the add. Either
+ * is what the apply, then relu_fwd or add_relu_fwd, would store, with one
+ * read and one write of the activation fewer. */
+ddp_status_t ddp_cuda_bn_apply_act_fwd(ddp_dtype_t dt, void *out, float *running_mean,
+                                       float *running_var, const void *x, const float *mean,
+                                       const float *var, const float *gamma, const float *beta,
+                                       float eps, float momentum, float unbias, int64_t M, int C,
+                                       int relu, const void *residual, cudaStream_t stream);
 
 /* dinp = gamma istd (dy - g[c] / M_total - (x - mean) istd^2 g[C+c] /
  * M_total) (overwrites); dbeta = / += l[c], dgamma = / += l[C+c] istd per

@@ -190,7 +190,8 @@ START_TEST(test_cpu_table_is_filled) {
                          (void *)g_ops->maxpool_fwd,      (void *)g_ops->maxpool_bwd,
                          (void *)g_ops->avgpool_fwd,      (void *)g_ops->avgpool_bwd,
                          (void *)g_ops->relu_fwd,         (void *)g_ops->add_relu_fwd,
-                         (void *)g_ops->relu_bwd,         (void *)g_ops->release};
+                         (void *)g_ops->relu_bwd,         (void *)g_ops->release,
+                         (void *)g_ops->bn_relu_fwd};
   for (size_t i = 0; i < sizeof slots / sizeof *slots; ++i)
     ck_assert_msg(slots[i] != NULL, "conv table slot %zu is NULL", i);
 }
@@ -420,6 +421,62 @@ static void bnp_forward(void *p) {
   bnp_ctx_t *b = p;
   parts_forward(b->sh, b->sums, b->out, b->mean, b->var, NULL, NULL, b->x, b->gamma, b->beta);
 }
+
+/* bn_relu_fwd is, by its contract, bn_fwd then the ReLU (with the residual
+ * added first): the same bits as bn_fwd followed by the definition of the
+ * ReLU, and the same statistics; training and inference; out may not
+ * alias its inputs. The GPU's one-pass version is compared with this one
+ * in check_gpu_conv. */
+START_TEST(test_bn_relu_fwd_is_bn_then_relu) {
+  const ddp_bn_shape_t sh = k_bn;
+  const size_t n = bn_elems(&sh), C = (size_t)sh.C;
+  const float *x = bn_input(&sh), *res = fnormal(n, 0, 1);
+  const float *gamma = funi(C, 0.5f, 1.5f), *beta = funi(C, -0.5f, 0.5f);
+  for (int training = 0; training <= 1; ++training)
+    for (int with_res = 0; with_res <= 1; ++with_res) {
+      float *rm = fill(fbuf(C), C, 0.25f), *rv = fill(fbuf(C), C, 2.0f);
+      float *rm2 = fcopy(rm, C), *rv2 = fcopy(rv, C);
+      float *sa = fnan(C), *sb = fnan(C), *sa2 = fnan(C), *sb2 = fnan(C);
+      float *y = fnan(n), *out = fnan(n), *want = fbuf(n);
+      expect_ok(g_ops->bn_fwd(g_be, DDP_DTYPE_F32, y, training ? sa : NULL, training ? sb : NULL,
+                              rm, rv, x, gamma, beta, &sh, training, NULL),
+                "bn_fwd");
+      size_t zeros = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const float v = with_res ? y[i] + res[i] : y[i];
+        want[i] = v > 0.0f ? v : 0.0f;
+        zeros += want[i] == 0.0f;
+      }
+      ck_assert_msg(zeros > n / 5 && zeros < n - n / 5, "%zu of %zu cut: not a test", zeros, n);
+      expect_ok(g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, out, training ? sa2 : NULL,
+                                   training ? sb2 : NULL, rm2, rv2, x, gamma, beta,
+                                   with_res ? res : NULL, &sh, training, NULL),
+                "bn_relu_fwd");
+      expect_bits_equal(with_res ? "bn_relu_fwd with a residual" : "bn_relu_fwd", out, want, n);
+      expect_bits_equal("bn_relu_fwd running_mean", rm2, rm, C);
+      expect_bits_equal("bn_relu_fwd running_var", rv2, rv, C);
+      if (training) {
+        expect_bits_equal("bn_relu_fwd save_a", sa2, sa, C);
+        expect_bits_equal("bn_relu_fwd save_b", sb2, sb, C);
+      }
+    }
+  /* out on top of an input: refused, nothing written */
+  float *xx = fcopy(x, n), *r2 = fcopy(res, n), *rm = fill(fbuf(C), C, 0.0f);
+  float *rv = fill(fbuf(C), C, 1.0f), *sa = fbuf(C), *sb = fbuf(C);
+  ddp_test_log_start();
+  const ddp_status_t a = g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, xx, sa, sb, rm, rv, xx, gamma,
+                                            beta, NULL, &sh, 1, NULL);
+  const ddp_status_t b = g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, r2, sa, sb, rm, rv, x, gamma,
+                                            beta, r2, &sh, 1, NULL);
+  char *log = ddp_test_log_stop();
+  ck_assert_int_eq(a, DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(b, DDP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(log, "batch_norm_relu_fwd: out may not alias inp or residual"));
+  free(log);
+  expect_bits_equal("a refused bn_relu_fwd's input", xx, x, n);
+  expect_bits_equal("a refused bn_relu_fwd's residual", r2, res, n);
+}
+END_TEST
 
 START_TEST(test_bn_parts_finite_differences) {
   const ddp_bn_shape_t *sh = &k_bn;
@@ -824,6 +881,7 @@ int main(void) {
   tcase_add_test(tc, test_add_relu_matches_definition_and_finite_differences);
   tcase_add_test(tc, test_avgpool_fwd_and_bwd);
   tcase_add_test(tc, test_bn_parts_finite_differences);
+  tcase_add_test(tc, test_bn_relu_fwd_is_bn_then_relu);
   tcase_add_test(tc, test_bn_parts_two_ranks_equal_whole_batch);
   tcase_add_test(tc, test_bn_apply_bwd_accumulates);
   tcase_add_test(tc, test_bn_table_is_accurate_at_resnet_sizes);

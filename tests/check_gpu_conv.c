@@ -364,6 +364,82 @@ static void bn_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
 }
 
+/* A copy of t (host values, CPU and GPU copies alike). */
+static mixed_t mixed_clone(const mixed_t *t) {
+  mixed_t c = mixed_alloc(t->dt, t->n);
+  memcpy(c.host, t->host, t->n * sizeof(float));
+  mixed_set(&c);
+  return c;
+}
+
+/* bn_relu_fwd, with and without a residual, training and inference: on the
+ * GPU it equals bn_fwd then relu_fwd / add_relu_fwd on the GPU bit for bit
+ * (in bf16 it is one pass, the apply's epilogue, which rounds the
+ * normalised value before the add as the separate ops store it), and it
+ * follows the CPU twin (the ops in sequence, fp32). */
+static void bn_relu_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
+  const ddp_conv_ops_t *cc = cpu_conv(), *gc = gpu_conv();
+  const size_t n = bn_n(sh), C = (size_t)sh->C;
+  ck_assert_int_eq(cc->bn_prepare(twin_cpu, DDP_DTYPE_F32, sh), DDP_OK);
+  ck_assert_int_eq(gc->bn_prepare(twin_gpu, dt, sh), DDP_OK);
+  mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), res = mixed_input(dt, n, 0.0f, 1.0f);
+  mixed_t gamma = mixed_input(DDP_DTYPE_F32, C, 1.0f, 0.3f);
+  mixed_t beta = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
+  for (int training = 0; training <= 1; ++training)
+    for (int with_res = 0; with_res <= 1; ++with_res) {
+      mixed_t rm = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
+      mixed_t rv = mixed_input(DDP_DTYPE_F32, C, 2.0f, 0.1f);
+      mixed_t rm2 = mixed_clone(&rm), rv2 = mixed_clone(&rv);
+      mixed_t sa = mixed_output(DDP_DTYPE_F32, C), sb = mixed_output(DDP_DTYPE_F32, C);
+      mixed_t sa2 = mixed_output(DDP_DTYPE_F32, C), sb2 = mixed_output(DDP_DTYPE_F32, C);
+      mixed_t out = mixed_output(dt, n), seq = mixed_output(dt, n);
+      const void *r_cpu = with_res ? res.cpu : NULL, *r_gpu = with_res ? res.gpu : NULL;
+      ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, out.cpu,
+                                       training ? (float *)sa.cpu : NULL,
+                                       training ? (float *)sb.cpu : NULL, (float *)rm.cpu,
+                                       (float *)rv.cpu, x.cpu, gamma.cpu, beta.cpu, r_cpu, sh,
+                                       training, NULL),
+                       DDP_OK);
+      ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, out.gpu, training ? (float *)sa.gpu : NULL,
+                                       training ? (float *)sb.gpu : NULL, (float *)rm.gpu,
+                                       (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, r_gpu, sh,
+                                       training, NULL),
+                       DDP_OK);
+      ck_assert_int_eq(gc->bn_fwd(twin_gpu, dt, seq.gpu, training ? (float *)sa2.gpu : NULL,
+                                  training ? (float *)sb2.gpu : NULL, (float *)rm2.gpu,
+                                  (float *)rv2.gpu, x.gpu, gamma.gpu, beta.gpu, sh, training, NULL),
+                       DDP_OK);
+      if (with_res)
+        ck_assert_int_eq(gc->add_relu_fwd(twin_gpu, dt, seq.gpu, seq.gpu, res.gpu, n, NULL),
+                         DDP_OK);
+      else
+        ck_assert_int_eq(gc->relu_fwd(twin_gpu, dt, seq.gpu, seq.gpu, n, NULL), DDP_OK);
+      const char *what = with_res ? "bn_relu_fwd with a residual" : "bn_relu_fwd";
+      expect_gpu_bits_equal(out.gpu, seq.gpu, n * ddp_dtype_size(dt), what);
+      expect_gpu_bits_equal(rm.gpu, rm2.gpu, C * sizeof(float), "bn_relu_fwd running_mean");
+      expect_gpu_bits_equal(rv.gpu, rv2.gpu, C * sizeof(float), "bn_relu_fwd running_var");
+      if (training) {
+        expect_gpu_bits_equal(sa.gpu, sa2.gpu, C * sizeof(float), "bn_relu_fwd save_a");
+        expect_gpu_bits_equal(sb.gpu, sb2.gpu, C * sizeof(float), "bn_relu_fwd save_b");
+      }
+      const double e = mixed_expect(&out, out_tol(dt, TOL_BN_F32), what);
+      mixed_expect(&rm, TOL_BN_F32, "bn_relu_fwd running_mean against the CPU");
+      if (training && with_res)
+        fprintf(stderr, "bn_relu %-4s %dx%dx%dx%d: err out %.2g\n", ddp_dtype_name(dt), sh->N,
+                sh->H, sh->W, sh->C, e);
+      mixed_t *all[] = {&rm, &rv, &rm2, &rv2, &sa, &sb, &sa2, &sb2, &out, &seq};
+      for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+    }
+  mixed_t *all[] = {&x, &res, &gamma, &beta};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+}
+
+START_TEST(test_gpu_bn_relu_matches_composition_and_cpu) {
+  for (int d = 0; d < 3; ++d)
+    for (int k = 0; k < N_BN_SHAPES; ++k) bn_relu_case(twin_dtypes[d], &k_bn_shapes[k]);
+}
+END_TEST
+
 START_TEST(test_gpu_bn_matches_cpu) {
   for (int d = 0; d < 3; ++d)
     for (int k = 0; k < N_BN_SHAPES; ++k) bn_case(twin_dtypes[d], &k_bn_shapes[k]);
@@ -942,6 +1018,7 @@ static Suite *gpu_conv_suite(void) {
   tcase_add_test(tc, test_gpu_maxpool_ties_go_to_first);
   tcase_add_test(tc, test_gpu_conv_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_matches_cpu);
+  tcase_add_test(tc, test_gpu_bn_relu_matches_composition_and_cpu);
   tcase_add_test(tc, test_gpu_bn_parts_match_cpu);
   tcase_add_test(tc, test_gpu_pool_matches_cpu);
   tcase_add_test(tc, test_gpu_activations_match_cpu);

@@ -114,6 +114,18 @@ typedef struct ddp_conv_ops {
                          const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
                          ddp_stream_t s);
   ddp_status_t (*bn_prepare)(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_shape_t *sh);
+  /* bn_fwd, then the ReLU a residual network puts after it: out = max(out,
+   * 0), or with residual (N,H,W,C in dt, may be NULL) out = max(out +
+   * residual, 0). The result is, bit for bit, bn_fwd followed by relu_fwd
+   * or add_relu_fwd (out rounded to dt before the add); a backend may do
+   * it in one pass over the activation (the GPU's own batch norm, bf16),
+   * which saves a read and a write of it. out may not alias inp or
+   * residual. May be NULL: callers then run the two ops. */
+  ddp_status_t (*bn_relu_fwd)(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                              float *save_b, float *running_mean, float *running_var,
+                              const void *inp, const float *gamma, const float *beta,
+                              const void *residual, const ddp_bn_shape_t *sh, int training,
+                              ddp_stream_t s);
 
   /* ---- batch normalization in parts, for statistics over several ranks
    * (--sync-bn): the caller sums each part's per-channel reductions across

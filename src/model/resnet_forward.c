@@ -46,9 +46,34 @@ static ddp_status_t scale(resnet_t *r, float *dst, const float *src, int n, doub
   return ddp_backend_gemm(r->be, &g, NULL);
 }
 
-/* BatchNorm of unit u's conv output into `out`. */
+/* The ReLU after a BN, alone or with the block's residual added first. */
+static ddp_status_t relu_after(resnet_t *r, void *out, const void *residual, size_t n) {
+  const ddp_conv_ops_t *cv = r->be->ops->conv;
+  if (residual) return cv->add_relu_fwd(r->be, r->dt, out, out, residual, n, NULL);
+  return cv->relu_fwd(r->be, r->dt, out, out, n, NULL);
+}
+
+/* One rank's BN of unit u's conv output into `out`, then the ReLU when
+ * `relu` (with `residual` added first when not NULL): in one op where the
+ * table has bn_relu_fwd (on a GPU's own batch norm, one pass over the
+ * activation instead of two), else bn_fwd and the ReLU op. */
+static ddp_status_t bn_relu_local(resnet_t *r, const ddp_bn_shape_t *sh, void *out, float *save_a,
+                                  float *save_b, float *rmean, float *rvar, const void *in,
+                                  const float *gamma, const float *beta, int relu,
+                                  const void *residual, int training) {
+  const ddp_conv_ops_t *cv = r->be->ops->conv;
+  if (relu && cv->bn_relu_fwd)
+    return cv->bn_relu_fwd(r->be, r->dt, out, save_a, save_b, rmean, rvar, in, gamma, beta,
+                           residual, sh, training, NULL);
+  DDP_CHECK(cv->bn_fwd(r->be, r->dt, out, save_a, save_b, rmean, rvar, in, gamma, beta, sh,
+                       training, NULL));
+  return relu ? relu_after(r, out, residual, (size_t)sh->N * sh->H * sh->W * sh->C) : DDP_OK;
+}
+
+/* BatchNorm of unit u's conv output into `out`, then the ReLU when `relu`
+ * (the block's residual added first when `residual` is not NULL). */
 static ddp_status_t bn_forward(ddp_model_t *m, resnet_t *r, resnet_unit_t *u, void *out, int N,
-                               int training) {
+                               int training, int relu, const void *residual) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   const ddp_bn_shape_t sh = resnet_bn_shape(r, u, N);
   const float *gamma = m->params + m->tensors[u->t].offset;
@@ -57,15 +82,16 @@ static ddp_status_t bn_forward(ddp_model_t *m, resnet_t *r, resnet_unit_t *u, vo
   float *rvar = m->buffers + r->buffers[u->b + 1].t.offset;
   const int K = u->K;
   if (!training)
-    return cv->bn_fwd(r->be, r->dt, out, NULL, NULL, rmean, rvar, u->c, gamma, beta, &sh, 0, NULL);
+    return bn_relu_local(r, &sh, out, NULL, NULL, rmean, rvar, u->c, gamma, beta, relu, residual,
+                         0);
   if ((int64_t)N * u->OH * u->OW < 2)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
              "resnet: %s sees %d position(s) per channel in training (batch %d x %dx%d); batch "
              "norm needs at least 2: use a larger micro-batch or larger images",
              u->bn_name, N * u->OH * u->OW, N, u->OH, u->OW);
   if (!r->cfg.sync_bn)
-    return cv->bn_fwd(r->be, r->dt, out, u->stats, u->stats + K, rmean, rvar, u->c, gamma, beta,
-                      &sh, 1, NULL);
+    return bn_relu_local(r, &sh, out, u->stats, u->stats + K, rmean, rvar, u->c, gamma, beta,
+                         relu, residual, 1);
   const int64_t M = resnet_bn_positions(r, u, N);
   float *mean = u->stats, *var = u->stats + K, *sums = u->stats + 4 * K;
   DDP_CHECK(cv->bn_reduce_fwd(r->be, r->dt, sums, u->c, NULL, &sh, NULL));
@@ -74,21 +100,21 @@ static ddp_status_t bn_forward(ddp_model_t *m, resnet_t *r, resnet_unit_t *u, vo
   DDP_CHECK(cv->bn_reduce_fwd(r->be, r->dt, sums, u->c, mean, &sh, NULL));
   DDP_CHECK(ddp_model_allreduce(m, sums, (size_t)K));
   DDP_CHECK(scale(r, var, sums, K, 1.0 / (double)M));
-  return cv->bn_apply_fwd(r->be, r->dt, out, rmean, rvar, u->c, mean, var, gamma, beta, M, &sh,
-                          NULL);
+  DDP_CHECK(cv->bn_apply_fwd(r->be, r->dt, out, rmean, rvar, u->c, mean, var, gamma, beta, M,
+                             &sh, NULL));
+  return relu ? relu_after(r, out, residual, (size_t)N * (size_t)u->out_elems) : DDP_OK;
 }
 
-/* Conv, BN and (where the unit has one) ReLU from `in` into `out`. */
+/* Conv, BN and (where the unit has one) ReLU from `in` into `out`; with a
+ * residual (a block's last unit), the residual add and the block's ReLU
+ * follow the BN too. */
 static ddp_status_t unit_forward(ddp_model_t *m, resnet_t *r, resnet_unit_t *u, const void *in,
-                                 void *out, int N, int training) {
+                                 void *out, int N, int training, const void *residual) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   ddp_conv_shape_t sh = u->conv;
   sh.N = N;
   DDP_CHECK(cv->conv_fwd(r->be, r->dt, u->c, in, resnet_weight(m, u->t + 2), &sh, NULL));
-  DDP_CHECK(bn_forward(m, r, u, out, N, training));
-  if (u->relu)
-    DDP_CHECK(cv->relu_fwd(r->be, r->dt, out, out, (size_t)N * (size_t)u->out_elems, NULL));
-  return DDP_OK;
+  return bn_forward(m, r, u, out, N, training, u->relu || residual, residual);
 }
 
 /* The one place the loss is computed: the sum of the rows' cross-entropy
@@ -126,7 +152,7 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
   DDP_CHECK(r->be->ops->event_record(r->be, r->uploaded, NULL));
 
   resnet_unit_t *stem = &r->units[0];
-  DDP_CHECK(unit_forward(m, r, stem, r->x_in, stem->a, N, training));
+  DDP_CHECK(unit_forward(m, r, stem, r->x_in, stem->a, N, training, NULL));
   const void *cur = stem->a;
   if (c->imagenet_stem) {
     const ddp_pool_shape_t ps = {
@@ -137,21 +163,23 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
   }
   for (int bi = 0; bi < r->n_blocks; ++bi) {
     resnet_block_t *b = &r->blocks[bi];
-    const void *x = cur;
-    for (int k = 0; k < b->n_main; ++k) {
-      resnet_unit_t *u = &r->units[b->first_unit + k];
-      /* the last unit's BN writes the block's output, where the add lands */
-      DDP_CHECK(unit_forward(m, r, u, x, k == b->n_main - 1 ? b->out : u->a, N, training));
-      x = u->a;
-    }
+    /* the shortcut first: the last unit's BN adds it and applies the
+     * block's ReLU as it writes the block's output */
     const size_t n = (size_t)N * (size_t)b->out_elems;
     const void *shortcut = cur;
     if (b->downsample >= 0) {
       resnet_unit_t *d = &r->units[b->downsample];
-      DDP_CHECK(unit_forward(m, r, d, cur, r->grad[3], N, training)); /* free in forward */
+      DDP_CHECK(unit_forward(m, r, d, cur, r->grad[3], N, training, NULL)); /* free in forward */
       shortcut = r->grad[3];
     }
-    DDP_CHECK(cv->add_relu_fwd(r->be, r->dt, b->out, b->out, shortcut, n, NULL));
+    const void *x = cur;
+    for (int k = 0; k < b->n_main; ++k) {
+      resnet_unit_t *u = &r->units[b->first_unit + k];
+      const int last = k == b->n_main - 1;
+      DDP_CHECK(unit_forward(m, r, u, x, last ? b->out : u->a, N, training,
+                             last ? shortcut : NULL));
+      x = u->a;
+    }
     if (m->watch_fn) {
       char what[64];
       snprintf(what, sizeof what, "forward: %s output", b->name);

@@ -522,12 +522,29 @@ static void cpu_conv_release(ddp_backend_t *be) {
   release_staging();
 }
 
+/* bn_fwd, then relu_fwd or add_relu_fwd on its output: the contract's
+ * definition, so a GPU that fuses them has this as its twin. */
+static ddp_status_t bn_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                                float *save_b, float *running_mean, float *running_var,
+                                const void *inp, const float *gamma, const float *beta,
+                                const void *residual, const ddp_bn_shape_t *sh, int training,
+                                ddp_stream_t s) {
+  if (out && (out == inp || (residual && out == residual)))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_norm_relu_fwd: out may not alias inp or residual");
+  DDP_CHECK(bn_fwd(be, dt, out, save_a, save_b, running_mean, running_var, inp, gamma, beta, sh,
+                   training, s));
+  const size_t n = bn_elems(sh);
+  return residual ? add_relu_fwd(be, dt, out, out, residual, n, s)
+                  : relu_fwd(be, dt, out, out, n, s);
+}
+
 const ddp_conv_ops_t ddp_conv_cpu_ops = {
     .conv_fwd = conv_fwd,
     .conv_bwd_data = conv_bwd_data,
     .conv_bwd_weights = conv_bwd_weights,
     .conv_prepare = conv_prepare,
     .bn_fwd = bn_fwd,
+    .bn_relu_fwd = bn_relu_fwd,
     .bn_bwd = bn_bwd,
     .bn_prepare = bn_prepare,
     .maxpool_workspace_bytes = maxpool_workspace_bytes,

@@ -64,6 +64,11 @@ ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float
                              float *save_b, float *running_mean, float *running_var,
                              const void *inp, const float *gamma, const float *beta,
                              const ddp_bn_shape_t *sh, int training, ddp_stream_t s);
+ddp_status_t ddp_cuda_bn_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                                  float *save_b, float *running_mean, float *running_var,
+                                  const void *inp, const float *gamma, const float *beta,
+                                  const void *residual, const ddp_bn_shape_t *sh, int training,
+                                  ddp_stream_t s);
 ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                              float *dbeta, const void *dout, const void *inp, const float *gamma,
                              const float *save_a, const float *save_b, const ddp_bn_shape_t *sh,

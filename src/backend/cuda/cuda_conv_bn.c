@@ -1,6 +1,8 @@
-/* Batch normalization on the GPU (the conv table's bn_fwd, bn_bwd and
- * bn_prepare; contracts in ddptrain/conv.h): cuDNN for fp32 and fp16, the
- * --sync-bn kernels of ours (kernels/conv_ops.cu) for bf16.
+/* Batch normalization on the GPU (the conv table's bn_fwd, bn_relu_fwd,
+ * bn_bwd and bn_prepare; contracts in ddptrain/conv.h): cuDNN for fp32 and
+ * fp16, the --sync-bn kernels of ours (kernels/conv_ops.cu) for bf16, where
+ * bn_relu_fwd's ReLU (and residual add) run in the apply's pass; after
+ * cuDNN they are our ReLU kernels.
  *
  * cuDNN's mode is CUDNN_BATCHNORM_SPATIAL, per channel over N*H*W, on NHWC
  * tensors with fp32 parameters and statistics. SPATIAL_PERSISTENT is
@@ -62,15 +64,17 @@ static ddp_status_t own_workspace(ddp_backend_t *be, const ddp_bn_shape_t *sh, o
   return DDP_OK;
 }
 
+/* Our path's forward; relu / residual: the apply's epilogue (bn_relu_fwd). */
 static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_mean,
                             float *save_istd, float *running_mean, float *running_var,
                             const void *inp, const float *gamma, const float *beta,
-                            const ddp_bn_shape_t *sh, int training, cudaStream_t cs) {
+                            const ddp_bn_shape_t *sh, int training, int relu,
+                            const void *residual, cudaStream_t cs) {
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   const int C = sh->C;
   if (!training)
-    return ddp_cuda_bn_apply_fwd(dt, out, NULL, NULL, inp, running_mean, running_var, gamma, beta,
-                                 sh->eps, 0.0f, 1.0f, M, C, cs);
+    return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, running_mean, running_var, gamma,
+                                     beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
   own_ws_t w;
   DDP_CHECK(own_workspace(be, sh, &w));
   DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, NULL, M, C, cs));
@@ -79,8 +83,9 @@ static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
   DDP_CHECK(ddp_cuda_bn_divide(w.var, w.sums, (double)M, C, cs));
   DDP_CHECK(ddp_cuda_bn_istd(save_istd, w.var, sh->eps, C, cs));
   const float unbias = (float)((double)M / (double)(M - 1));
-  return ddp_cuda_bn_apply_fwd(dt, out, running_mean, running_var, inp, save_mean, w.var, gamma,
-                               beta, sh->eps, sh->momentum, unbias, M, C, cs);
+  return ddp_cuda_bn_apply_act_fwd(dt, out, running_mean, running_var, inp, save_mean, w.var,
+                                   gamma, beta, sh->eps, sh->momentum, unbias, M, C, relu,
+                                   residual, cs);
 }
 
 static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
@@ -107,21 +112,27 @@ static ddp_status_t describe(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn_sha
   return DDP_OK;
 }
 
-ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
-                             float *save_b, float *running_mean, float *running_var,
-                             const void *inp, const float *gamma, const float *beta,
-                             const ddp_bn_shape_t *sh, int training, ddp_stream_t s) {
-  DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_fwd", dt));
-  DDP_CHECK(ddp_bn_check_shape("batch_norm_fwd", sh, training));
+/* bn_fwd and bn_relu_fwd: cuDNN's batch norm followed by our ReLU kernel,
+ * or our batch norm with the ReLU in its apply's epilogue. */
+static ddp_status_t bn_fwd_act(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                               float *save_b, float *running_mean, float *running_var,
+                               const void *inp, const float *gamma, const float *beta, int relu,
+                               const void *residual, const ddp_bn_shape_t *sh, int training,
+                               ddp_stream_t s) {
+  const char *op = relu ? "batch_norm_relu_fwd" : "batch_norm_fwd";
+  DDP_CHECK(ddp_cuda_conv_check_dt(op, dt));
+  DDP_CHECK(ddp_bn_check_shape(op, sh, training));
   if (!out || !inp || !gamma || !beta || !running_mean || !running_var)
     DDP_FAIL(DDP_ERR_INVALID_ARG,
-             "batch_norm_fwd: out, inp, gamma, beta, running_mean and running_var are required");
+             "%s: out, inp, gamma, beta, running_mean and running_var are required", op);
   if (training && (!save_a || !save_b))
-    DDP_FAIL(DDP_ERR_INVALID_ARG, "batch_norm_fwd: training needs save_a and save_b");
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: training needs save_a and save_b", op);
+  if (relu && (out == inp || (residual && out == residual)))
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: out may not alias inp or residual", op);
   const cudaStream_t cs = ddp_cuda_stream(be, s);
   if (!use_cudnn(dt, sh, training))
     return own_fwd(be, dt, out, save_a, save_b, running_mean, running_var, inp, gamma, beta, sh,
-                   training, cs);
+                   training, relu, residual, cs);
   cudnnHandle_t h;
   DDP_CHECK(describe(be, dt, sh, cs, &h));
   const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
@@ -135,7 +146,27 @@ ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float
     DDP_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(h, BN_MODE, &one, &zero, x, inp, x, out,
                                                             pd, gamma, beta, running_mean,
                                                             running_var, (double)sh->eps));
+  const size_t n = (size_t)sh->N * sh->H * sh->W * sh->C;
+  if (residual) return ddp_cuda_add_relu_fwd(dt, out, out, residual, n, cs);
+  if (relu) return ddp_cuda_relu_fwd(dt, out, out, n, cs);
   return DDP_OK;
+}
+
+ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                             float *save_b, float *running_mean, float *running_var,
+                             const void *inp, const float *gamma, const float *beta,
+                             const ddp_bn_shape_t *sh, int training, ddp_stream_t s) {
+  return bn_fwd_act(be, dt, out, save_a, save_b, running_mean, running_var, inp, gamma, beta, 0,
+                    NULL, sh, training, s);
+}
+
+ddp_status_t ddp_cuda_bn_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
+                                  float *save_b, float *running_mean, float *running_var,
+                                  const void *inp, const float *gamma, const float *beta,
+                                  const void *residual, const ddp_bn_shape_t *sh, int training,
+                                  ddp_stream_t s) {
+  return bn_fwd_act(be, dt, out, save_a, save_b, running_mean, running_var, inp, gamma, beta, 1,
+                    residual, sh, training, s);
 }
 
 ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,

@@ -216,6 +216,7 @@ const ddp_conv_ops_t ddp_conv_cuda_ops = {
     .bn_fwd = ddp_cuda_bn_fwd,
     .bn_bwd = ddp_cuda_bn_bwd,
     .bn_prepare = ddp_cuda_bn_prepare,
+    .bn_relu_fwd = ddp_cuda_bn_relu_fwd,
     .bn_reduce_fwd = cuda_bn_reduce_fwd,
     .bn_apply_fwd = cuda_bn_apply_fwd,
     .bn_reduce_bwd = cuda_bn_reduce_bwd,
