@@ -260,27 +260,44 @@ __global__ void maxpool_bwd_kernel(void *dinp, const void *dout, const uint16_t 
 constexpr int kBnChans = 32; /* channels per block: one warp reads 32 neighbours */
 constexpr int kBnLanes = 8;  /* rows read at once per block */
 
+/* What bn_partial_kernel sums per channel c over its rows:
+ *   kSumX        a = x;
+ *   kSumCentred  a = (x - mean[c])^2;
+ *   kSumBwd      a = dy, b = dy (x - mean[c]);
+ *   kSumShifted  a = x - k, b = (x - k)^2 with k = x[row 0, c], a sample
+ *                of the channel: the one-pass statistics (ddp_cuda_bn_stats),
+ *                whose cancellation is that of the data about one of its own
+ *                values, not about zero. */
+enum { kSumX = 0, kSumCentred = 1, kSumBwd = 2, kSumShifted = 3 };
+
 /* Block (32, 8), grid (ceil(C / 32), slices). Lane ty of slice p adds rows
  * p*R + ty, p*R + ty + 8, ... of its channel; the eight lanes are added in
  * a fixed tree and the slice's partials land at scratch[(k*P + p)*C + c]. */
-template <int DT, bool BWD>
+template <int DT, int MODE>
 __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy, const float *mean,
                                   int64_t M, int C, int64_t rows_per_slice) {
   __shared__ float sa[kBnLanes][kBnChans + 1], sb[kBnLanes][kBnChans + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kBnChans + tx, p = blockIdx.y, P = gridDim.y;
+  constexpr bool kTwo = MODE == kSumBwd || MODE == kSumShifted;
   float a = 0.0f, b = 0.0f;
   if (c < C) {
-    const float mu = mean ? mean[c] : 0.0f;
+    const float mu = MODE == kSumShifted ? load<DT>(x, (size_t)c)
+                     : MODE == kSumX    ? 0.0f
+                                        : mean[c];
     const int64_t lo = (int64_t)p * rows_per_slice;
     const int64_t hi = lo + rows_per_slice < M ? lo + rows_per_slice : M;
     for (int64_t m = lo + ty; m < hi; m += kBnLanes) {
       const size_t i = (size_t)m * C + c;
-      if constexpr (BWD) {
+      if constexpr (MODE == kSumBwd) {
         const float g = load<DT>(dy, i);
         a += g;
         b += g * (load<DT>(x, i) - mu);
-      } else if (mean) {
+      } else if constexpr (MODE == kSumShifted) {
+        const float v = load<DT>(x, i) - mu;
+        a += v;
+        b += v * v;
+      } else if constexpr (MODE == kSumCentred) {
         const float v = load<DT>(x, i) - mu;
         a += v * v;
       } else {
@@ -300,7 +317,30 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
   }
   if (ty == 0 && c < C) {
     scratch[(size_t)p * C + c] = sa[0][tx];
-    if (BWD) scratch[(size_t)(P + p) * C + c] = sb[0][tx];
+    if (kTwo) scratch[(size_t)(P + p) * C + c] = sb[0][tx];
+  }
+}
+
+/* The one-pass statistics from the shifted sums s1 = sum (x - k), s2 =
+ * sum (x - k)^2 (k = x[row 0, c]): mean = k + s1/M, the biased variance
+ * s2/M - (s1/M)^2 (in double, never below 0), the inverse standard
+ * deviation, and the running statistics moved as the apply's would be
+ * (running_mean NULL: not moved). */
+template <int DT>
+__global__ void bn_stats_kernel(float *mean, float *var, float *istd, float *rm, float *rv,
+                                const float *sums, const void *x, double inv_m, float eps,
+                                float momentum, float unbias, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double d = (double)sums[c] * inv_m;
+  const double v = (double)sums[C + c] * inv_m - d * d;
+  const float mu = (float)((double)load<DT>(x, (size_t)c) + d), va = v > 0.0 ? (float)v : 0.0f;
+  mean[c] = mu;
+  var[c] = va;
+  istd[c] = 1.0f / sqrtf(va + eps);
+  if (rm) {
+    rm[c] = (1.0f - momentum) * rm[c] + momentum * mu;
+    rv[c] = (1.0f - momentum) * rv[c] + momentum * (va * unbias);
   }
 }
 
@@ -445,16 +485,6 @@ __global__ void bn_param_grad_kernel(float *dgamma, float *dbeta, const float *v
   dbeta[c] = accumulate ? dbeta[c] + db : db;
 }
 
-__global__ void bn_divide_kernel(float *out, const float *sums, float inv_m, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < C) out[c] = sums[c] * inv_m;
-}
-
-__global__ void bn_istd_kernel(float *istd, const float *var, float eps, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < C) istd[c] = 1.0f / sqrtf(var[c] + eps);
-}
-
 /* ---- convolution helpers -------------------------------------------------- */
 
 template <int DT>
@@ -550,13 +580,37 @@ extern "C" ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *s
       block(kBnChans, kBnLanes);
   const int nsums = dy ? 2 : 1;
   CONV_DISPATCH("bn_reduce", dt,
-                if (dy) bn_partial_kernel<DT, true>
+                if (dy) bn_partial_kernel<DT, kSumBwd>
                 <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows);
-                else bn_partial_kernel<DT, false>
+                else if (mean) bn_partial_kernel<DT, kSumCentred>
+                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows);
+                else bn_partial_kernel<DT, kSumX>
                 <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows););
   bn_slices_kernel<<<(unsigned)((nsums * C + kSlicesWarps - 1) / kSlicesWarps), 32 * kSlicesWarps,
                      0, stream>>>(sums, scratch, C, P, nsums);
   DDP_CUDA_CHECK(cudaGetLastError());
+  return DDP_OK;
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
+                                          float *running_mean, float *running_var, float *sums,
+                                          float *scratch, const void *x, int64_t M, int C,
+                                          float eps, float momentum, cudaStream_t stream) {
+  const int P = ddp_cuda_bn_slices(M);
+  const int64_t rows = (M + P - 1) / P;
+  const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P),
+      block(kBnChans, kBnLanes);
+  CONV_DISPATCH("bn_stats", dt,
+                bn_partial_kernel<DT, kSumShifted>
+                <<<grid, block, 0, stream>>>(scratch, x, NULL, NULL, M, C, rows););
+  bn_slices_kernel<<<(unsigned)((2 * C + kSlicesWarps - 1) / kSlicesWarps), 32 * kSlicesWarps, 0,
+                     stream>>>(sums, scratch, C, P, 2);
+  DDP_CUDA_CHECK(cudaGetLastError());
+  const float unbias = M > 1 ? (float)((double)M / (double)(M - 1)) : 1.0f;
+  CONV_DISPATCH("bn_stats", dt,
+                bn_stats_kernel<DT><<<blocks_for(C), kEwThreads, 0, stream>>>(
+                    mean, var, istd, running_mean, running_var, sums, x, 1.0 / (double)M, eps,
+                    momentum, unbias, C););
   return DDP_OK;
 }
 
@@ -632,19 +686,6 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float 
   return DDP_OK;
 }
 
-extern "C" ddp_status_t ddp_cuda_bn_divide(float *out, const float *sums, double M, int C,
-                                           cudaStream_t stream) {
-  bn_divide_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(out, sums, (float)(1.0 / M), C);
-  DDP_CUDA_CHECK(cudaGetLastError());
-  return DDP_OK;
-}
-
-extern "C" ddp_status_t ddp_cuda_bn_istd(float *istd, const float *var, float eps, int C,
-                                         cudaStream_t stream) {
-  bn_istd_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(istd, var, eps, C);
-  DDP_CUDA_CHECK(cudaGetLastError());
-  return DDP_OK;
-}
 
 extern "C" ddp_status_t ddp_cuda_conv_dw_fold(ddp_dtype_t dt, float *dw, const void *src, size_t n,
                                               int accumulate, cudaStream_t stream) {

@@ -95,6 +95,20 @@ ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, con
                                 const void *dy, const float *mean, int64_t M, int C,
                                 cudaStream_t stream);
 
+/* One rank's batch statistics in one pass over x (M, C): the shifted sums
+ * of x - k and (x - k)^2 about k = x[0, c] (the scratch and sums as
+ * ddp_cuda_bn_reduce's, 2C sums), then per channel the mean, the biased
+ * variance, the inverse standard deviation 1 / sqrt(var + eps), and, when
+ * running_mean is not NULL, the running statistics moved by momentum (the
+ * variance unbiased by M / (M - 1)). Shifting by a value of the channel
+ * keeps the sums' cancellation that of the data's spread, which the
+ * two-pass reduction (mean, then the centred squares) avoids at the cost
+ * of a second read of x. */
+ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
+                               float *running_mean, float *running_var, float *sums,
+                               float *scratch, const void *x, int64_t M, int C, float eps,
+                               float momentum, cudaStream_t stream);
+
 /* out = (x - mean) / sqrt(var + eps) * gamma + beta; when running_mean is
  * not NULL, running_mean = (1 - momentum) running_mean + momentum mean and
  * running_var likewise with var * unbias (M_total / (M_total - 1)). */
@@ -124,11 +138,6 @@ ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, fl
                                    const float *g, const float *l, float eps, double M_total,
                                    int64_t M, int C, int accumulate, cudaStream_t stream);
 
-/* out[c] = sums[c] / M, c < C: a mean or a biased variance from its sum. */
-ddp_status_t ddp_cuda_bn_divide(float *out, const float *sums, double M, int C,
-                                cudaStream_t stream);
-/* istd[c] = 1 / sqrt(var[c] + eps), c < C. */
-ddp_status_t ddp_cuda_bn_istd(float *istd, const float *var, float eps, int C, cudaStream_t stream);
 
 /* ---- convolution helpers ---------------------------------------------- */
 /* dw[i] = (accumulate ? dw[i] : 0) + src[i] widened from dt, i < n: a half

@@ -19,9 +19,10 @@
  *
  * bf16 stays off cuDNN's legacy batch norm, as in PyTorch, which never
  * calls it for bf16; so do batches beyond the sizes PyTorch hands it (N >
- * 880801 training, 65535 inference). Those run the parts: two fixed-order
- * reductions (the mean, then the variance about it), the apply with the
- * running statistics, and in the backward one reduction and the apply;
+ * 880801 training, 65535 inference). Those run our kernels: one
+ * fixed-order pass for the statistics (sums shifted by a value of each
+ * channel, ddp_cuda_bn_stats), the apply, and in the backward one
+ * reduction and the apply;
  * they save the same mean and inverse std, so either path's backward reads
  * either's saves. The parts' partial sums, the two sums and the variance
  * live in the table's shared workspace, which bn_prepare sizes. */
@@ -77,15 +78,12 @@ static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
                                      beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
   own_ws_t w;
   DDP_CHECK(own_workspace(be, sh, &w));
-  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, NULL, M, C, cs));
-  DDP_CHECK(ddp_cuda_bn_divide(save_mean, w.sums, (double)M, C, cs));
-  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, NULL, save_mean, M, C, cs));
-  DDP_CHECK(ddp_cuda_bn_divide(w.var, w.sums, (double)M, C, cs));
-  DDP_CHECK(ddp_cuda_bn_istd(save_istd, w.var, sh->eps, C, cs));
-  const float unbias = (float)((double)M / (double)(M - 1));
-  return ddp_cuda_bn_apply_act_fwd(dt, out, running_mean, running_var, inp, save_mean, w.var,
-                                   gamma, beta, sh->eps, sh->momentum, unbias, M, C, relu,
-                                   residual, cs);
+  /* one read of inp for the statistics (the --sync-bn parts need two: the
+   * mean is all-reduced before the centred squares) */
+  DDP_CHECK(ddp_cuda_bn_stats(dt, save_mean, w.var, save_istd, running_mean, running_var, w.sums,
+                              w.partials, inp, M, C, sh->eps, sh->momentum, cs));
+  return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, save_mean, w.var, gamma, beta,
+                                   sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
 }
 
 static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
