@@ -91,6 +91,12 @@ typedef struct ddp_conv_ops {
                                    ddp_stream_t s);
   /* Prepares the three convolution ops of sh (see the file comment). */
   ddp_status_t (*conv_prepare)(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
+  /* After be->conv_algos (ddptrain/backend.h) was replaced: every shape
+   * already prepared takes the record's algorithm where the record has
+   * one (growing the workspace if it needs more); the trainer calls it
+   * when the ranks adopt rank 0's record. NULL where a backend keeps no
+   * such choices (the CPU, whose default takes oneDNN's first). */
+  ddp_status_t (*conv_algos_reload)(ddp_backend_t *be);
 
   /* ---- batch normalization, one rank's statistics (cuDNN on GPUs; on the
    * CPU the parts below, whose double sums oneDNN's fp32 ones lack) ------ */

@@ -229,7 +229,7 @@ ddp_status_t ddp_conv_algos_load(ddp_conv_algos_t *r, const char *path, int *mis
   FILE *f = fopen(path, "rb");
   if (!f) {
     const int e = errno;
-    if (missing && e == ENOENT) {
+    if (missing && (e == ENOENT || e == ENOTDIR)) {
       *missing = 1; /* the caller's to report, or not */
       return DDP_ERR_IO;
     }

@@ -75,7 +75,8 @@ ddp_status_t ddp_conv_algos_parse(ddp_conv_algos_t *r, const char *text, size_t 
 /* The file's text for r (malloc'd, NUL-terminated). */
 ddp_status_t ddp_conv_algos_format(const ddp_conv_algos_t *r, char **text);
 
-/* Reads path into r (empty). A missing file, when missing is not NULL:
+/* Reads path into r (empty). A missing file (or folder on the way), when
+ * missing is not NULL:
  * DDP_ERR_IO with *missing set, nothing logged, r untouched; every other
  * failure is logged. */
 ddp_status_t ddp_conv_algos_load(ddp_conv_algos_t *r, const char *path, int *missing);

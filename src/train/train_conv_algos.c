@@ -5,11 +5,14 @@
 #include "train/train_conv_algos.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ddptrain/check.h"
+#include "ddptrain/conv.h"
 #include "ddptrain/log.h"
 
 #define AUTO_NAME "conv-algos.txt"
@@ -55,6 +58,42 @@ ddp_status_t ddp_train_conv_algos_setup(ddp_train_conv_algos_t *t, const ddp_opt
   t->be = be;
   be->conv_algos = &t->rec;
   return DDP_OK;
+}
+
+static ddp_status_t bcast(ddp_comm_t *comm, void *buf, size_t bytes) {
+  ddp_comm_handle_t h;
+  DDP_CHECK(ddp_comm_broadcast(comm, buf, bytes, 0, NULL, &h));
+  return ddp_comm_wait(comm, h);
+}
+
+ddp_status_t ddp_train_conv_algos_agree(ddp_train_conv_algos_t *t, ddp_comm_t *comm, int world,
+                                        int rank) {
+  if (!t->path[0] || world < 2 || t->agreed) return DDP_OK;
+  t->agreed = 1;
+  char *text = NULL;
+  uint64_t len = 0;
+  if (rank == 0) {
+    DDP_CHECK(ddp_conv_algos_format(&t->rec, &text));
+    len = strlen(text);
+  }
+  ddp_status_t st = bcast(comm, &len, sizeof len);
+  if (st == DDP_OK && rank != 0) {
+    text = len < SIZE_MAX ? malloc((size_t)len + 1) : NULL;
+    if (!text) DDP_FAIL(DDP_ERR_OOM, "--conv-algos: no memory for rank 0's record");
+  }
+  if (st == DDP_OK) st = bcast(comm, text, (size_t)len);
+  if (st == DDP_OK && rank != 0) {
+    ddp_conv_algos_t theirs = {0};
+    st = ddp_conv_algos_parse(&theirs, text, (size_t)len, "rank 0's convolution algorithms");
+    if (st == DDP_OK) {
+      ddp_conv_algos_clear(&t->rec);
+      t->rec = theirs; /* be->conv_algos points at t->rec */
+      const ddp_conv_ops_t *cv = t->be->ops->conv;
+      if (cv && cv->conv_algos_reload) st = cv->conv_algos_reload(t->be);
+    }
+  }
+  free(text);
+  return st;
 }
 
 void ddp_train_conv_algos_save_new(ddp_train_conv_algos_t *t) {

@@ -990,6 +990,11 @@ static ddp_status_t run(trainer_t *tr) {
     const double step_t0 = ddp_clock_seconds(), exposed0 = w.exposed_ms;
     DDP_CHECK(train_step(tr, step, &w, lr));
     DDP_SPAN_END();
+    /* every rank on rank 0's convolution algorithms from here on (before
+     * the allocation count starts: a rank may grow its workspace) */
+    if (step == tr->start_step)
+      DDP_CHECK(ddp_train_conv_algos_agree(&tr->conv_algos, tr->comm, tr->dist->world,
+                                           tr->dist->rank));
     /* tuning re-creates the reducer: the allocation count starts after it */
     int tuned = 0;
     DDP_CHECK(ddp_bucket_tune_after_step(&tr->bucket_tune, step, end, step_t0,

@@ -439,9 +439,32 @@ static ddp_status_t recorded_pick(ddp_backend_t *be, cudnnHandle_t h, conv_plan_
   return DDP_OK;
 }
 
+/* Makes candidate k op's algorithm for p and grows the shared workspace to
+ * what it needs. */
+static ddp_status_t plan_set(ddp_backend_t *be, conv_plan_t *p, enum conv_op op,
+                             const candidate_t *k, int recorded) {
+  const ddp_conv_shape_t *sh = &p->sh;
+  p->algo[op] = k->algo;
+  p->math[op] = k->math;
+  p->algo_ws[op] = k->memory;
+  p->need[op] = k->memory;
+  if (op == OP_BWD_WEIGHTS && p->dt != DDP_DTYPE_F32)
+    p->need[op] = round_up(k->memory, WS_ALIGN) +
+                  (size_t)sh->K * sh->R * sh->S * sh->C * ddp_dtype_size(p->dt);
+  DDP_LOG_DEBUG(
+      "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: algorithm %d (%s%.3f ms, %zu bytes of "
+      "workspace, math %d)",
+      be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K, sh->R,
+      sh->S, sh->stride, k->algo, recorded ? "recorded, not timed: " : "", (double)k->ms,
+      k->memory, (int)k->math);
+  void *ws = NULL;
+  DDP_CHECK(ddp_cuda_conv_workspace(be, p->need[op], &ws));
+  p->found[op] = 1;
+  return DDP_OK;
+}
+
 /* Chooses op's algorithm for p: the record's choice where it has one, else
- * by measuring on the buffers given (and adding the result to the record);
- * grows the shared workspace to what it needs. */
+ * by measuring on the buffers given (and adding the result to the record). */
 static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *p, enum conv_op op,
                            const void *a, const void *b, void *out) {
   cudnnHandle_t h;
@@ -456,23 +479,26 @@ static ddp_status_t choose(ddp_backend_t *be, cudaStream_t stream, conv_plan_t *
       DDP_CHECK(ddp_conv_algos_put(be->conv_algos, &key, k.algo, (int)k.math));
     }
   }
-  const ddp_conv_shape_t *sh = &p->sh;
-  p->algo[op] = k.algo;
-  p->math[op] = k.math;
-  p->algo_ws[op] = k.memory;
-  p->need[op] = k.memory;
-  if (op == OP_BWD_WEIGHTS && p->dt != DDP_DTYPE_F32)
-    p->need[op] = round_up(k.memory, WS_ALIGN) +
-                  (size_t)sh->K * sh->R * sh->S * sh->C * ddp_dtype_size(p->dt);
-  DDP_LOG_DEBUG(
-      "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: algorithm %d (%s%.3f ms, %zu bytes of "
-      "workspace, math %d)",
-      be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K, sh->R,
-      sh->S, sh->stride, k.algo, recorded ? "recorded, not timed: " : "", (double)k.ms, k.memory,
-      (int)k.math);
-  void *ws = NULL;
-  DDP_CHECK(ddp_cuda_conv_workspace(be, p->need[op], &ws));
-  p->found[op] = 1;
+  return plan_set(be, p, op, &k, recorded);
+}
+
+ddp_status_t ddp_cuda_conv_algos_reload(ddp_backend_t *be) {
+  const ddp_cuda_state_t *st = ddp_cuda_state(be);
+  if (!st || !st->conv || !be->conv_algos) return DDP_OK;
+  struct ddp_cuda_conv *c = st->conv;
+  cudnnHandle_t h;
+  DDP_CHECK(ddp_cuda_conv_handle(be, st->compute, &h));
+  for (size_t i = 0; i < c->nplans; ++i) {
+    conv_plan_t *p = c->plans[i];
+    for (int op = 0; op < OP_COUNT; ++op) {
+      if (!p->found[op]) continue;
+      candidate_t k;
+      int recorded = 0;
+      DDP_CHECK(recorded_pick(be, h, p, (enum conv_op)op, &k, &recorded));
+      if (recorded && (k.algo != p->algo[op] || k.math != p->math[op]))
+        DDP_CHECK(plan_set(be, p, (enum conv_op)op, &k, 1));
+    }
+  }
   return DDP_OK;
 }
 

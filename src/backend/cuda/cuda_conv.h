@@ -60,6 +60,8 @@ ddp_status_t ddp_cuda_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float 
                                        const ddp_conv_shape_t *sh, int accumulate, ddp_stream_t s);
 ddp_status_t ddp_cuda_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
 
+/* The conv table's conv_algos_reload (ddptrain/conv.h). */
+ddp_status_t ddp_cuda_conv_algos_reload(ddp_backend_t *be);
 ddp_status_t ddp_cuda_bn_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_a,
                              float *save_b, float *running_mean, float *running_var,
                              const void *inp, const float *gamma, const float *beta,

@@ -213,6 +213,7 @@ const ddp_conv_ops_t ddp_conv_cuda_ops = {
     .conv_bwd_data = ddp_cuda_conv_bwd_data,
     .conv_bwd_weights = ddp_cuda_conv_bwd_weights,
     .conv_prepare = ddp_cuda_conv_prepare,
+    .conv_algos_reload = ddp_cuda_conv_algos_reload,
     .bn_fwd = ddp_cuda_bn_fwd,
     .bn_bwd = ddp_cuda_bn_bwd,
     .bn_prepare = ddp_cuda_bn_prepare,
