@@ -49,6 +49,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/conv_algos.h"
 #include "backend/cuda/cuda_conv.h"
 #include "ddptrain/conv.h"
 #include "gpu_twin.h"
@@ -862,6 +863,66 @@ START_TEST(test_gpu_conv_unprepared_shape_searches_once) {
 }
 END_TEST
 
+/* The algorithm record (backend/conv_algos.h, --conv-algos): searching a
+ * shape records its three choices; with the plans dropped (release), the
+ * same shape takes them from the record without a search; and after the
+ * record changes, conv_algos_reload re-takes the new choice, which then
+ * computes what the CPU twin does. fp32 without TF32, where cuDNN has
+ * several forward algorithms for the shape. */
+START_TEST(test_gpu_conv_record_is_used_and_reloaded) {
+  const ddp_conv_ops_t *g = gpu_conv(), *cc = cpu_conv();
+  const ddp_conv_shape_t sh = {
+      .N = 2, .H = 9, .W = 9, .C = 8, .K = 16, .R = 3, .S = 3, .stride = 1, .pad = 1};
+  const ddp_dtype_t dt = DDP_DTYPE_F32;
+  ddp_conv_algos_t rec = {0};
+  twin_gpu->conv_algos = &rec;
+  g->release(twin_gpu);
+  ck_assert_int_eq(g->conv_prepare(twin_gpu, dt, &sh), DDP_OK);
+  ck_assert_uint_eq(ddp_cuda_conv_find_calls(twin_gpu), 3);
+  ck_assert_uint_eq(rec.n, 3);
+  ck_assert_int_eq(rec.dirty, 1);
+  g->release(twin_gpu);
+  ck_assert_int_eq(g->conv_prepare(twin_gpu, dt, &sh), DDP_OK);
+  ck_assert_uint_eq(ddp_cuda_conv_find_calls(twin_gpu), 0); /* every op from the record */
+  /* another forward algorithm into the record, then a reload */
+  const ddp_conv_algo_key_t key = {.op = DDP_CONV_ALGO_FWD, .dt = dt, .sh = sh, .deterministic = 1,
+                                   .tf32 = 0};
+  const ddp_conv_algo_entry_t *e = ddp_conv_algos_find(&rec, &key);
+  ck_assert_ptr_nonnull(e);
+  const int first = e->algo, math = e->math;
+  mixed_t x = mixed_input(dt, conv_in_n(&sh), 0.0f, 1.0f);
+  mixed_t w = mixed_input(dt, conv_w_n(&sh), 0.0f, 0.3f);
+  mixed_t y = mixed_output(dt, conv_out_n(&sh));
+  ck_assert_int_eq(cc->conv_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, x.cpu, w.cpu, &sh, NULL), DDP_OK);
+  /* the first other algorithm that cuDNN takes for the shape and runs */
+  int taken = -1;
+  for (int a = 0; a < 8 && taken < 0; ++a) {
+    if (a == first) continue;
+    ck_assert_int_eq(ddp_conv_algos_put(&rec, &key, a, math), DDP_OK);
+    const ddp_log_level_t level = ddp_log_level();
+    ddp_log_set_level(DDP_LOG_LEVEL_DEBUG);
+    ddp_test_log_start();
+    ddp_status_t st = g->conv_algos_reload(twin_gpu);
+    char want[96];
+    snprintf(want, sizeof want, "algorithm %d (recorded, not timed", a);
+    if (st == DDP_OK) st = g->conv_fwd(twin_gpu, dt, y.gpu, x.gpu, w.gpu, &sh, NULL);
+    char *log = ddp_test_log_stop();
+    ddp_log_set_level(level);
+    if (st == DDP_OK && strstr(log, want)) taken = a;
+    free(log);
+  }
+  ck_assert_msg(taken >= 0, "no other forward algorithm applies to the shape (first: %d)", first);
+  ck_assert_uint_eq(ddp_cuda_conv_find_calls(twin_gpu), 0);
+  mixed_expect(&y, conv_tol(dt), "conv_fwd by the reloaded algorithm");
+  fprintf(stderr, "record: forward algorithm %d searched, %d reloaded\n", first, taken);
+  twin_gpu->conv_algos = NULL;
+  ddp_conv_algos_clear(&rec);
+  mixed_free(&x);
+  mixed_free(&w);
+  mixed_free(&y);
+}
+END_TEST
+
 /* Under the deterministic default the backward ops repeat bit for bit, on
  * a shape large enough for cuDNN's split reductions. With
  * conv_nondeterministic a second backend may choose other algorithms; its
@@ -1014,6 +1075,7 @@ static Suite *gpu_conv_suite(void) {
   tcase_add_test(tc, test_gpu_conv_rejects_bad_input);
   tcase_add_test(tc, test_gpu_conv_prepared_steps_search_and_allocate_nothing);
   tcase_add_test(tc, test_gpu_conv_unprepared_shape_searches_once);
+  tcase_add_test(tc, test_gpu_conv_record_is_used_and_reloaded);
   tcase_add_test(tc, test_gpu_conv_deterministic_backward);
   tcase_add_test(tc, test_gpu_maxpool_ties_go_to_first);
   tcase_add_test(tc, test_gpu_conv_matches_cpu);
