@@ -293,22 +293,8 @@ static double time_impl(conv_impl_t *c, enum conv_op op, const tune_buffers_t *t
   return best;
 }
 
-/* Whether the untuned choice should look past oneDNN's first
- * implementation for a GEMM-based one: the weight gradient of a layer with
- * few output positions and many channels (a ResNet-18's last stage on
- * 32x32 images: 4x4 positions, 512 channels), where oneDNN 2.6 on AVX2
- * picks its direct kernel, which reduces over only N*OH*OW = 128 positions
- * per weight and took 95 ms a call against 62 ms for its GEMM-based one.
- * A rule of the shape, not a timing, so the choice (and the bits) repeat
- * from run to run, as the untuned default promises. */
-static int prefer_gemm(enum conv_op op, const ddp_conv_shape_t *sh) {
-  const int64_t positions = (int64_t)ddp_conv_out_h(sh) * ddp_conv_out_w(sh);
-  return op == CONV_BWD_WEIGHTS && positions <= 16 && (int64_t)sh->C * sh->K >= 256 * 256;
-}
-
 /* The entry for key: oneDNN's first choice in the first layout that has a
- * non-reference implementation (its first GEMM-based one where
- * prefer_gemm says so), or with autotuning the fastest of every
+ * non-reference implementation, or with autotuning the fastest of every
  * non-reference implementation in every layout; a reference one only when
  * nothing else exists; never a broken 1x1 kernel (above). */
 static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
@@ -324,9 +310,7 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   double best_ms = INFINITY;
   tune_buffers_t tb = {0};
   DDP_CHECK(ddp_dnnl_user_scratchpad_attr(&attr));
-  const int want_gemm = !tune && prefer_gemm(op, &sh);
-  int have_gemm = 0;
-  for (int l = 0; l < ACT_LAYOUTS && (tune || !best || (want_gemm && !have_gemm)); ++l) {
+  for (int l = 0; l < ACT_LAYOUTS && (tune || !best); ++l) {
     DDP_CHECK_GOTO(descs_init(&d[l], &sh, op, k_act_layouts[l]), st, done);
     if (tune && !tb.a) DDP_CHECK_GOTO(tune_buffers_alloc(&tb, &d[l], op), st, done);
     dnnl_primitive_desc_iterator_t it = NULL;
@@ -347,22 +331,16 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
         fallback = cand, fallback_descs = &d[l];
         continue;
       }
-      const int gemm = strstr(name, "gemm") != NULL;
-      if (!tune && best && !(want_gemm && gemm && !have_gemm)) {
-        dnnl_primitive_desc_destroy(cand); /* the first choice stands */
-        continue;
-      }
       conv_impl_t *c = NULL;
       if ((st = impl_from_pd(&c, cand, &d[l], &sh, op)) != DDP_OK) break;
       const double ms = tune ? time_impl(c, op, &tb) : 0.0;
-      if (!best || ms < best_ms || (!tune && want_gemm && gemm && !have_gemm)) {
+      if (!best || ms < best_ms) {
         conv_destroy(best);
         best = c, best_ms = ms;
-        have_gemm = gemm;
       } else {
         conv_destroy(c);
       }
-      if (!tune && (!want_gemm || have_gemm)) break; /* oneDNN's first usable choice */
+      if (!tune) break; /* oneDNN's first usable choice */
     } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
     dnnl_primitive_desc_iterator_destroy(it);
     if (st != DDP_OK) goto done;
@@ -380,10 +358,6 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   if (tune)
     DDP_LOG_DEBUG("conv autotune: op %d N%d H%d W%d C%d K%d %dx%d s%d: %s (%.2f ms)", (int)op, sh.N,
                   sh.H, sh.W, sh.C, sh.K, sh.R, sh.S, sh.stride, best->name, best_ms);
-  else if (want_gemm)
-    DDP_LOG_DEBUG("conv: weight gradient N%d H%d W%d C%d K%d %dx%d s%d: %s (%s)", sh.N, sh.H, sh.W,
-                  sh.C, sh.K, sh.R, sh.S, sh.stride, best->name,
-                  have_gemm ? "GEMM-based, for few positions" : "no GEMM-based implementation");
   *impl = best;
   best = NULL;
 done:
