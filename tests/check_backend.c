@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/cpu/cpu_dnnl.h"
 #include "check_util.h"
 #include "ddptrain/backend.h"
 
@@ -232,6 +233,27 @@ START_TEST(test_backend_measure_gemm_gflops) {
 }
 END_TEST
 
+/* oneDNN's GEMM rate, which the CPU's peak also counts: measured where the
+ * build has oneDNN, refused clearly without (no speed is asserted: timings
+ * belong to the benchmarks). */
+START_TEST(test_cpu_peak_counts_onednn_gemm) {
+  double gf = -1.0;
+  ddp_test_log_start();
+  const ddp_status_t st = ddp_cpu_dnnl_sgemm_gflops(128, 0.02, 1, &gf);
+  const ddp_status_t bad = ddp_cpu_dnnl_sgemm_gflops(0, 0.02, 1, &gf);
+  char *log = ddp_test_log_stop();
+  if (!ddp_cpu_dnnl_available()) {
+    ck_assert_int_eq(st, DDP_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(log, "this build has no oneDNN"));
+  } else {
+    ck_assert_int_eq(st, DDP_OK);
+    ck_assert(gf > 0.01 && gf < 1e6);
+    ck_assert_int_eq(bad, DDP_ERR_INVALID_ARG);
+  }
+  free(log);
+}
+END_TEST
+
 static Suite *backend_suite(void) {
   Suite *s = suite_create("backend");
   TCase *tc = tcase_create("core");
@@ -247,6 +269,7 @@ static Suite *backend_suite(void) {
   tcase_add_test(tc, test_backend_fill_copy_convert_every_dtype);
   tcase_add_test(tc, test_backend_streams_and_events);
   tcase_add_test(tc, test_backend_measure_gemm_gflops);
+  tcase_add_test(tc, test_cpu_peak_counts_onednn_gemm);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -227,7 +227,9 @@ ddp_status_t ddp_device_parse(const char *text, const char **backend_name, int *
 /* Measures the backend's fp32 GEMM rate on n x n x n products for at least
  * `seconds` (after one warm-up product), in GFLOP/s: the fastest window of 4
  * products. This is the "peak" that
- * MFU is reported against on the CPU, where no datasheet number applies. It
+ * MFU is reported against on the CPU, where no datasheet number applies;
+ * there, with oneDNN in the build, the faster of the backend's GEMM
+ * (OpenBLAS) and oneDNN's, which the convolutions run on. It
  * allocates its three matrices and frees them again: call it at start-up,
  * never inside the step loop. */
 ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,

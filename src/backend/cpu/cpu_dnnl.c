@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
 
@@ -298,7 +299,48 @@ void ddp_dnnl_staged_destroy(ddp_dnnl_staged_t *s) {
   *s = (ddp_dnnl_staged_t){.slot = DDP_DNNL_OWN_BUFFER};
 }
 
+ddp_status_t ddp_cpu_dnnl_sgemm_gflops(int64_t n, double seconds, int threads, double *gflops) {
+  if (n < 1 || n > 16384 || !(seconds >= 0) || !gflops)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "oneDNN GEMM rate: bad arguments (n = %lld)", (long long)n);
+  const size_t elems = (size_t)(n * n);
+  float *a = malloc(elems * sizeof *a), *b = malloc(elems * sizeof *b), *c = malloc(elems * sizeof *c);
+  ddp_status_t st = DDP_OK;
+  if (!a || !b || !c) DDP_FAIL_GOTO(st, DDP_ERR_OOM, out, "oneDNN GEMM rate: out of host memory");
+  for (size_t i = 0; i < elems; ++i) a[i] = 0.5f, b[i] = 0.25f; /* no zeros: no shortcuts */
+#if DDP_HAVE_DNNL_OMP
+  if (threads > 0) omp_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+#define SGEMM(st, label)                                                                       \
+  DDP_CHECK_GOTO(ddp_dnnl_status(dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n), \
+                                 "dnnl_sgemm", __FILE__, __LINE__),                           \
+                 st, label)
+  SGEMM(st, out); /* warm-up: threads, caches */
+  const double flops = 2.0 * (double)n * (double)n * (double)n * 4;
+  const double start = ddp_clock_seconds();
+  double best = 0.0, t0 = start;
+  do {
+    for (int i = 0; i < 4; ++i) SGEMM(st, out);
+    const double t1 = ddp_clock_seconds();
+    if (t1 > t0 && flops / (t1 - t0) > best) best = flops / (t1 - t0);
+    t0 = t1;
+  } while (t0 - start < seconds);
+#undef SGEMM
+  *gflops = best * 1e-9;
+out:
+  free(a);
+  free(b);
+  free(c);
+  return st;
+}
+
 #else /* !DDP_HAVE_DNNL */
+
+ddp_status_t ddp_cpu_dnnl_sgemm_gflops(int64_t n, double seconds, int threads, double *gflops) {
+  (void)n, (void)seconds, (void)threads, (void)gflops;
+  DDP_FAIL(DDP_ERR_UNSUPPORTED, "oneDNN GEMM rate: this build has no oneDNN");
+}
 
 const char *ddp_cpu_dnnl_version(void) {
   return "";

@@ -47,6 +47,17 @@ void ddp_cpu_dnnl_cache_clear(void);
  * activations live in (ddp_dnnl_staged_init with a slot). */
 size_t ddp_cpu_dnnl_staging_bytes(void);
 
+/* oneDNN's own fp32 GEMM rate, GFLOP/s, on n x n x n row-major products
+ * for at least `seconds` with `threads` threads (0: its default): the
+ * fastest window of 4 products after one warm-up, as
+ * ddp_backend_measure_gemm_gflops measures the backend's. The CPU's MFU
+ * peak is the faster of the two, since its convolutions run on oneDNN's
+ * kernels: on an AVX-512 host whose OpenBLAS falls back to its AVX2 code
+ * (Debian's 0.3.21 on an AMD EPYC: 129 against oneDNN's 252 GFLOP/s on one
+ * core) OpenBLAS's rate alone put a ResNet-18 at 144% "MFU".
+ * DDP_ERR_UNSUPPORTED without oneDNN. */
+ddp_status_t ddp_cpu_dnnl_sgemm_gflops(int64_t n, double seconds, int threads, double *gflops);
+
 /* The checks every oneDNN op makes first: the CPU backend, fp32 and a build
  * with oneDNN (DDP_ERR_UNSUPPORTED naming what is missing); `op` names the
  * caller in the message. */
