@@ -261,9 +261,11 @@ static conv_ctx_t conv_setup(const ddp_conv_shape_t *sh) {
 }
 
 START_TEST(test_conv_fwd_matches_direct_convolution) {
-  /* _i = 1: the autotuned primitives (--deterministic off), which may be
-   * other oneDNN implementations: they must compute the same thing */
-  ddp_cpu_conv_set_autotune(_i);
+  /* _i = 1: the autotuned primitives (--deterministic off), _i = 2: the
+   * blocked layout first (on an AVX-512 machine the default takes NHWC):
+   * other oneDNN implementations, which must compute the same thing */
+  ddp_cpu_conv_set_autotune(_i == 1);
+  ddp_cpu_conv_set_prefer_blocked(_i == 2);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -276,13 +278,16 @@ START_TEST(test_conv_fwd_matches_direct_convolution) {
     expect_close(what, c.out, want, out_elems(sh), 1e-5, 1e-5);
   }
   ddp_cpu_conv_set_autotune(0);
+  ddp_cpu_conv_set_prefer_blocked(0);
 }
 END_TEST
 
 START_TEST(test_conv_bwd_data_finite_differences) {
-  /* _i = 1: the autotuned primitives (--deterministic off), which may be
-   * other oneDNN implementations: they must compute the same thing */
-  ddp_cpu_conv_set_autotune(_i);
+  /* _i = 1: the autotuned primitives (--deterministic off), _i = 2: the
+   * blocked layout first (on an AVX-512 machine the default takes NHWC):
+   * other oneDNN implementations, which must compute the same thing */
+  ddp_cpu_conv_set_autotune(_i == 1);
+  ddp_cpu_conv_set_prefer_blocked(_i == 2);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -295,13 +300,16 @@ START_TEST(test_conv_bwd_data_finite_differences) {
     fd_check(what, conv_forward, &c, c.out, R, out_elems(sh), c.inp, dinp, in_elems(sh));
   }
   ddp_cpu_conv_set_autotune(0);
+  ddp_cpu_conv_set_prefer_blocked(0);
 }
 END_TEST
 
 START_TEST(test_conv_bwd_weights_finite_differences) {
-  /* _i = 1: the autotuned primitives (--deterministic off), which may be
-   * other oneDNN implementations: they must compute the same thing */
-  ddp_cpu_conv_set_autotune(_i);
+  /* _i = 1: the autotuned primitives (--deterministic off), _i = 2: the
+   * blocked layout first (on an AVX-512 machine the default takes NHWC):
+   * other oneDNN implementations, which must compute the same thing */
+  ddp_cpu_conv_set_autotune(_i == 1);
+  ddp_cpu_conv_set_prefer_blocked(_i == 2);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -315,6 +323,7 @@ START_TEST(test_conv_bwd_weights_finite_differences) {
     fd_check(what, conv_forward, &c, c.out, R, out_elems(sh), c.w, dw, w_elems(sh));
   }
   ddp_cpu_conv_set_autotune(0);
+  ddp_cpu_conv_set_prefer_blocked(0);
 }
 END_TEST
 
@@ -655,6 +664,9 @@ END_TEST
  * larger shape grows (moves) them, and an older entry must then find them
  * at their new place, not write where they were. */
 START_TEST(test_conv_staging_survives_growth) {
+  /* the blocked layout first, on any machine (an AVX-512 one would take
+   * oneDNN's NHWC kernels, which stage nothing) */
+  ddp_cpu_conv_set_prefer_blocked(1);
   const ddp_conv_shape_t small = k_cases[N_CASES - 1];
   const ddp_conv_shape_t large = {
       .N = 4, .H = 16, .W = 16, .C = 16, .K = 32, .R = 3, .S = 3, .stride = 1, .pad = 1};
@@ -666,7 +678,7 @@ START_TEST(test_conv_staging_survives_growth) {
   memcpy(first, a.out, out_elems(&small) * sizeof *first);
   expect_ok(ddp_cpu_conv_bwd_data(g_be, DDP_DTYPE_F32, dinp0, R, a.w, &small, NULL), "bwd_data");
   const size_t staged = ddp_cpu_dnnl_staging_bytes();
-  if (staged == 0) return; /* this CPU's oneDNN runs the shape in NHWC: nothing is staged */
+  ck_assert_msg(staged > 0, "the blocked layout staged nothing");
   conv_forward(&b);
   ck_assert_uint_gt(ddp_cpu_dnnl_staging_bytes(), staged);
   a.out = fnan(out_elems(&small));
@@ -808,9 +820,9 @@ int main(void) {
     fprintf(stderr, "SKIP: this build has no oneDNN (configure --with-dnnl)\n");
     return 77;
   }
-  tcase_add_loop_test(tc, test_conv_fwd_matches_direct_convolution, 0, 2);
-  tcase_add_loop_test(tc, test_conv_bwd_data_finite_differences, 0, 2);
-  tcase_add_loop_test(tc, test_conv_bwd_weights_finite_differences, 0, 2);
+  tcase_add_loop_test(tc, test_conv_fwd_matches_direct_convolution, 0, 3);
+  tcase_add_loop_test(tc, test_conv_bwd_data_finite_differences, 0, 3);
+  tcase_add_loop_test(tc, test_conv_bwd_weights_finite_differences, 0, 3);
   tcase_add_test(tc, test_conv_bwd_weights_accumulates);
   tcase_add_test(tc, test_conv_fd_check_detects_wrong_gradient);
   tcase_add_test(tc, test_bn_fwd_training_matches_formula);

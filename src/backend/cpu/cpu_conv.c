@@ -37,13 +37,15 @@ int ddp_conv_out_w(const ddp_conv_shape_t *sh) {
 #if DDP_HAVE_DNNL
 
 enum conv_op { CONV_FWD = 1, CONV_BWD_DATA = 2, CONV_BWD_WEIGHTS = 3 };
-static int g_autotune; /* see ddp_cpu_conv_set_autotune */
+static int g_autotune;       /* see ddp_cpu_conv_set_autotune */
+static int g_prefer_blocked; /* see ddp_cpu_conv_set_prefer_blocked */
 
-/* v[9]: whether the entry was autotuned (tuned and untuned ones differ) */
+/* v[9]: whether the entry was autotuned, v[10]: whether the blocked layout
+ * was tried first (entries made either way differ) */
 static ddp_dnnl_key_t conv_key(enum conv_op op, const ddp_conv_shape_t *sh) {
-  return (ddp_dnnl_key_t){
-      .op = op,
-      .v = {sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride, sh->pad, g_autotune}};
+  return (ddp_dnnl_key_t){.op = op,
+                          .v = {sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride,
+                                sh->pad, g_autotune, g_prefer_blocked}};
 }
 
 static ddp_conv_shape_t key_shape(const ddp_dnnl_key_t *k) {
@@ -113,14 +115,28 @@ void ddp_cpu_conv_set_autotune(int on) {
   g_autotune = on != 0;
 }
 
-/* The activation layouts a convolution may run in, in order of preference:
- * the one oneDNN picks (`any`: on AVX2 its channel-blocked nChw8c, whose
- * kernels beat its NHWC ones by 10-30% on a ResNet's 3x3 layers, far more
- * than the reorders to and from the caller's NHWC cost; see
- * bench/RESULTS.md), then NHWC as it is (the stem, whose 1 or 3 input
- * channels have no blocked kernel). */
+void ddp_cpu_conv_set_prefer_blocked(int on) {
+  g_prefer_blocked = on != 0;
+}
+
+/* The activation layouts a convolution may run in: the one oneDNN picks
+ * (`any`: its channel-blocked nChw8c on AVX2, nChw16c on AVX-512), which
+ * the op reorders to and from the caller's NHWC, and NHWC as it is. */
 static const dnnl_format_tag_t k_act_layouts[] = {dnnl_format_tag_any, dnnl_nhwc};
 enum { ACT_LAYOUTS = sizeof k_act_layouts / sizeof k_act_layouts[0] };
+enum { LAYOUT_BLOCKED = 0, LAYOUT_NHWC = 1 };
+
+/* The order the untuned choice tries them in. NHWC first: where oneDNN
+ * has an AVX-512 kernel for it, that is taken, since it needs no reorders
+ * (a ResNet-18 step on an AVX-512 EPYC: NHWC convolutions 461 ms against
+ * blocked 453, but reorders 13 ms against 62: 7.7% less in all). Else the
+ * blocked layout: on AVX2 oneDNN's NHWC kernels lose 10-30% on a ResNet's
+ * 3x3 layers, far more than the reorders cost (bench/RESULTS.md); NHWC's
+ * first choice is kept in reserve for shapes with no blocked kernel (the
+ * stem's 1 or 3 input channels). A rule of the machine's kernels, not a
+ * timing: the choice, and the bits, repeat from run to run. */
+static const int k_nhwc_first[ACT_LAYOUTS] = {LAYOUT_NHWC, LAYOUT_BLOCKED};
+static const int k_blocked_first[ACT_LAYOUTS] = {LAYOUT_BLOCKED, LAYOUT_NHWC};
 
 /* The operation descriptors of one layout: the forward (also the hint the
  * backward ones need) and op's own. */
@@ -293,14 +309,15 @@ static double time_impl(conv_impl_t *c, enum conv_op op, const tune_buffers_t *t
   return best;
 }
 
-/* The entry for key: oneDNN's first choice in the first layout that has a
- * non-reference implementation, or with autotuning the fastest of every
- * non-reference implementation in every layout; a reference one only when
- * nothing else exists; never a broken 1x1 kernel (above). */
+/* The entry for key: untuned, oneDNN's first choice in NHWC where that is
+ * an AVX-512 kernel, else its first in the blocked layout, else NHWC's
+ * (k_nhwc_first); with autotuning the fastest of every non-reference
+ * implementation in every layout; a reference one only when nothing else
+ * exists; never a broken 1x1 kernel (above). */
 static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   const ddp_conv_shape_t sh = key_shape(key);
   const enum conv_op op = (enum conv_op)key->op;
-  const int tune = (int)key->v[9];
+  const int tune = (int)key->v[9], blocked_first = (int)key->v[10];
   ddp_status_t st = DDP_OK;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t fallback = NULL; /* the first reference implementation */
@@ -310,7 +327,9 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   double best_ms = INFINITY;
   tune_buffers_t tb = {0};
   DDP_CHECK(ddp_dnnl_user_scratchpad_attr(&attr));
-  for (int l = 0; l < ACT_LAYOUTS && (tune || !best); ++l) {
+  conv_impl_t *spare = NULL; /* untuned: NHWC's first choice, not an AVX-512 kernel */
+  for (int k = 0; k < ACT_LAYOUTS && (tune || !best); ++k) {
+    const int l = (tune || blocked_first ? k_blocked_first : k_nhwc_first)[k];
     DDP_CHECK_GOTO(descs_init(&d[l], &sh, op, k_act_layouts[l]), st, done);
     if (tune && !tb.a) DDP_CHECK_GOTO(tune_buffers_alloc(&tb, &d[l], op), st, done);
     dnnl_primitive_desc_iterator_t it = NULL;
@@ -333,6 +352,10 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
       }
       conv_impl_t *c = NULL;
       if ((st = impl_from_pd(&c, cand, &d[l], &sh, op)) != DDP_OK) break;
+      if (!tune && l == LAYOUT_NHWC && !spare && !best && !strstr(name, "avx512")) {
+        spare = c; /* the blocked layout may do better */
+        break;
+      }
       const double ms = tune ? time_impl(c, op, &tb) : 0.0;
       if (!best || ms < best_ms) {
         conv_destroy(best);
@@ -345,6 +368,7 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
     dnnl_primitive_desc_iterator_destroy(it);
     if (st != DDP_OK) goto done;
   }
+  if (!best && spare) best = spare, spare = NULL;
   if (!best && fallback) {
     st = impl_from_pd(&best, fallback, fallback_descs, &sh, op);
     fallback = NULL;
@@ -362,6 +386,7 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   best = NULL;
 done:
   if (fallback) dnnl_primitive_desc_destroy(fallback);
+  conv_destroy(spare);
   conv_destroy(best);
   for (int l = 0; l < ACT_LAYOUTS; ++l)
     if (d[l].fwd_pd) dnnl_primitive_desc_destroy(d[l].fwd_pd);
@@ -437,6 +462,10 @@ ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_c
 #else /* !DDP_HAVE_DNNL: every op says that this build has no oneDNN */
 
 void ddp_cpu_conv_set_autotune(int on) {
+  (void)on;
+}
+
+void ddp_cpu_conv_set_prefer_blocked(int on) {
   (void)on;
 }
 

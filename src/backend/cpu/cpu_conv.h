@@ -51,9 +51,14 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
 /* With on != 0 (--deterministic off), a shape's convolution primitives are
  * the fastest of oneDNN's implementations in either activation layout,
  * reorders included, measured when the shape is first prepared; otherwise
- * oneDNN's first choice in its preferred layout. Process-wide, set by the
- * CPU backend's init. */
+ * oneDNN's first choice: in NHWC where that is an AVX-512 kernel, else in
+ * its blocked layout (cpu_conv.c says why). Process-wide, set by the CPU
+ * backend's init. */
 void ddp_cpu_conv_set_autotune(int on);
+/* Tests: with on != 0 the untuned choice tries the blocked layout first on
+ * any machine, so the reorders and the shared staging buffers run where
+ * oneDNN's AVX-512 NHWC kernels would otherwise be taken. Cached apart. */
+void ddp_cpu_conv_set_prefer_blocked(int on);
 
 /* Builds the three primitives for sh (outside the step loop). */
 ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
