@@ -72,11 +72,12 @@ ddp_status_t ddp_train_conv_algos_agree(ddp_train_conv_algos_t *t, ddp_comm_t *c
   t->agreed = 1;
   char *text = NULL;
   uint64_t len = 0;
-  if (rank == 0) {
-    DDP_CHECK(ddp_conv_algos_format(&t->rec, &text));
-    len = strlen(text);
-  }
+  /* rank 0 says 0 bytes when it cannot format its record (out of memory):
+   * the other ranks then keep their own choices, none is left waiting */
+  const ddp_status_t mine = rank == 0 ? ddp_conv_algos_format(&t->rec, &text) : DDP_OK;
+  if (rank == 0 && mine == DDP_OK) len = strlen(text);
   ddp_status_t st = bcast(comm, &len, sizeof len);
+  if (st == DDP_OK && len == 0) return mine;
   if (st == DDP_OK && rank != 0) {
     text = len < SIZE_MAX ? malloc((size_t)len + 1) : NULL;
     if (!text) DDP_FAIL(DDP_ERR_OOM, "--conv-algos: no memory for rank 0's record");
