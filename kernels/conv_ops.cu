@@ -12,6 +12,8 @@
  * value is rounded once to nearest even (nn_io.cuh). */
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "conv_ops.h"
 #include "core/foreign_check.h"
 #include "nn_io.cuh"
@@ -100,16 +102,25 @@ bool aligned4(ddp_dtype_t dt, const void *a, const void *b, const void *c) {
   return (!a || aligned(a, bytes)) && (!b || aligned(b, bytes)) && (!c || aligned(c, bytes));
 }
 
+/* launch(v) with v an integral constant: 4 when `grouped` (the kernel's
+ * four-element version, over n / 4 groups), else 1 (its scalar version,
+ * for misaligned buffers or channels not a multiple of 4). */
+template <typename Launch>
+void grouped_or_scalar(bool grouped, Launch launch) {
+  if (grouped)
+    launch(std::integral_constant<int, 4>{});
+  else
+    launch(std::integral_constant<int, 1>{});
+}
+
 template <int OP>
 ddp_status_t relu_launch(const char *what, ddp_dtype_t dt, void *out, const void *x, const void *y,
                          size_t n, cudaStream_t s) {
   if (n == 0) return DDP_OK;
-  if (aligned4(dt, out, x, y))
-    CONV_DISPATCH(what, dt,
-                  relu_kernel<DT, OP, 4><<<grid_for(n / 4 + 1), kEwThreads, 0, s>>>(out, x, y, n););
-  else
-    CONV_DISPATCH(what, dt,
-                  relu_kernel<DT, OP, 1><<<grid_for(n), kEwThreads, 0, s>>>(out, x, y, n););
+  CONV_DISPATCH(what, dt, grouped_or_scalar(aligned4(dt, out, x, y), [&](auto v) {
+                  constexpr int V = decltype(v)::value;
+                  relu_kernel<DT, OP, V><<<grid_for(n / V), kEwThreads, 0, s>>>(out, x, y, n);
+                }););
   return DDP_OK;
 }
 
@@ -542,14 +553,12 @@ extern "C" ddp_status_t ddp_cuda_maxpool_fwd(ddp_dtype_t dt, void *out, uint16_t
                                              cudaStream_t stream) {
   const size_t n = (size_t)d->N * d->OH * d->OW * d->C;
   const ddp_cuda_pool_dims_t dims = *d;
-  if (d->C % 4 == 0 && aligned4(dt, out, inp, NULL) && (!ws || aligned(ws, 8)))
-    CONV_DISPATCH("maxpool_fwd", dt,
-                  maxpool_fwd_kernel<DT, 4>
-                  <<<grid_for(n / 4), kEwThreads, 0, stream>>>(out, ws, inp, dims););
-  else
-    CONV_DISPATCH("maxpool_fwd", dt,
-                  maxpool_fwd_kernel<DT, 1>
-                  <<<grid_for(n), kEwThreads, 0, stream>>>(out, ws, inp, dims););
+  const bool grouped = d->C % 4 == 0 && aligned4(dt, out, inp, NULL) && (!ws || aligned(ws, 8));
+  CONV_DISPATCH("maxpool_fwd", dt, grouped_or_scalar(grouped, [&](auto v) {
+                  constexpr int V = decltype(v)::value;
+                  maxpool_fwd_kernel<DT, V>
+                      <<<grid_for(n / V), kEwThreads, 0, stream>>>(out, ws, inp, dims);
+                }););
 
   return DDP_OK;
 }
@@ -559,14 +568,12 @@ extern "C" ddp_status_t ddp_cuda_maxpool_bwd(ddp_dtype_t dt, void *dinp, const v
                                              cudaStream_t stream) {
   const size_t n = (size_t)d->N * d->H * d->W * d->C;
   const ddp_cuda_pool_dims_t dims = *d;
-  if (d->C % 4 == 0 && aligned4(dt, dinp, dout, NULL) && aligned(ws, 8))
-    CONV_DISPATCH("maxpool_bwd", dt,
-                  maxpool_bwd_kernel<DT, 4>
-                  <<<grid_for(n / 4), kEwThreads, 0, stream>>>(dinp, dout, ws, dims););
-  else
-    CONV_DISPATCH("maxpool_bwd", dt,
-                  maxpool_bwd_kernel<DT, 1>
-                  <<<grid_for(n), kEwThreads, 0, stream>>>(dinp, dout, ws, dims););
+  const bool grouped = d->C % 4 == 0 && aligned4(dt, dinp, dout, NULL) && aligned(ws, 8);
+  CONV_DISPATCH("maxpool_bwd", dt, grouped_or_scalar(grouped, [&](auto v) {
+                  constexpr int V = decltype(v)::value;
+                  maxpool_bwd_kernel<DT, V>
+                      <<<grid_for(n / V), kEwThreads, 0, stream>>>(dinp, dout, ws, dims);
+                }););
 
   return DDP_OK;
 }
@@ -619,14 +626,12 @@ ddp_status_t bn_apply_fwd_launch(ddp_dtype_t dt, void *out, const void *x, const
                                  const float *mean, const float *var, const float *gamma,
                                  const float *beta, float eps, size_t n, int C,
                                  cudaStream_t stream) {
-  if (C % 4 == 0 && aligned4(dt, out, x, res))
-    CONV_DISPATCH("bn_apply_fwd", dt,
-                  bn_apply_fwd_kernel<DT, 4, EPI><<<grid_for(n / 4), kEwThreads, 0, stream>>>(
-                      out, x, res, mean, var, gamma, beta, eps, n, C););
-  else
-    CONV_DISPATCH("bn_apply_fwd", dt,
-                  bn_apply_fwd_kernel<DT, 1, EPI><<<grid_for(n), kEwThreads, 0, stream>>>(
-                      out, x, res, mean, var, gamma, beta, eps, n, C););
+  CONV_DISPATCH("bn_apply_fwd", dt,
+                grouped_or_scalar(C % 4 == 0 && aligned4(dt, out, x, res), [&](auto v) {
+                  constexpr int V = decltype(v)::value;
+                  bn_apply_fwd_kernel<DT, V, EPI><<<grid_for(n / V), kEwThreads, 0, stream>>>(
+                      out, x, res, mean, var, gamma, beta, eps, n, C);
+                }););
   return DDP_OK;
 }
 
@@ -672,14 +677,12 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float 
                                               int C, int accumulate, cudaStream_t stream) {
   const size_t n = (size_t)M * C;
   const float inv_m = (float)(1.0 / M_total);
-  if (C % 4 == 0 && aligned4(dt, dinp, dy, x))
-    CONV_DISPATCH("bn_apply_bwd", dt,
-                  bn_apply_bwd_kernel<DT, 4><<<grid_for(n / 4), kEwThreads, 0, stream>>>(
-                      dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C));
-  else
-    CONV_DISPATCH("bn_apply_bwd", dt,
-                  bn_apply_bwd_kernel<DT, 1><<<grid_for(n), kEwThreads, 0, stream>>>(
-                      dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C));
+  CONV_DISPATCH("bn_apply_bwd", dt,
+                grouped_or_scalar(C % 4 == 0 && aligned4(dt, dinp, dy, x), [&](auto v) {
+                  constexpr int V = decltype(v)::value;
+                  bn_apply_bwd_kernel<DT, V><<<grid_for(n / V), kEwThreads, 0, stream>>>(
+                      dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C);
+                }););
   bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
                                                                  C, accumulate);
   DDP_CUDA_CHECK(cudaGetLastError());

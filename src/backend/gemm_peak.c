@@ -1,13 +1,44 @@
 /* Start-up GEMM rate measurement (see ddp_backend_measure_gemm_gflops). */
 #include <config.h>
 
-#include <time.h>
-
 #include "backend/cpu/cpu_dnnl.h"
+#include "backend/gemm_peak.h"
 #include "core/clock.h"
 #include "ddptrain/backend.h"
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
+
+ddp_status_t ddp_gemm_fastest_window(ddp_gemm_step_fn product, ddp_gemm_step_fn sync, void *ctx,
+                                     int64_t n, double seconds, double *gflops) {
+  DDP_CHECK(product(ctx)); /* warm-up: threads, caches */
+  if (sync) DDP_CHECK(sync(ctx));
+  const double flops = 2.0 * (double)n * (double)n * (double)n * 4;
+  const double start = ddp_clock_seconds();
+  double best = 0.0, t0 = start;
+  do {
+    for (int i = 0; i < 4; ++i) DDP_CHECK(product(ctx));
+    if (sync) DDP_CHECK(sync(ctx));
+    const double t1 = ddp_clock_seconds();
+    if (t1 > t0 && flops / (t1 - t0) > best) best = flops / (t1 - t0);
+    t0 = t1;
+  } while (t0 - start < seconds);
+  *gflops = best * 1e-9;
+  return DDP_OK;
+}
+
+typedef struct backend_gemm {
+  ddp_backend_t *be;
+  ddp_gemm_t g;
+} backend_gemm_t;
+
+static ddp_status_t backend_product(void *ctx) {
+  backend_gemm_t *c = ctx;
+  return ddp_backend_gemm(c->be, &c->g, NULL);
+}
+
+static ddp_status_t backend_sync(void *ctx) {
+  return ddp_backend_sync(((backend_gemm_t *)ctx)->be, NULL);
+}
 
 ddp_status_t ddp_backend_measure_gemm_gflops(ddp_backend_t *be, int64_t n, double seconds,
                                              double *gflops) {
@@ -43,24 +74,10 @@ ddp_status_t ddp_backend_measure_gemm_gflops_dtype(ddp_backend_t *be, ddp_dtype_
   /* Small non-zero values: some BLAS kernels take shortcuts on zeros. */
   DDP_CHECK_GOTO(be->ops->fill(be, a, dtype, 0.5f, (size_t)(n * n), NULL), st, out);
   DDP_CHECK_GOTO(be->ops->fill(be, b, dtype, 0.25f, (size_t)(n * n), NULL), st, out);
-  ddp_gemm_t g = ddp_gemm_packed_f32(n, n, n, a, b, c);
-  g.ab_dtype = g.c_dtype = dtype; /* half operands and output, fp32 accumulation */
-  DDP_CHECK_GOTO(ddp_backend_gemm(be, &g, NULL), st, out); /* warm-up: threads, caches */
-  DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);
-  /* Products run in windows of 4 (an asynchronous device stays busy while
-   * the host only reads the clock between windows). The result is the
-   * fastest window: a peak is what the hardware sustains when undisturbed,
-   * and on shared or virtual machines the mean mixes in other tenants. */
-  const double flops = 2.0 * (double)n * (double)n * (double)n * 4;
-  double start = ddp_clock_seconds(), best = 0.0, t0 = start;
-  do {
-    for (int i = 0; i < 4; ++i) DDP_CHECK_GOTO(ddp_backend_gemm(be, &g, NULL), st, out);
-    DDP_CHECK_GOTO(ddp_backend_sync(be, NULL), st, out);
-    double t1 = ddp_clock_seconds();
-    if (t1 > t0 && flops / (t1 - t0) > best) best = flops / (t1 - t0);
-    t0 = t1;
-  } while (t0 - start < seconds);
-  *gflops = best * 1e-9;
+  backend_gemm_t ctx = {.be = be, .g = ddp_gemm_packed_f32(n, n, n, a, b, c)};
+  ctx.g.ab_dtype = ctx.g.c_dtype = dtype; /* half operands and output, fp32 accumulation */
+  DDP_CHECK_GOTO(ddp_gemm_fastest_window(backend_product, backend_sync, &ctx, n, seconds, gflops),
+                 st, out);
   if (dtype == DDP_DTYPE_F32) st = cpu_library_peak(be, n, seconds, gflops);
 out:
   ddp_backend_free(be, c);

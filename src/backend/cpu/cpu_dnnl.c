@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
+#include "backend/gemm_peak.h"
 #include "ddptrain/check.h"
 #include "ddptrain/log.h"
 
@@ -299,6 +299,19 @@ void ddp_dnnl_staged_destroy(ddp_dnnl_staged_t *s) {
   *s = (ddp_dnnl_staged_t){.slot = DDP_DNNL_OWN_BUFFER};
 }
 
+typedef struct sgemm_ctx {
+  int64_t n;
+  const float *a, *b;
+  float *c;
+} sgemm_ctx_t;
+
+static ddp_status_t sgemm_product(void *ctx) {
+  const sgemm_ctx_t *m = ctx;
+  return ddp_dnnl_status(dnnl_sgemm('N', 'N', m->n, m->n, m->n, 1.0f, m->a, m->n, m->b, m->n, 0.0f,
+                                    m->c, m->n),
+                         "dnnl_sgemm", __FILE__, __LINE__);
+}
+
 ddp_status_t ddp_cpu_dnnl_sgemm_gflops(int64_t n, double seconds, int threads, double *gflops) {
   if (n < 1 || n > 16384 || !(seconds >= 0) || !gflops)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "oneDNN GEMM rate: bad arguments (n = %lld)", (long long)n);
@@ -312,22 +325,8 @@ ddp_status_t ddp_cpu_dnnl_sgemm_gflops(int64_t n, double seconds, int threads, d
 #else
   (void)threads;
 #endif
-#define SGEMM(st, label)                                                                       \
-  DDP_CHECK_GOTO(ddp_dnnl_status(dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n), \
-                                 "dnnl_sgemm", __FILE__, __LINE__),                           \
-                 st, label)
-  SGEMM(st, out); /* warm-up: threads, caches */
-  const double flops = 2.0 * (double)n * (double)n * (double)n * 4;
-  const double start = ddp_clock_seconds();
-  double best = 0.0, t0 = start;
-  do {
-    for (int i = 0; i < 4; ++i) SGEMM(st, out);
-    const double t1 = ddp_clock_seconds();
-    if (t1 > t0 && flops / (t1 - t0) > best) best = flops / (t1 - t0);
-    t0 = t1;
-  } while (t0 - start < seconds);
-#undef SGEMM
-  *gflops = best * 1e-9;
+  sgemm_ctx_t ctx = {.n = n, .a = a, .b = b, .c = c};
+  st = ddp_gemm_fastest_window(sgemm_product, NULL, &ctx, n, seconds, gflops);
 out:
   free(a);
   free(b);
