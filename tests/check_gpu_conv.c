@@ -1033,6 +1033,12 @@ START_TEST(test_gpu_conv_rejects_bad_input) {
                 DDP_ERR_INVALID_ARG, "training needs save_a and save_b");
   EXPECT_REJECT(g->bn_bwd(be, dt, out.gpu, ff, ff, x.gpu, x.gpu, pf, NULL, pf, &bb, 0, NULL),
                 DDP_ERR_INVALID_ARG, "are required");
+  /* bn_relu_fwd writing over its input or its residual (as the CPU twin) */
+  EXPECT_REJECT(g->bn_relu_fwd(be, dt, x.gpu, ff, ff, pf, pf, x.gpu, pf, pf, NULL, &bb, 1, NULL),
+                DDP_ERR_INVALID_ARG, "batch_norm_relu_fwd: out may not alias inp or residual");
+  EXPECT_REJECT(
+      g->bn_relu_fwd(be, dt, out.gpu, ff, ff, pf, pf, x.gpu, pf, pf, out.gpu, &bb, 1, NULL),
+      DDP_ERR_INVALID_ARG, "batch_norm_relu_fwd: out may not alias inp or residual");
   EXPECT_REJECT(g->bn_apply_fwd(be, dt, out.gpu, pf, NULL, x.gpu, pf, pf, pf, pf, 4, &bb, NULL),
                 DDP_ERR_INVALID_ARG, "together");
   EXPECT_REJECT(g->bn_apply_fwd(be, dt, out.gpu, NULL, NULL, x.gpu, pf, pf, pf, pf, 3, &bb, NULL),
