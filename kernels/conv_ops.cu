@@ -279,18 +279,37 @@ constexpr int kBnLanes = 8;  /* rows read at once per block */
  *                of the channel: the one-pass statistics (ddp_cuda_bn_stats),
  *                whose cancellation is that of the data about one of its own
  *                values, not about zero. */
-enum { kSumX = 0, kSumCentred = 1, kSumBwd = 2, kSumShifted = 3 };
+enum { kSumX = 0, kSumCentred = 1, kSumBwd = 2, kSumShifted = 3, kSumBwdRelu = 4 };
+
+/* The apply's arithmetic with the inverse standard deviation given: one
+ * expression for the forward and for the backward's recomputed mask, so
+ * both round alike. */
+__device__ __forceinline__ float bn_affine(float v, float mean, float istd, float gamma,
+                                           float beta) {
+  return (v - mean) * istd * gamma + beta;
+}
+
+/* dy where the forward's bn_relu output was positive: round(bn(x)) > 0
+ * (ddp_cuda_bn_relu_t), else 0. A NaN normalised value gives 0, as the
+ * forward stored 0 for it. */
+template <int DT>
+__device__ __forceinline__ float relu_masked(float dy, float x, float mean,
+                                             const ddp_cuda_bn_relu_t &r, int c) {
+  const float v = bn_affine(x, mean, r.istd[c], r.gamma[c], r.beta[c]);
+  return to_f32<DT>(from_f32<DT>(v)) > 0.0f ? dy : 0.0f;
+}
 
 /* Block (32, 8), grid (ceil(C / 32), slices). Lane ty of slice p adds rows
  * p*R + ty, p*R + ty + 8, ... of its channel; the eight lanes are added in
  * a fixed tree and the slice's partials land at scratch[(k*P + p)*C + c]. */
 template <int DT, int MODE>
 __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy, const float *mean,
-                                  int64_t M, int C, int64_t rows_per_slice) {
+                                  ddp_cuda_bn_relu_t relu, int64_t M, int C,
+                                  int64_t rows_per_slice) {
   __shared__ float sa[kBnLanes][kBnChans + 1], sb[kBnLanes][kBnChans + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kBnChans + tx, p = blockIdx.y, P = gridDim.y;
-  constexpr bool kTwo = MODE == kSumBwd || MODE == kSumShifted;
+  constexpr bool kTwo = MODE == kSumBwd || MODE == kSumShifted || MODE == kSumBwdRelu;
   float a = 0.0f, b = 0.0f;
   if (c < C) {
     const float mu = MODE == kSumShifted ? load<DT>(x, (size_t)c)
@@ -304,6 +323,11 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
         const float g = load<DT>(dy, i);
         a += g;
         b += g * (load<DT>(x, i) - mu);
+      } else if constexpr (MODE == kSumBwdRelu) {
+        const float v = load<DT>(x, i);
+        const float g = relu_masked<DT>(load<DT>(dy, i), v, mu, relu, c);
+        a += g;
+        b += g * (v - mu);
       } else if constexpr (MODE == kSumShifted) {
         const float v = load<DT>(x, i) - mu;
         a += v;
@@ -389,7 +413,7 @@ struct ChannelWalk {
 __device__ __forceinline__ float bn_norm(float v, const float *mean, const float *var,
                                          const float *gamma, const float *beta, float eps, int c) {
   const float istd = 1.0f / sqrtf(var[c] + eps);
-  return (v - mean[c]) * istd * gamma[c] + beta[c];
+  return bn_affine(v, mean[c], istd, gamma[c], beta[c]);
 }
 
 /* The epilogue of the apply (ddp_cuda_bn_apply_act_fwd): none, ReLU, or
@@ -463,10 +487,22 @@ __device__ __forceinline__ float bn_dinp(float dy, float x, const float *mean, c
   return gamma[c] * istd * r;
 }
 
-template <int DT, int VEC>
+/* RELU: dy masked first by the forward's ReLU (relu_masked), for
+ * bn_relu_bwd; the mask needs the inverse std, so istd_in is given. */
+template <int DT, int RELU>
+__device__ __forceinline__ float bn_dinp_of(float dy, float x, const float *mean, const float *var,
+                                            const float *istd_in, const float *gamma,
+                                            const float *g, float eps, float inv_m, int C, int c,
+                                            const ddp_cuda_bn_relu_t &relu) {
+  if constexpr (RELU) dy = relu_masked<DT>(dy, x, mean[c], relu, c);
+  return bn_dinp(dy, x, mean, var, istd_in, gamma, g, eps, inv_m, C, c);
+}
+
+template <int DT, int VEC, int RELU>
 __global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, const float *mean,
                                     const float *var, const float *istd_in, const float *gamma,
-                                    const float *g, float eps, float inv_m, size_t n, int C) {
+                                    const float *g, float eps, float inv_m, size_t n, int C,
+                                    ddp_cuda_bn_relu_t relu) {
   const size_t stride = (size_t)gridDim.x * blockDim.x,
                i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   ChannelWalk ch(i0 * VEC, stride * VEC, C);
@@ -476,12 +512,13 @@ __global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, c
       F4 r;
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        r.v[k] = bn_dinp(d.v[k], v.v[k], mean, var, istd_in, gamma, g, eps, inv_m, C, ch.c + k);
+        r.v[k] = bn_dinp_of<DT, RELU>(d.v[k], v.v[k], mean, var, istd_in, gamma, g, eps, inv_m, C,
+                                      ch.c + k, relu);
       store4<DT>(dinp, i, r);
     } else {
       store<DT>(dinp, i,
-                bn_dinp(load<DT>(dy, i), load<DT>(x, i), mean, var, istd_in, gamma, g, eps, inv_m,
-                        C, ch.c));
+                bn_dinp_of<DT, RELU>(load<DT>(dy, i), load<DT>(x, i), mean, var, istd_in, gamma, g,
+                                     eps, inv_m, C, ch.c, relu));
     }
   }
 }
@@ -578,41 +615,48 @@ extern "C" ddp_status_t ddp_cuda_maxpool_bwd(ddp_dtype_t dt, void *dinp, const v
   return DDP_OK;
 }
 
-extern "C" ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch,
-                                           const void *x, const void *dy, const float *mean,
-                                           int64_t M, int C, cudaStream_t stream) {
+/* The reductions' shared launch: MODE's partials, then the slices' sums. */
+template <int MODE>
+ddp_status_t bn_reduce_launch(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
+                              const void *dy, const float *mean, const ddp_cuda_bn_relu_t &relu,
+                              int64_t M, int C, cudaStream_t stream) {
   const int P = ddp_cuda_bn_slices(M);
   const int64_t rows = (M + P - 1) / P;
   const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P),
       block(kBnChans, kBnLanes);
-  const int nsums = dy ? 2 : 1;
+  const int nsums = MODE == kSumBwd || MODE == kSumBwdRelu || MODE == kSumShifted ? 2 : 1;
   CONV_DISPATCH("bn_reduce", dt,
-                if (dy) bn_partial_kernel<DT, kSumBwd>
-                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows);
-                else if (mean) bn_partial_kernel<DT, kSumCentred>
-                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows);
-                else bn_partial_kernel<DT, kSumX>
-                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, M, C, rows););
+                bn_partial_kernel<DT, MODE>
+                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, M, C, rows););
   bn_slices_kernel<<<(unsigned)((nsums * C + kSlicesWarps - 1) / kSlicesWarps), 32 * kSlicesWarps,
                      0, stream>>>(sums, scratch, C, P, nsums);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
 
+extern "C" ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch,
+                                           const void *x, const void *dy, const float *mean,
+                                           int64_t M, int C, cudaStream_t stream) {
+  const ddp_cuda_bn_relu_t none = {NULL, NULL, NULL};
+  if (dy) return bn_reduce_launch<kSumBwd>(dt, sums, scratch, x, dy, mean, none, M, C, stream);
+  if (mean) return bn_reduce_launch<kSumCentred>(dt, sums, scratch, x, dy, mean, none, M, C, stream);
+  return bn_reduce_launch<kSumX>(dt, sums, scratch, x, dy, mean, none, M, C, stream);
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch,
+                                                const void *x, const void *dy, const float *mean,
+                                                const ddp_cuda_bn_relu_t *relu, int64_t M, int C,
+                                                cudaStream_t stream) {
+  return bn_reduce_launch<kSumBwdRelu>(dt, sums, scratch, x, dy, mean, *relu, M, C, stream);
+}
+
 extern "C" ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
                                           float *running_mean, float *running_var, float *sums,
                                           float *scratch, const void *x, int64_t M, int C,
                                           float eps, float momentum, cudaStream_t stream) {
-  const int P = ddp_cuda_bn_slices(M);
-  const int64_t rows = (M + P - 1) / P;
-  const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P),
-      block(kBnChans, kBnLanes);
-  CONV_DISPATCH("bn_stats", dt,
-                bn_partial_kernel<DT, kSumShifted>
-                <<<grid, block, 0, stream>>>(scratch, x, NULL, NULL, M, C, rows););
-  bn_slices_kernel<<<(unsigned)((2 * C + kSlicesWarps - 1) / kSlicesWarps), 32 * kSlicesWarps, 0,
-                     stream>>>(sums, scratch, C, P, 2);
-  DDP_CUDA_CHECK(cudaGetLastError());
+  const ddp_cuda_bn_relu_t none = {NULL, NULL, NULL};
+  DDP_CHECK(
+      bn_reduce_launch<kSumShifted>(dt, sums, scratch, x, NULL, NULL, none, M, C, stream));
   const float unbias = M > 1 ? (float)((double)M / (double)(M - 1)) : 1.0f;
   CONV_DISPATCH("bn_stats", dt,
                 bn_stats_kernel<DT><<<blocks_for(C), kEwThreads, 0, stream>>>(
@@ -674,14 +718,21 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float 
                                               const float *mean, const float *var,
                                               const float *istd, const float *gamma, const float *g,
                                               const float *l, float eps, double M_total, int64_t M,
-                                              int C, int accumulate, cudaStream_t stream) {
+                                              int C, int accumulate, const ddp_cuda_bn_relu_t *relu,
+                                              cudaStream_t stream) {
   const size_t n = (size_t)M * C;
   const float inv_m = (float)(1.0 / M_total);
+  const ddp_cuda_bn_relu_t mask = relu ? *relu : ddp_cuda_bn_relu_t{NULL, NULL, NULL};
   CONV_DISPATCH("bn_apply_bwd", dt,
                 grouped_or_scalar(C % 4 == 0 && aligned4(dt, dinp, dy, x), [&](auto v) {
                   constexpr int V = decltype(v)::value;
-                  bn_apply_bwd_kernel<DT, V><<<grid_for(n / V), kEwThreads, 0, stream>>>(
-                      dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C);
+                  const unsigned grid = grid_for(n / V);
+                  if (relu)
+                    bn_apply_bwd_kernel<DT, V, 1><<<grid, kEwThreads, 0, stream>>>(
+                        dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C, mask);
+                  else
+                    bn_apply_bwd_kernel<DT, V, 0><<<grid, kEwThreads, 0, stream>>>(
+                        dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C, mask);
                 }););
   bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
                                                                  C, accumulate);

@@ -83,6 +83,17 @@ static inline size_t ddp_cuda_bn_scratch_floats(int64_t M, int C) {
   return (size_t)2 * (size_t)ddp_cuda_bn_slices(M) * (size_t)C;
 }
 
+/* The ReLU that followed a batch norm's forward, recomputed in its
+ * backward (bn_relu_bwd): the forward stored round(bn(x)) clipped at 0,
+ * with bn(x) = (x - mean) istd gamma + beta, so its output was positive
+ * exactly where that value rounded to dt is; the backward keeps dy there
+ * and zeroes it elsewhere, which is relu_bwd's mask without reading the
+ * output. istd, gamma, beta: the forward's (C fp32 each); the mean is the
+ * reduction's own argument. */
+typedef struct ddp_cuda_bn_relu {
+  const float *istd, *gamma, *beta;
+} ddp_cuda_bn_relu_t;
+
 /* Per-channel sums over the M positions of x (M, C), into `sums`:
  *   dy NULL, mean NULL: sums[c] = sum x;
  *   dy NULL, mean given: sums[c] = sum (x - mean[c])^2;
@@ -94,6 +105,12 @@ static inline size_t ddp_cuda_bn_scratch_floats(int64_t M, int C) {
 ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
                                 const void *dy, const float *mean, int64_t M, int C,
                                 cudaStream_t stream);
+/* ddp_cuda_bn_reduce's backward sums (dy and mean required) of dy masked
+ * by the forward's ReLU, recomputed from x and `relu`. */
+ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
+                                     const void *dy, const float *mean,
+                                     const ddp_cuda_bn_relu_t *relu, int64_t M, int C,
+                                     cudaStream_t stream);
 
 /* One rank's batch statistics in one pass over x (M, C): the shifted sums
  * of x - k and (x - k)^2 about k = x[0, c] (the scratch and sums as
@@ -131,12 +148,15 @@ ddp_status_t ddp_cuda_bn_apply_act_fwd(ddp_dtype_t dt, void *out, float *running
 /* dinp = gamma istd (dy - g[c] / M_total - (x - mean) istd^2 g[C+c] /
  * M_total) (overwrites); dbeta = / += l[c], dgamma = / += l[C+c] istd per
  * accumulate. istd is read from `istd` where given, else computed as
- * 1 / sqrt(var + eps). */
+ * 1 / sqrt(var + eps). relu (may be NULL): dy is first masked by the
+ * forward's ReLU, recomputed (the sums g and l must be of the masked dy
+ * too: ddp_cuda_bn_reduce_relu's). */
 ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, float *dbeta,
                                    const void *dy, const void *x, const float *mean,
                                    const float *var, const float *istd, const float *gamma,
                                    const float *g, const float *l, float eps, double M_total,
-                                   int64_t M, int C, int accumulate, cudaStream_t stream);
+                                   int64_t M, int C, int accumulate,
+                                   const ddp_cuda_bn_relu_t *relu, cudaStream_t stream);
 
 
 /* ---- convolution helpers ---------------------------------------------- */

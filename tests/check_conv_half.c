@@ -352,7 +352,16 @@ START_TEST(test_half_ops_need_their_prepare) {
   const ddp_status_t st_p =
       g_ops->bn_apply_fwd(g_be, DDP_DTYPE_BF16, out.h, NULL, NULL, x.h, stats, stats, stats, stats,
                           (int64_t)k_bn.N * k_bn.H * k_bn.W, &k_bn, NULL);
+  /* bn_relu_bwd masks dout in place before its bn_bwd stages: refused
+   * before that, dout untouched */
+  uint16_t *dout = memcpy(hbuf(big), x.h, big * 2);
+  const ddp_status_t st_r =
+      g_ops->bn_relu_bwd(g_be, DDP_DTYPE_BF16, out.h, stats, stats, dout, x.h, x.h, stats, stats,
+                         stats, stats, &k_bn, 0, NULL);
   char *log = ddp_test_log_stop();
+  ck_assert_int_eq(st_r, DDP_ERR_INVALID_ARG);
+  ddp_assert_contains(log, "batch_norm_relu_bwd in half precision needs");
+  ck_assert_int_eq(memcmp(dout, x.h, big * 2), 0);
   ck_assert_int_eq(st_c, DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(st_b, DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(st_p, DDP_ERR_INVALID_ARG);

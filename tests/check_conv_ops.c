@@ -191,7 +191,7 @@ START_TEST(test_cpu_table_is_filled) {
                          (void *)g_ops->avgpool_fwd,      (void *)g_ops->avgpool_bwd,
                          (void *)g_ops->relu_fwd,         (void *)g_ops->add_relu_fwd,
                          (void *)g_ops->relu_bwd,         (void *)g_ops->release,
-                         (void *)g_ops->bn_relu_fwd};
+                         (void *)g_ops->bn_relu_fwd,      (void *)g_ops->bn_relu_bwd};
   for (size_t i = 0; i < sizeof slots / sizeof *slots; ++i)
     ck_assert_msg(slots[i] != NULL, "conv table slot %zu is NULL", i);
 }
@@ -475,6 +475,56 @@ START_TEST(test_bn_relu_fwd_is_bn_then_relu) {
   free(log);
   expect_bits_equal("a refused bn_relu_fwd's input", xx, x, n);
   expect_bits_equal("a refused bn_relu_fwd's residual", r2, res, n);
+}
+END_TEST
+
+/* bn_relu_bwd is, by its contract, relu_bwd then bn_bwd: the same bits
+ * (input gradient, dgamma and dbeta, overwritten and accumulated) from the
+ * forward's output and saves. A refusal (aliasing, a missing output)
+ * leaves dout as it was, though the op masks it in place when it runs.
+ * The GPU's version, which recomputes the mask, is compared with this one
+ * in check_gpu_conv. */
+START_TEST(test_bn_relu_bwd_is_relu_then_bn) {
+  const ddp_bn_shape_t sh = k_bn;
+  const size_t n = bn_elems(&sh), C = (size_t)sh.C;
+  const float *x = bn_input(&sh), *dy = fnormal(n, 0, 1);
+  const float *gamma = funi(C, 0.5f, 1.5f), *beta = funi(C, -0.5f, 0.5f);
+  float *rm = fill(fbuf(C), C, 0.0f), *rv = fill(fbuf(C), C, 1.0f);
+  float *sa = fbuf(C), *sb = fbuf(C), *y = fnan(n);
+  expect_ok(g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, y, sa, sb, rm, rv, x, gamma, beta, NULL, &sh,
+                               1, NULL),
+            "bn_relu_fwd");
+  size_t cut = 0;
+  for (size_t i = 0; i < n; ++i) cut += y[i] == 0.0f;
+  ck_assert_msg(cut > n / 5 && cut < n - n / 5, "%zu of %zu cut: not a test", cut, n);
+  for (int acc = 0; acc <= 1; ++acc) {
+    float *masked = fnan(n), *want = fnan(n), *got = fnan(n), *scratch = fcopy(dy, n);
+    float *dg = fill(fbuf(C), C, 0.5f), *db = fill(fbuf(C), C, -0.25f);
+    float *dg2 = fcopy(dg, C), *db2 = fcopy(db, C);
+    expect_ok(g_ops->relu_bwd(g_be, DDP_DTYPE_F32, masked, dy, y, n, NULL), "relu_bwd");
+    expect_ok(g_ops->bn_bwd(g_be, DDP_DTYPE_F32, want, dg, db, masked, x, gamma, sa, sb, &sh, acc,
+                            NULL),
+              "bn_bwd");
+    expect_ok(g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, got, dg2, db2, scratch, x, y, gamma, beta, sa,
+                                 sb, &sh, acc, NULL),
+              "bn_relu_bwd");
+    expect_bits_equal("bn_relu_bwd dinp", got, want, n);
+    expect_bits_equal("bn_relu_bwd dgamma", dg2, dg, C);
+    expect_bits_equal("bn_relu_bwd dbeta", db2, db, C);
+  }
+  float *d2 = fcopy(dy, n), *dg = fbuf(C), *db = fbuf(C), *din = fbuf(n);
+  ddp_test_log_start();
+  const ddp_status_t a = g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, d2, dg, db, d2, x, y, gamma, beta,
+                                            sa, sb, &sh, 0, NULL);
+  const ddp_status_t b = g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, din, dg, db, d2, x, NULL, gamma,
+                                            beta, sa, sb, &sh, 0, NULL);
+  char *log = ddp_test_log_stop();
+  ck_assert_int_eq(a, DDP_ERR_INVALID_ARG);
+  ck_assert_int_eq(b, DDP_ERR_INVALID_ARG);
+  ck_assert_ptr_nonnull(strstr(log, "batch_norm_relu_bwd: dinp may not alias dout, inp or out"));
+  ck_assert_ptr_nonnull(strstr(log, "batch_norm_relu_bwd: dinp, dgamma, dbeta, dout, inp, out"));
+  free(log);
+  expect_bits_equal("a refused bn_relu_bwd's dout", d2, dy, n);
 }
 END_TEST
 
@@ -882,6 +932,7 @@ int main(void) {
   tcase_add_test(tc, test_avgpool_fwd_and_bwd);
   tcase_add_test(tc, test_bn_parts_finite_differences);
   tcase_add_test(tc, test_bn_relu_fwd_is_bn_then_relu);
+  tcase_add_test(tc, test_bn_relu_bwd_is_relu_then_bn);
   tcase_add_test(tc, test_bn_parts_two_ranks_equal_whole_batch);
   tcase_add_test(tc, test_bn_apply_bwd_accumulates);
   tcase_add_test(tc, test_bn_table_is_accurate_at_resnet_sizes);

@@ -52,6 +52,7 @@ int main(void) {
 #include "backend/conv_algos.h"
 #include "backend/cuda/cuda_conv.h"
 #include "ddptrain/conv.h"
+#include "ddptrain/nn.h"
 #include "gpu_twin.h"
 
 #define TOL_CONV_F32 5e-4
@@ -262,6 +263,44 @@ static void conv_case(ddp_dtype_t dt, const ddp_conv_shape_t *sh) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
 }
 
+/* conv_bwd_data_add: dinp += the input gradient, cuDNN's beta = 1 (the sum
+ * in fp32, rounded once), against the CPU twin's conv_bwd_data then add in
+ * fp32. A dropped prior value would be an error of its own size. The last
+ * shape is called unprepared: its first call searches on the prepare's
+ * scratch tensors, never on dinp, whose values it must keep. */
+static void conv_bwd_data_add_case(ddp_dtype_t dt, const ddp_conv_shape_t *sh, int prepared) {
+  const ddp_conv_ops_t *cc = cpu_conv(), *gc = gpu_conv();
+  ck_assert_ptr_nonnull(gc->conv_bwd_data_add);
+  ck_assert_int_eq(cc->conv_prepare(twin_cpu, DDP_DTYPE_F32, sh), DDP_OK);
+  if (prepared) ck_assert_int_eq(gc->conv_prepare(twin_gpu, dt, sh), DDP_OK);
+  const float wstd = 1.0f / sqrtf((float)(sh->R * sh->S * sh->C));
+  mixed_t w = mixed_input(dt, conv_w_n(sh), 0.0f, wstd);
+  mixed_t dy = mixed_input(dt, conv_out_n(sh), 0.0f, 1.0f);
+  mixed_t dx = mixed_input(dt, conv_in_n(sh), 0.0f, 1.0f), part = mixed_output(dt, conv_in_n(sh));
+  ck_assert_int_eq(cc->conv_bwd_data(twin_cpu, DDP_DTYPE_F32, part.cpu, dy.cpu, w.cpu, sh, NULL),
+                   DDP_OK);
+  ck_assert_int_eq(twin_cpu->ops->nn->add(twin_cpu, DDP_DTYPE_F32, dx.cpu, dx.cpu, part.cpu,
+                                          conv_in_n(sh), NULL),
+                   DDP_OK);
+  ck_assert_int_eq(gc->conv_bwd_data_add(twin_gpu, dt, dx.gpu, dy.gpu, w.gpu, sh, NULL), DDP_OK);
+  const double e = mixed_expect(&dx, conv_tol(dt), "conv_bwd_data_add dinp");
+  fprintf(stderr, "conv_bwd_data_add %-4s N=%d %dx%dx%d -> K=%d %dx%d/%d%s: err %.2g\n",
+          ddp_dtype_name(dt), sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride,
+          prepared ? "" : " (unprepared)", e);
+  mixed_t *all[] = {&w, &dy, &dx, &part};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+}
+
+START_TEST(test_gpu_conv_bwd_data_add_matches_cpu) {
+  for (int d = 0; d < 3; ++d) {
+    for (int k = 0; k < N_CONV_SHAPES; ++k) conv_bwd_data_add_case(twin_dtypes[d], &k_conv_shapes[k], 1);
+    const ddp_conv_shape_t fresh = {
+        .N = 2, .H = 9, .W = 9, .C = 12 + 4 * d, .K = 20, .R = 3, .S = 3, .stride = 2, .pad = 1};
+    conv_bwd_data_add_case(twin_dtypes[d], &fresh, 0);
+  }
+}
+END_TEST
+
 START_TEST(test_gpu_conv_matches_cpu) {
   for (int d = 0; d < 3; ++d)
     for (int k = 0; k < N_CONV_SHAPES; ++k) conv_case(twin_dtypes[d], &k_conv_shapes[k]);
@@ -434,6 +473,80 @@ static void bn_relu_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   mixed_t *all[] = {&x, &res, &gamma, &beta};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
 }
+
+/* bn_relu_bwd after a training bn_relu_fwd: on the GPU it equals relu_bwd
+ * then bn_bwd on the GPU bit for bit (in bf16 it recomputes the ReLU's
+ * mask from the input and the saves instead of reading the output, so
+ * this is what shows the two masks agree), overwriting and accumulating
+ * the parameter gradients; and it follows the CPU twin given the GPU's
+ * output as the mask (a value near 0 may fall on either side of it in
+ * the two forwards, which would flip a whole element of the gradient). */
+static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
+  const ddp_conv_ops_t *cc = cpu_conv(), *gc = gpu_conv();
+  const size_t n = bn_n(sh), C = (size_t)sh->C;
+  ck_assert_int_eq(cc->bn_prepare(twin_cpu, DDP_DTYPE_F32, sh), DDP_OK);
+  ck_assert_int_eq(gc->bn_prepare(twin_gpu, dt, sh), DDP_OK);
+  mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), dy = mixed_input(dt, n, 0.0f, 1.0f);
+  mixed_t gamma = mixed_input(DDP_DTYPE_F32, C, 1.0f, 0.3f);
+  mixed_t beta = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
+  mixed_t rm = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
+  mixed_t rv = mixed_input(DDP_DTYPE_F32, C, 2.0f, 0.1f);
+  mixed_t sa = mixed_output(DDP_DTYPE_F32, C), sb = mixed_output(DDP_DTYPE_F32, C);
+  mixed_t y = mixed_output(dt, n);
+  ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)sa.cpu,
+                                   (float *)sb.cpu, (float *)rm.cpu, (float *)rv.cpu, x.cpu,
+                                   gamma.cpu, beta.cpu, NULL, sh, 1, NULL),
+                   DDP_OK);
+  ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, y.gpu, (float *)sa.gpu, (float *)sb.gpu,
+                                   (float *)rm.gpu, (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu,
+                                   NULL, sh, 1, NULL),
+                   DDP_OK);
+  /* the CPU twin masks by the GPU's output */
+  float *gy = fetch_gpu(&y);
+  size_t cut = 0;
+  for (size_t i = 0; i < n; ++i) cut += gy[i] == 0.0f;
+  ck_assert_msg(cut > n / 10 && cut < n - n / 10, "%zu of %zu cut: not a test", cut, n);
+  twin_upload(twin_cpu, y.cpu, gy, n * sizeof(float));
+  free(gy);
+  double e[2] = {0, 0};
+  for (int acc = 0; acc <= 1; ++acc) {
+    mixed_t dx = mixed_output(dt, n), want = mixed_output(dt, n);
+    mixed_t d1 = mixed_clone(&dy), d2 = mixed_clone(&dy);
+    mixed_t dg = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
+    mixed_t db = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
+    mixed_t dg2 = mixed_clone(&dg), db2 = mixed_clone(&db);
+    ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu,
+                                     d1.gpu, x.gpu, y.gpu, gamma.gpu, beta.gpu, sa.gpu, sb.gpu, sh,
+                                     acc, NULL),
+                     DDP_OK);
+    ck_assert_int_eq(gc->relu_bwd(twin_gpu, dt, d2.gpu, d2.gpu, y.gpu, n, NULL), DDP_OK);
+    ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, want.gpu, (float *)dg2.gpu, (float *)db2.gpu, d2.gpu,
+                                x.gpu, gamma.gpu, sa.gpu, sb.gpu, sh, acc, NULL),
+                     DDP_OK);
+    expect_gpu_bits_equal(dx.gpu, want.gpu, n * ddp_dtype_size(dt), "bn_relu_bwd dinp");
+    expect_gpu_bits_equal(dg.gpu, dg2.gpu, C * sizeof(float), "bn_relu_bwd dgamma");
+    expect_gpu_bits_equal(db.gpu, db2.gpu, C * sizeof(float), "bn_relu_bwd dbeta");
+    ck_assert_int_eq(cc->bn_relu_bwd(twin_cpu, DDP_DTYPE_F32, dx.cpu, (float *)dg.cpu,
+                                     (float *)db.cpu, d1.cpu, x.cpu, y.cpu, gamma.cpu, beta.cpu,
+                                     sa.cpu, sb.cpu, sh, acc, NULL),
+                     DDP_OK);
+    e[acc] = mixed_expect(&dx, out_tol(dt, TOL_BN_F32), "bn_relu_bwd dinp against the CPU");
+    mixed_expect(&dg, TOL_BN_F32, "bn_relu_bwd dgamma against the CPU");
+    mixed_expect(&db, TOL_BN_F32, "bn_relu_bwd dbeta against the CPU");
+    mixed_t *tmp[] = {&dx, &want, &d1, &d2, &dg, &db, &dg2, &db2};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; ++i) mixed_free(tmp[i]);
+  }
+  fprintf(stderr, "bn_relu_bwd %-4s %dx%dx%dx%d: %zu of %zu cut, err dinp %.2g (+= %.2g)\n",
+          ddp_dtype_name(dt), sh->N, sh->H, sh->W, sh->C, cut, n, e[0], e[1]);
+  mixed_t *all[] = {&x, &dy, &gamma, &beta, &rm, &rv, &sa, &sb, &y};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+}
+
+START_TEST(test_gpu_bn_relu_bwd_matches_composition_and_cpu) {
+  for (int d = 0; d < 3; ++d)
+    for (int k = 0; k < N_BN_SHAPES; ++k) bn_relu_bwd_case(twin_dtypes[d], &k_bn_shapes[k]);
+}
+END_TEST
 
 START_TEST(test_gpu_bn_relu_matches_composition_and_cpu) {
   for (int d = 0; d < 3; ++d)
@@ -1087,6 +1200,8 @@ static Suite *gpu_conv_suite(void) {
   tcase_add_test(tc, test_gpu_conv_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_relu_matches_composition_and_cpu);
+  tcase_add_test(tc, test_gpu_bn_relu_bwd_matches_composition_and_cpu);
+  tcase_add_test(tc, test_gpu_conv_bwd_data_add_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_parts_match_cpu);
   tcase_add_test(tc, test_gpu_pool_matches_cpu);
   tcase_add_test(tc, test_gpu_activations_match_cpu);

@@ -76,3 +76,18 @@ ddp_status_t ddp_pool_check_shape(const char *op, const ddp_pool_shape_t *sh) {
              (long long)sh->N * sh->H * sh->W * sh->C, INT_MAX);
   return DDP_OK;
 }
+
+ddp_status_t ddp_bn_relu_bwd_check(void *dinp, const float *dgamma, const float *dbeta,
+                                   const void *dout, const void *inp, const void *out,
+                                   const float *gamma, const float *beta, const float *save_a,
+                                   const float *save_b, const ddp_bn_shape_t *sh) {
+  static const char op[] = "batch_norm_relu_bwd";
+  DDP_CHECK(ddp_bn_check_shape(op, sh, 1));
+  if (!dinp || !dgamma || !dbeta || !dout || !inp || !out || !gamma || !beta || !save_a || !save_b)
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "%s: dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a and save_b are required",
+             op);
+  if (dinp == dout || dinp == inp || dinp == out)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "%s: dinp may not alias dout, inp or out", op);
+  return DDP_OK;
+}

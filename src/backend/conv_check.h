@@ -13,5 +13,12 @@ ddp_status_t ddp_conv_check_shape(const char *op, const ddp_conv_shape_t *sh);
 /* training: statistics of the batch are taken (N*H*W >= 2). */
 ddp_status_t ddp_bn_check_shape(const char *op, const ddp_bn_shape_t *sh, int training);
 ddp_status_t ddp_pool_check_shape(const char *op, const ddp_pool_shape_t *sh);
+/* bn_relu_bwd's arguments (shape, required pointers, aliasing), checked
+ * before the op touches anything: its composition masks dout in place, so
+ * a refusal after that would leave dout half-written. */
+ddp_status_t ddp_bn_relu_bwd_check(void *dinp, const float *dgamma, const float *dbeta,
+                                   const void *dout, const void *inp, const void *out,
+                                   const float *gamma, const float *beta, const float *save_a,
+                                   const float *save_b, const ddp_bn_shape_t *sh);
 
 #endif

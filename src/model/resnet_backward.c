@@ -5,7 +5,9 @@
  * projection), the stem last. Activation gradients live in four scratch
  * buffers whose roles rotate from block to block: the gradient arriving at
  * the block's output (X), the BN's input gradient (P), the conv's input
- * gradient (Q), and the gradient leaving the block (R). */
+ * gradient (Q), and the gradient leaving the block (R, where a projection
+ * shortcut's gradient is added; an identity block's first conv adds its
+ * input gradient into X, which then leaves the block). */
 #include "ddptrain/check.h"
 #include "ddptrain/nn.h"
 #include "model/resnet.h"
@@ -15,15 +17,24 @@ static void ready(ddp_model_t *m, int t, int notify) {
 }
 
 /* BatchNorm's backward for unit u: dc (the conv output's gradient) from
- * dout, and its parameter gradients. */
+ * dout, and its parameter gradients. relu: dout is the gradient of the
+ * unit's ReLU output (u->a) and the ReLU's backward comes first, fused
+ * where the table has bn_relu_bwd; dout is scratch either way (masked in
+ * place). */
 static ddp_status_t bn_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t *u, void *dc,
-                                const void *dout, int N, int acc) {
+                                void *dout, int N, int acc, int relu) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   const ddp_bn_shape_t sh = resnet_bn_shape(r, u, N);
   const float *gamma = m->params + m->tensors[u->t].offset;
+  const float *beta = m->params + m->tensors[u->t + 1].offset;
   float *dgamma = m->grads + m->tensors[u->t].offset;
   float *dbeta = m->grads + m->tensors[u->t + 1].offset;
   const int K = u->K;
+  if (relu && !r->cfg.sync_bn && cv->bn_relu_bwd)
+    return cv->bn_relu_bwd(r->be, r->dt, dc, dgamma, dbeta, dout, u->c, u->a, gamma, beta,
+                           u->stats, u->stats + K, &sh, acc, NULL);
+  if (relu)
+    DDP_CHECK(cv->relu_bwd(r->be, r->dt, dout, dout, u->a, (size_t)N * (size_t)u->out_elems, NULL));
   if (!r->cfg.sync_bn)
     return cv->bn_bwd(r->be, r->dt, dc, dgamma, dbeta, dout, u->c, gamma, u->stats, u->stats + K,
                       &sh, acc, NULL);
@@ -38,24 +49,38 @@ static ddp_status_t bn_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t
                           resnet_bn_positions(r, u, N), &sh, acc, NULL);
 }
 
-/* BN and conv backward of unit u: parameter gradients, and the gradient of
- * the unit's input into din (NULL: not wanted, the stem's image). dc is
- * scratch for the conv output's gradient. */
-static ddp_status_t unit_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t *u,
-                                  const void *dout, void *dc, const void *in, void *din, int N,
-                                  int acc, int notify) {
+/* Where a unit's input gradient goes: written into din, or added to what
+ * din holds (a block's first conv meeting its shortcut's gradient), in
+ * one pass where the table has conv_bwd_data_add, else through `scratch`
+ * and an add. din NULL: not wanted (the stem's image). */
+typedef struct input_grad {
+  void *din;
+  int add;
+  void *scratch;
+} input_grad_t;
+
+/* BN (with the unit's ReLU first when `relu`) and conv backward of unit
+ * u: parameter gradients, and the gradient of the unit's input into `to`.
+ * dc is scratch for the conv output's gradient; dout is scratch too. */
+static ddp_status_t unit_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t *u, void *dout,
+                                  void *dc, const void *in, input_grad_t to, int N, int acc,
+                                  int relu, int notify) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   ddp_conv_shape_t sh = u->conv;
   sh.N = N;
-  DDP_CHECK(bn_backward(m, r, u, dc, dout, N, acc));
+  DDP_CHECK(bn_backward(m, r, u, dc, dout, N, acc, relu));
   ready(m, u->t, notify);
   ready(m, u->t + 1, notify);
   DDP_CHECK(cv->conv_bwd_weights(r->be, r->dt, m->grads + m->tensors[u->t + 2].offset, dc, in, &sh,
                                  acc, NULL));
   ready(m, u->t + 2, notify);
-  if (din)
-    DDP_CHECK(cv->conv_bwd_data(r->be, r->dt, din, dc, resnet_weight(m, u->t + 2), &sh, NULL));
-  return DDP_OK;
+  const void *w = resnet_weight(m, u->t + 2);
+  if (!to.din) return DDP_OK;
+  if (!to.add) return cv->conv_bwd_data(r->be, r->dt, to.din, dc, w, &sh, NULL);
+  if (cv->conv_bwd_data_add) return cv->conv_bwd_data_add(r->be, r->dt, to.din, dc, w, &sh, NULL);
+  DDP_CHECK(cv->conv_bwd_data(r->be, r->dt, to.scratch, dc, w, &sh, NULL));
+  return r->be->ops->nn->add(r->be, r->dt, to.din, to.din, to.scratch,
+                             (size_t)N * (size_t)sh.H * (size_t)sh.W * (size_t)sh.C, NULL);
 }
 
 /* What the stem hands to the first block (the max-pool's output, or the
@@ -87,41 +112,40 @@ ddp_status_t resnet_backward(ddp_model_t *m, int N, int acc, int notify) {
     const resnet_block_t *b = &r->blocks[bi];
     const void *input = bi > 0 ? r->blocks[bi - 1].out : stem_output(r);
     const size_t n_out = (size_t)N * (size_t)b->out_elems;
+    /* the block's output ReLU: its gradient feeds the main path's last
+     * unit and the shortcut alike, so it is masked once, in place */
     DDP_CHECK(cv->relu_bwd(r->be, r->dt, g[X], g[X], b->out, n_out, NULL));
-    const void *d = g[X];
+    const int ds = b->downsample >= 0;
+    /* The main path from its last unit: each unit's input gradient goes
+     * to Q, where the unit before it takes it as the gradient of its ReLU
+     * output; the first unit's meets the shortcut's, which for an
+     * identity shortcut is X itself (added to it) and for a projection
+     * is written to R, the projection's own added after. */
+    void *d = g[X];
     for (int k = b->n_main - 1; k >= 0; --k) {
       const resnet_unit_t *u = &r->units[b->first_unit + k];
-      const resnet_unit_t *prev = k > 0 ? u - 1 : NULL;
-      void *din = k > 0 ? g[Q] : g[R];
-      DDP_CHECK(unit_backward(m, r, u, d, g[P], prev ? prev->a : input, din, N, acc, notify));
-      if (prev) {
-        DDP_CHECK(cv->relu_bwd(r->be, r->dt, g[Q], g[Q], prev->a,
-                               (size_t)N * (size_t)prev->out_elems, NULL));
-        d = g[Q];
-      }
+      const input_grad_t to = k > 0 ? (input_grad_t){g[Q], 0, NULL}
+                              : ds  ? (input_grad_t){g[R], 0, NULL}
+                                    : (input_grad_t){g[X], 1, g[R]};
+      DDP_CHECK(unit_backward(m, r, u, d, g[P], k > 0 ? (u - 1)->a : input, to, N, acc,
+                              k < b->n_main - 1, notify));
+      d = g[Q];
     }
-    const size_t n_in = (size_t)N * (size_t)r->units[b->first_unit].conv.H *
-                        (size_t)r->units[b->first_unit].conv.W *
-                        (size_t)r->units[b->first_unit].conv.C;
-    if (b->downsample >= 0) {
-      DDP_CHECK(
-          unit_backward(m, r, &r->units[b->downsample], g[X], g[P], input, g[Q], N, acc, notify));
-      DDP_CHECK(nn->add(r->be, r->dt, g[R], g[R], g[Q], n_in, NULL));
-    } else {
-      DDP_CHECK(nn->add(r->be, r->dt, g[R], g[R], g[X], n_in, NULL));
+    if (ds) {
+      DDP_CHECK(unit_backward(m, r, &r->units[b->downsample], g[X], g[P], input,
+                              (input_grad_t){g[R], 1, g[Q]}, N, acc, 0, notify));
+      const int old_x = X;
+      X = R, R = old_x; /* the gradient leaving this block arrives at the one before */
     }
-    const int old_x = X;
-    X = R, R = old_x; /* the gradient leaving this block arrives at the one before */
   }
   const resnet_unit_t *stem = &r->units[0];
-  const size_t n_stem = (size_t)N * (size_t)stem->out_elems;
-  const void *d = g[X];
+  void *d = g[X];
   if (r->cfg.imagenet_stem) {
     const ddp_pool_shape_t ps = {
         .N = N, .H = stem->OH, .W = stem->OW, .C = stem->K, .kernel = 3, .stride = 2, .pad = 1};
     DDP_CHECK(cv->maxpool_bwd(r->be, r->dt, g[P], g[X], r->pool_ws, &ps, NULL));
     d = g[P];
   }
-  DDP_CHECK(cv->relu_bwd(r->be, r->dt, (void *)d, d, stem->a, n_stem, NULL));
-  return unit_backward(m, r, stem, d, g[Q], r->x_in, NULL, N, acc, notify);
+  return unit_backward(m, r, stem, d, g[Q], r->x_in, (input_grad_t){NULL, 0, NULL}, N, acc, 1,
+                       notify);
 }

@@ -538,6 +538,27 @@ static ddp_status_t bn_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, fl
                   : relu_fwd(be, dt, out, out, n, s);
 }
 
+/* relu_bwd in place on dout, then bn_bwd: the contract's definition, so a
+ * GPU that recomputes the mask has this as its twin. The arguments are
+ * checked before dout is touched. */
+static ddp_status_t bn_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                                float *dbeta, void *dout, const void *inp, const void *out,
+                                const float *gamma, const float *beta, const float *save_a,
+                                const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
+                                ddp_stream_t s) {
+  int direct = 0;
+  DDP_CHECK(admit(be, dt, "batch_norm_relu_bwd", &direct));
+  DDP_CHECK(ddp_bn_relu_bwd_check(dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a,
+                                  save_b, sh));
+  if (!direct) { /* the staging bn_bwd will need, so that it cannot refuse later */
+    float *ws;
+    DDP_CHECK(stage(3 * bn_elems(sh), "batch_norm_relu_bwd", "bn_prepare", &ws));
+    unstage();
+  }
+  DDP_CHECK(relu_bwd(be, dt, dout, dout, out, bn_elems(sh), s));
+  return bn_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate, s);
+}
+
 const ddp_conv_ops_t ddp_conv_cpu_ops = {
     .conv_fwd = conv_fwd,
     .conv_bwd_data = conv_bwd_data,
@@ -546,6 +567,7 @@ const ddp_conv_ops_t ddp_conv_cpu_ops = {
     .bn_fwd = bn_fwd,
     .bn_relu_fwd = bn_relu_fwd,
     .bn_bwd = bn_bwd,
+    .bn_relu_bwd = bn_relu_bwd,
     .bn_prepare = bn_prepare,
     .maxpool_workspace_bytes = maxpool_workspace_bytes,
     .maxpool_fwd = maxpool_fwd,

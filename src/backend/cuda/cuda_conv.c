@@ -548,13 +548,24 @@ ddp_status_t ddp_cuda_conv_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, con
   return DDP_OK;
 }
 
-ddp_status_t ddp_cuda_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
-                                    const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
+/* conv_bwd_data (add 0) and conv_bwd_data_add (add 1: cuDNN's beta = 1,
+ * which blends the result with dinp's old value in fp32 before rounding
+ * once to dt). The first call of an unprepared shape searches: for a
+ * plain call the search may write dinp, which the call overwrites anyway;
+ * an adding call must keep dinp, so it searches on the prepare's scratch
+ * tensors instead. */
+static ddp_status_t bwd_data(ddp_backend_t *be, const char *op, ddp_dtype_t dt, void *dinp,
+                             const void *dout, const void *w, const ddp_conv_shape_t *sh, int add,
+                             ddp_stream_t s) {
   conv_plan_t *p = NULL;
-  DDP_CHECK(checked_plan(be, "conv_bwd_data", dt, sh, dinp && dout && w, &p));
+  DDP_CHECK(checked_plan(be, op, dt, sh, dinp && dout && w, &p));
   const cudaStream_t cs = ddp_cuda_stream(be, s);
-  /* The search writes dinp, which this call overwrites anyway. */
-  if (!p->found[OP_BWD_DATA]) DDP_CHECK(choose(be, cs, p, OP_BWD_DATA, dout, w, dinp));
+  if (!p->found[OP_BWD_DATA]) {
+    if (add)
+      DDP_CHECK(ddp_cuda_conv_prepare(be, dt, sh));
+    else
+      DDP_CHECK(choose(be, cs, p, OP_BWD_DATA, dout, w, dinp));
+  }
   cudnnHandle_t h;
   void *ws = NULL;
   DDP_CHECK(ddp_cuda_conv_handle(be, cs, &h));
@@ -563,8 +574,20 @@ ddp_status_t ddp_cuda_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *din
   DDP_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->math[OP_BWD_DATA]));
   DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, p->w, w, p->y, dout, p->conv,
                                                (cudnnConvolutionBwdDataAlgo_t)p->algo[OP_BWD_DATA],
-                                               ws, p->algo_ws[OP_BWD_DATA], &zero, p->x, dinp));
+                                               ws, p->algo_ws[OP_BWD_DATA], add ? &one : &zero,
+                                               p->x, dinp));
   return DDP_OK;
+}
+
+ddp_status_t ddp_cuda_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                    const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s) {
+  return bwd_data(be, "conv_bwd_data", dt, dinp, dout, w, sh, 0, s);
+}
+
+ddp_status_t ddp_cuda_conv_bwd_data_add(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
+                                        const void *dout, const void *w,
+                                        const ddp_conv_shape_t *sh, ddp_stream_t s) {
+  return bwd_data(be, "conv_bwd_data_add", dt, dinp, dout, w, sh, 1, s);
 }
 
 ddp_status_t ddp_cuda_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *dw,

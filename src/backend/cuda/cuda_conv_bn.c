@@ -22,7 +22,8 @@
  * 880801 training, 65535 inference). Those run our kernels: one
  * fixed-order pass for the statistics (sums shifted by a value of each
  * channel, ddp_cuda_bn_stats), the apply, and in the backward one
- * reduction and the apply;
+ * reduction and the apply (bn_relu_bwd: both with the ReLU's mask
+ * recomputed from the input, so no ReLU pass);
  * they save the same mean and inverse std, so either path's backward reads
  * either's saves. The parts' partial sums, the two sums and the variance
  * live in the table's shared workspace, which bn_prepare sizes. */
@@ -86,16 +87,24 @@ static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
                                    sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
 }
 
+/* Our path's backward; relu (may be NULL): dout masked by the forward's
+ * ReLU, recomputed from inp in both passes (bn_relu_bwd). */
 static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                             float *dbeta, const void *dout, const void *inp, const float *gamma,
                             const float *save_mean, const float *save_istd,
-                            const ddp_bn_shape_t *sh, int accumulate, cudaStream_t cs) {
+                            const ddp_bn_shape_t *sh, int accumulate,
+                            const ddp_cuda_bn_relu_t *relu, cudaStream_t cs) {
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   own_ws_t w;
   DDP_CHECK(own_workspace(be, sh, &w));
-  DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, dout, save_mean, M, sh->C, cs));
+  if (relu)
+    DDP_CHECK(ddp_cuda_bn_reduce_relu(dt, w.sums, w.partials, inp, dout, save_mean, relu, M, sh->C,
+                                      cs));
+  else
+    DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, dout, save_mean, M, sh->C, cs));
   return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, save_mean, NULL, save_istd,
-                               gamma, w.sums, w.sums, sh->eps, (double)M, M, sh->C, accumulate, cs);
+                               gamma, w.sums, w.sums, sh->eps, (double)M, M, sh->C, accumulate,
+                               relu, cs);
 }
 
 /* Binds the handle to the stream and describes x (NHWC in dt) and the
@@ -180,7 +189,7 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
   const cudaStream_t cs = ddp_cuda_stream(be, s);
   if (!use_cudnn(dt, sh, 1))
     return own_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate,
-                   cs);
+                   NULL, cs);
   cudnnHandle_t h;
   DDP_CHECK(describe(be, dt, sh, cs, &h));
   const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
@@ -190,6 +199,31 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
       h, BN_MODE, &one, &zero, &one, accumulate ? &one : &zero, x, inp, x, dout, x, dinp, pd, gamma,
       dgamma, dbeta, (double)sh->eps, save_a, save_b));
   return DDP_OK;
+}
+
+/* Where the forward was ours (use_cudnn's choice for training, the same
+ * as bn_relu_fwd's), the mask is recomputed from inp, the saved mean and
+ * inverse std, gamma and beta, in both passes of the backward: relu_bwd's
+ * pass (a read of dout and out, a write) is gone, and out is never read.
+ * After cuDNN's forward, whose arithmetic we cannot repeat, relu_bwd masks
+ * dout in place and cuDNN's backward follows. */
+ddp_status_t ddp_cuda_bn_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
+                                  float *dbeta, void *dout, const void *inp, const void *out,
+                                  const float *gamma, const float *beta, const float *save_a,
+                                  const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
+                                  ddp_stream_t s) {
+  DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_relu_bwd", dt));
+  DDP_CHECK(ddp_bn_relu_bwd_check(dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a, save_b,
+                                  sh));
+  const cudaStream_t cs = ddp_cuda_stream(be, s);
+  if (!use_cudnn(dt, sh, 1)) {
+    const ddp_cuda_bn_relu_t relu = {.istd = save_b, .gamma = gamma, .beta = beta};
+    return own_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate,
+                   &relu, cs);
+  }
+  DDP_CHECK(ddp_cuda_relu_bwd(dt, dout, dout, out, (size_t)sh->N * sh->H * sh->W * sh->C, cs));
+  return ddp_cuda_bn_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh,
+                         accumulate, s);
 }
 
 /* cuDNN's batch norm needs no workspace and no search; preparing creates

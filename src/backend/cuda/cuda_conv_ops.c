@@ -205,12 +205,13 @@ static ddp_status_t cuda_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *d
   DDP_CHECK(check_m_total("bn_apply_bwd", M_total, sh, 0));
   return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, mean, var, NULL, gamma, g, l,
                                sh->eps, (double)M_total, (int64_t)sh->N * sh->H * sh->W, sh->C,
-                               accumulate, ddp_cuda_stream(be, s));
+                               accumulate, NULL, ddp_cuda_stream(be, s));
 }
 
 const ddp_conv_ops_t ddp_conv_cuda_ops = {
     .conv_fwd = ddp_cuda_conv_fwd,
     .conv_bwd_data = ddp_cuda_conv_bwd_data,
+    .conv_bwd_data_add = ddp_cuda_conv_bwd_data_add,
     .conv_bwd_weights = ddp_cuda_conv_bwd_weights,
     .conv_prepare = ddp_cuda_conv_prepare,
     .conv_algos_reload = ddp_cuda_conv_algos_reload,
@@ -218,6 +219,7 @@ const ddp_conv_ops_t ddp_conv_cuda_ops = {
     .bn_bwd = ddp_cuda_bn_bwd,
     .bn_prepare = ddp_cuda_bn_prepare,
     .bn_relu_fwd = ddp_cuda_bn_relu_fwd,
+    .bn_relu_bwd = ddp_cuda_bn_relu_bwd,
     .bn_reduce_fwd = cuda_bn_reduce_fwd,
     .bn_apply_fwd = cuda_bn_apply_fwd,
     .bn_reduce_bwd = cuda_bn_reduce_bwd,
