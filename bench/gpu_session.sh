@@ -203,6 +203,15 @@ if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
 fi
 
 if has bench; then
+  # the GPU's clocks, power and temperature once a second while the
+  # benchmarks run, so that a run slower in its later windows can be told
+  # from a device that slowed down (the summary gives the range)
+  clocks=""
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+      --format=csv,noheader -l 1 > "$W/logs/gpu-clocks.csv" 2> /dev/null &
+    clocks=$!
+  fi
   for b in ${GPU_BENCHES:-resnet:2/5 gpt2:1/3 varlen:1/2 memory:1/1}; do
     name=${b%%:*} frac=${b#*:}
     l=$(($(left) - 15))
@@ -212,4 +221,12 @@ if has bench; then
     say "bench $name: exit $? ($((SECONDS - t0)) s)"
   done
   grep -E '^(PASS|FAIL|\|)' "$W/bench/gpu_bench.log" 2> /dev/null | head -60 | tee -a "$S"
+  if [ -n "$clocks" ]; then
+    kill "$clocks" 2> /dev/null
+    awk -F', *' '{ sm = $2 + 0; p = $4 + 0; t = $5 + 0; n++
+      if (n == 1 || sm < smin) smin = sm; if (sm > smax) smax = sm
+      if (p > pmax) pmax = p; if (t > tmax) tmax = t; if ($6 != "0x0000000000000000" && $6 != "0x0000000000000001") thr++ }
+      END { if (n) printf "GPU during the benchmarks: SM clock %d-%d MHz, power up to %.0f W, up to %d C, %d of %d samples slowed for a reason other than idling\n", smin, smax, pmax, tmax, thr, n }' \
+      "$W/logs/gpu-clocks.csv" | tee -a "$S"
+  fi
 fi

@@ -12,6 +12,7 @@
  * value is rounded once to nearest even (nn_io.cuh). */
 #include <stdint.h>
 
+#include <initializer_list>
 #include <type_traits>
 
 #include "conv_ops.h"
@@ -290,12 +291,12 @@ __device__ __forceinline__ float bn_affine(float v, float mean, float istd, floa
 }
 
 /* dy where the forward's bn_relu output was positive: round(bn(x)) > 0
- * (ddp_cuda_bn_relu_t), else 0. A NaN normalised value gives 0, as the
- * forward stored 0 for it. */
+ * (ddp_cuda_bn_relu_t), else 0, from the channel's mean, istd, gamma and
+ * beta. A NaN normalised value gives 0, as the forward stored 0 for it. */
 template <int DT>
-__device__ __forceinline__ float relu_masked(float dy, float x, float mean,
-                                             const ddp_cuda_bn_relu_t &r, int c) {
-  const float v = bn_affine(x, mean, r.istd[c], r.gamma[c], r.beta[c]);
+__device__ __forceinline__ float relu_masked(float dy, float x, float mean, float istd,
+                                             float gamma, float beta) {
+  const float v = bn_affine(x, mean, istd, gamma, beta);
   return to_f32<DT>(from_f32<DT>(v)) > 0.0f ? dy : 0.0f;
 }
 
@@ -315,8 +316,13 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
     const float mu = MODE == kSumShifted ? load<DT>(x, (size_t)c)
                      : MODE == kSumX    ? 0.0f
                                         : mean[c];
+    float r_istd = 0.0f, r_gamma = 0.0f, r_beta = 0.0f;
+    if constexpr (MODE == kSumBwdRelu) r_istd = relu.istd[c], r_gamma = relu.gamma[c], r_beta = relu.beta[c];
     const int64_t lo = (int64_t)p * rows_per_slice;
     const int64_t hi = lo + rows_per_slice < M ? lo + rows_per_slice : M;
+    /* unrolled so that several rows' loads are in flight at once; the
+     * adds keep their order */
+#pragma unroll 4
     for (int64_t m = lo + ty; m < hi; m += kBnLanes) {
       const size_t i = (size_t)m * C + c;
       if constexpr (MODE == kSumBwd) {
@@ -325,7 +331,7 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
         b += g * (load<DT>(x, i) - mu);
       } else if constexpr (MODE == kSumBwdRelu) {
         const float v = load<DT>(x, i);
-        const float g = relu_masked<DT>(load<DT>(dy, i), v, mu, relu, c);
+        const float g = relu_masked<DT>(load<DT>(dy, i), v, mu, r_istd, r_gamma, r_beta);
         a += g;
         b += g * (v - mu);
       } else if constexpr (MODE == kSumShifted) {
@@ -408,15 +414,60 @@ struct ChannelWalk {
   }
 };
 
-/* Element i of x (M, C) normalised: (x - mean) / sqrt(var + eps) * gamma +
- * beta, the expression of the CPU twin. */
-__device__ __forceinline__ float bn_norm(float v, const float *mean, const float *var,
-                                         const float *gamma, const float *beta, float eps, int c) {
-  const float istd = 1.0f / sqrtf(var[c] + eps);
-  return bn_affine(v, mean[c], istd, gamma[c], beta[c]);
+__device__ __forceinline__ float istd_of(const float *istd, const float *var, float eps, int c) {
+  return istd ? istd[c] : 1.0f / sqrtf(var[c] + eps);
 }
 
-/* The epilogue of the apply (ddp_cuda_bn_apply_act_fwd): none, ReLU, or
+/* One channel's parameters as the apply kernels use them. */
+struct BnChan {
+  float mean, istd, gamma, beta;
+};
+
+/* The parameters of channels c..c+3 (c a multiple of 4) of per-channel
+ * arrays: one 16-byte load each where the arrays are aligned to 16 bytes
+ * (PV), else four. The apply kernels are bandwidth-bound, and four scalar
+ * loads per parameter per group of four elements (plus a square root and
+ * a division per element where the inverse std was not given) held them
+ * near 2 TB/s on an H100 where a plain element-wise kernel reaches 2.9. */
+template <bool PV>
+__device__ __forceinline__ void chan4(float out[4], const float *a, int c) {
+  if constexpr (PV) {
+    const float4 v = *reinterpret_cast<const float4 *>(a + c);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] = a[c + k];
+  }
+}
+
+/* mean, istd (given, or 1 / sqrt(var + eps) as the CPU twin computes it),
+ * gamma and (beta may be NULL) beta of channels c..c+3. */
+template <bool PV>
+__device__ __forceinline__ void bn_chan4(BnChan p[4], const float *mean, const float *var,
+                                         const float *istd, const float *gamma, const float *beta,
+                                         float eps, int c) {
+  float m[4], s[4], g[4], b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  chan4<PV>(m, mean, c);
+  if (istd) {
+    chan4<PV>(s, istd, c);
+  } else {
+    chan4<PV>(s, var, c);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s[k] = 1.0f / sqrtf(s[k] + eps);
+  }
+  chan4<PV>(g, gamma, c);
+  if (beta) chan4<PV>(b, beta, c);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) p[k] = BnChan{m[k], s[k], g[k], b[k]};
+}
+
+__device__ __forceinline__ BnChan bn_chan1(const float *mean, const float *var, const float *istd,
+                                           const float *gamma, const float *beta, float eps,
+                                           int c) {
+  return BnChan{mean[c], istd_of(istd, var, eps, c), gamma[c], beta ? beta[c] : 0.0f};
+}
+
+/* The apply's epilogue (ddp_cuda_bn_apply_act_fwd): none, ReLU, or
  * the residual add and ReLU of a block's output. */
 enum { kBnPlain = 0, kBnRelu = 1, kBnAddRelu = 2 };
 
@@ -439,11 +490,14 @@ __device__ __forceinline__ float bn_epilogue(float v, float residual) {
 
 /* VEC 4 (C a multiple of 4, buffers aligned to four elements): a group of
  * four is four neighbouring channels of one position, so the walk steps
- * the group's first channel. res: the residual (kBnAddRelu only). */
-template <int DT, int VEC, int EPI>
+ * the group's first channel; PV: the per-channel arrays are aligned to 16
+ * bytes (chan4). res: the residual (kBnAddRelu only). istd may be NULL
+ * (computed from var). The arithmetic is the CPU twin's expression,
+ * (x - mean) istd gamma + beta, with istd = 1 / sqrt(var + eps). */
+template <int DT, int VEC, int EPI, bool PV>
 __global__ void bn_apply_fwd_kernel(void *out, const void *x, const void *res, const float *mean,
-                                    const float *var, const float *gamma, const float *beta,
-                                    float eps, size_t n, int C) {
+                                    const float *var, const float *istd, const float *gamma,
+                                    const float *beta, float eps, size_t n, int C) {
   const size_t stride = (size_t)gridDim.x * blockDim.x,
                i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   ChannelWalk ch(i0 * VEC, stride * VEC, C);
@@ -451,16 +505,19 @@ __global__ void bn_apply_fwd_kernel(void *out, const void *x, const void *res, c
     if constexpr (VEC == 4) {
       const F4 v = load4<DT>(x, i);
       const F4 b = EPI == kBnAddRelu ? load4<DT>(res, i) : F4{};
+      BnChan p[4];
+      bn_chan4<PV>(p, mean, var, istd, gamma, beta, eps, ch.c);
       F4 r;
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        r.v[k] = bn_epilogue<DT, EPI>(bn_norm(v.v[k], mean, var, gamma, beta, eps, ch.c + k),
+        r.v[k] = bn_epilogue<DT, EPI>(bn_affine(v.v[k], p[k].mean, p[k].istd, p[k].gamma, p[k].beta),
                                       b.v[k]);
       store4<DT>(out, i, r);
     } else {
       const float b = EPI == kBnAddRelu ? load<DT>(res, i) : 0.0f;
+      const BnChan p = bn_chan1(mean, var, istd, gamma, beta, eps, ch.c);
       store<DT>(out, i,
-                bn_epilogue<DT, EPI>(bn_norm(load<DT>(x, i), mean, var, gamma, beta, eps, ch.c), b));
+                bn_epilogue<DT, EPI>(bn_affine(load<DT>(x, i), p.mean, p.istd, p.gamma, p.beta), b));
     }
   }
 }
@@ -473,52 +530,46 @@ __global__ void bn_running_kernel(float *rm, float *rv, const float *mean, const
   rv[c] = (1.0f - momentum) * rv[c] + momentum * (var[c] * unbias);
 }
 
-__device__ __forceinline__ float istd_of(const float *istd, const float *var, float eps, int c) {
-  return istd ? istd[c] : 1.0f / sqrtf(var[c] + eps);
-}
-
-/* dinp of element i, channel c: gamma istd (dy - g/M - xhat istd gl/M). */
-__device__ __forceinline__ float bn_dinp(float dy, float x, const float *mean, const float *var,
-                                         const float *istd_in, const float *gamma, const float *g,
-                                         float eps, float inv_m, int C, int c) {
-  const float istd = istd_of(istd_in, var, eps, c);
-  const float xh = (x - mean[c]) * istd;
-  const float r = dy - g[c] * inv_m - xh * istd * g[C + c] * inv_m;
-  return gamma[c] * istd * r;
-}
-
-/* RELU: dy masked first by the forward's ReLU (relu_masked), for
- * bn_relu_bwd; the mask needs the inverse std, so istd_in is given. */
+/* dinp of one element from its channel's parameters and the sums g0 =
+ * g[c], g1 = g[C + c]: gamma istd (dy - g0/M - xhat istd g1/M). RELU: dy
+ * is first masked by the forward's ReLU, recomputed from p (whose beta is
+ * the forward's): kept where round((x - mean) istd gamma + beta) > 0, the
+ * forward's own expression and rounding. */
 template <int DT, int RELU>
-__device__ __forceinline__ float bn_dinp_of(float dy, float x, const float *mean, const float *var,
-                                            const float *istd_in, const float *gamma,
-                                            const float *g, float eps, float inv_m, int C, int c,
-                                            const ddp_cuda_bn_relu_t &relu) {
-  if constexpr (RELU) dy = relu_masked<DT>(dy, x, mean[c], relu, c);
-  return bn_dinp(dy, x, mean, var, istd_in, gamma, g, eps, inv_m, C, c);
+__device__ __forceinline__ float bn_dinp(float dy, float x, const BnChan &p, float g0, float g1,
+                                         float inv_m) {
+  if constexpr (RELU) dy = relu_masked<DT>(dy, x, p.mean, p.istd, p.gamma, p.beta);
+  const float xh = (x - p.mean) * p.istd;
+  const float r = dy - g0 * inv_m - xh * p.istd * g1 * inv_m;
+  return p.gamma * p.istd * r;
 }
 
-template <int DT, int VEC, int RELU>
+/* relu_beta: the forward's beta when RELU (the mask), else unused. */
+template <int DT, int VEC, int RELU, bool PV>
 __global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, const float *mean,
                                     const float *var, const float *istd_in, const float *gamma,
-                                    const float *g, float eps, float inv_m, size_t n, int C,
-                                    ddp_cuda_bn_relu_t relu) {
+                                    const float *relu_beta, const float *g, float eps, float inv_m,
+                                    size_t n, int C) {
   const size_t stride = (size_t)gridDim.x * blockDim.x,
                i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   ChannelWalk ch(i0 * VEC, stride * VEC, C);
   for (size_t i = i0; i < n / VEC; i += stride, ch.next()) {
     if constexpr (VEC == 4) {
       const F4 d = load4<DT>(dy, i), v = load4<DT>(x, i);
+      BnChan p[4];
+      bn_chan4<PV>(p, mean, var, istd_in, gamma, RELU ? relu_beta : NULL, eps, ch.c);
+      float g0[4], g1[4];
+      chan4<PV>(g0, g, ch.c);
+      chan4<PV>(g1, g + C, ch.c);
       F4 r;
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        r.v[k] = bn_dinp_of<DT, RELU>(d.v[k], v.v[k], mean, var, istd_in, gamma, g, eps, inv_m, C,
-                                      ch.c + k, relu);
+      for (int k = 0; k < 4; ++k) r.v[k] = bn_dinp<DT, RELU>(d.v[k], v.v[k], p[k], g0[k], g1[k], inv_m);
       store4<DT>(dinp, i, r);
     } else {
+      const int c = ch.c;
+      const BnChan p = bn_chan1(mean, var, istd_in, gamma, RELU ? relu_beta : NULL, eps, c);
       store<DT>(dinp, i,
-                bn_dinp_of<DT, RELU>(load<DT>(dy, i), load<DT>(x, i), mean, var, istd_in, gamma, g,
-                                     eps, inv_m, C, ch.c, relu));
+                bn_dinp<DT, RELU>(load<DT>(dy, i), load<DT>(x, i), p, g[c], g[C + c], inv_m));
     }
   }
 }
@@ -665,37 +716,56 @@ extern "C" ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *va
   return DDP_OK;
 }
 
+/* launch(v, pv) with integral constants: the four-element version (v 4)
+ * where `grouped`, with 16-byte parameter loads (pv) where every
+ * per-channel array given is aligned to 16 bytes; else the scalar version. */
+template <typename Launch>
+void grouped_params(bool grouped, std::initializer_list<const float *> params, Launch launch) {
+  bool p16 = grouped;
+  for (const float *p : params) p16 = p16 && (!p || aligned(p, 16));
+  if (p16)
+    launch(std::integral_constant<int, 4>{}, std::true_type{});
+  else if (grouped)
+    launch(std::integral_constant<int, 4>{}, std::false_type{});
+  else
+    launch(std::integral_constant<int, 1>{}, std::false_type{});
+}
+
 template <int EPI>
 ddp_status_t bn_apply_fwd_launch(ddp_dtype_t dt, void *out, const void *x, const void *res,
-                                 const float *mean, const float *var, const float *gamma,
-                                 const float *beta, float eps, size_t n, int C,
+                                 const float *mean, const float *var, const float *istd,
+                                 const float *gamma, const float *beta, float eps, size_t n, int C,
                                  cudaStream_t stream) {
+  const bool grouped = C % 4 == 0 && aligned4(dt, out, x, res);
   CONV_DISPATCH("bn_apply_fwd", dt,
-                grouped_or_scalar(C % 4 == 0 && aligned4(dt, out, x, res), [&](auto v) {
-                  constexpr int V = decltype(v)::value;
-                  bn_apply_fwd_kernel<DT, V, EPI><<<grid_for(n / V), kEwThreads, 0, stream>>>(
-                      out, x, res, mean, var, gamma, beta, eps, n, C);
-                }););
+                grouped_params(grouped, {mean, istd ? istd : var, gamma, beta},
+                               [&](auto v, auto pv) {
+                                 constexpr int V = decltype(v)::value;
+                                 constexpr bool PV = decltype(pv)::value;
+                                 bn_apply_fwd_kernel<DT, V, EPI, PV>
+                                     <<<grid_for(n / V), kEwThreads, 0, stream>>>(
+                                         out, x, res, mean, var, istd, gamma, beta, eps, n, C);
+                               }););
   return DDP_OK;
 }
 
 extern "C" ddp_status_t ddp_cuda_bn_apply_act_fwd(ddp_dtype_t dt, void *out, float *running_mean,
                                                   float *running_var, const void *x,
                                                   const float *mean, const float *var,
-                                                  const float *gamma, const float *beta, float eps,
-                                                  float momentum, float unbias, int64_t M, int C,
-                                                  int relu, const void *residual,
-                                                  cudaStream_t stream) {
+                                                  const float *istd, const float *gamma,
+                                                  const float *beta, float eps, float momentum,
+                                                  float unbias, int64_t M, int C, int relu,
+                                                  const void *residual, cudaStream_t stream) {
   const size_t n = (size_t)M * C;
   if (residual)
-    DDP_CHECK(bn_apply_fwd_launch<kBnAddRelu>(dt, out, x, residual, mean, var, gamma, beta, eps, n,
-                                              C, stream));
+    DDP_CHECK(bn_apply_fwd_launch<kBnAddRelu>(dt, out, x, residual, mean, var, istd, gamma, beta,
+                                              eps, n, C, stream));
   else if (relu)
-    DDP_CHECK(bn_apply_fwd_launch<kBnRelu>(dt, out, x, NULL, mean, var, gamma, beta, eps, n, C,
-                                           stream));
+    DDP_CHECK(bn_apply_fwd_launch<kBnRelu>(dt, out, x, NULL, mean, var, istd, gamma, beta, eps, n,
+                                           C, stream));
   else
-    DDP_CHECK(bn_apply_fwd_launch<kBnPlain>(dt, out, x, NULL, mean, var, gamma, beta, eps, n, C,
-                                            stream));
+    DDP_CHECK(bn_apply_fwd_launch<kBnPlain>(dt, out, x, NULL, mean, var, istd, gamma, beta, eps, n,
+                                            C, stream));
   if (running_mean) {
     bn_running_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(running_mean, running_var, mean,
                                                                 var, momentum, unbias, C);
@@ -709,8 +779,8 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *
                                               const float *var, const float *gamma,
                                               const float *beta, float eps, float momentum,
                                               float unbias, int64_t M, int C, cudaStream_t stream) {
-  return ddp_cuda_bn_apply_act_fwd(dt, out, running_mean, running_var, x, mean, var, gamma, beta,
-                                   eps, momentum, unbias, M, C, 0, NULL, stream);
+  return ddp_cuda_bn_apply_act_fwd(dt, out, running_mean, running_var, x, mean, var, NULL, gamma,
+                                   beta, eps, momentum, unbias, M, C, 0, NULL, stream);
 }
 
 extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma,
@@ -720,26 +790,36 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float 
                                               const float *l, float eps, double M_total, int64_t M,
                                               int C, int accumulate, const ddp_cuda_bn_relu_t *relu,
                                               cudaStream_t stream) {
+  /* the mask is recomputed from the apply's own mean, istd and gamma */
+  if (relu && (!istd || relu->istd != istd || relu->gamma != gamma))
+    DDP_FAIL(DDP_ERR_INVALID_ARG,
+             "bn_apply_bwd: the ReLU's mask needs the apply's own istd and gamma");
   const size_t n = (size_t)M * C;
   const float inv_m = (float)(1.0 / M_total);
-  const ddp_cuda_bn_relu_t mask = relu ? *relu : ddp_cuda_bn_relu_t{NULL, NULL, NULL};
+  const float *relu_beta = relu ? relu->beta : NULL;
+  const bool grouped = C % 4 == 0 && aligned4(dt, dinp, dy, x);
   CONV_DISPATCH("bn_apply_bwd", dt,
-                grouped_or_scalar(C % 4 == 0 && aligned4(dt, dinp, dy, x), [&](auto v) {
-                  constexpr int V = decltype(v)::value;
-                  const unsigned grid = grid_for(n / V);
-                  if (relu)
-                    bn_apply_bwd_kernel<DT, V, 1><<<grid, kEwThreads, 0, stream>>>(
-                        dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C, mask);
-                  else
-                    bn_apply_bwd_kernel<DT, V, 0><<<grid, kEwThreads, 0, stream>>>(
-                        dinp, dy, x, mean, var, istd, gamma, g, eps, inv_m, n, C, mask);
-                }););
+                grouped_params(grouped, {mean, istd ? istd : var, gamma, relu_beta, g},
+                               [&](auto v, auto pv) {
+                                 constexpr int V = decltype(v)::value;
+                                 constexpr bool PV = decltype(pv)::value;
+                                 const unsigned grid = grid_for(n / V);
+                                 if (relu)
+                                   bn_apply_bwd_kernel<DT, V, 1, PV>
+                                       <<<grid, kEwThreads, 0, stream>>>(dinp, dy, x, mean, var,
+                                                                         istd, gamma, relu_beta, g,
+                                                                         eps, inv_m, n, C);
+                                 else
+                                   bn_apply_bwd_kernel<DT, V, 0, PV>
+                                       <<<grid, kEwThreads, 0, stream>>>(dinp, dy, x, mean, var,
+                                                                         istd, gamma, relu_beta, g,
+                                                                         eps, inv_m, n, C);
+                               }););
   bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
                                                                  C, accumulate);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
-
 
 extern "C" ddp_status_t ddp_cuda_conv_dw_fold(ddp_dtype_t dt, float *dw, const void *src, size_t n,
                                               int accumulate, cudaStream_t stream) {

@@ -138,19 +138,23 @@ ddp_status_t ddp_cuda_bn_apply_fwd(ddp_dtype_t dt, void *out, float *running_mea
  * out = max(out, 0); residual given (relu implied), out = max(round(out) +
  * residual, 0), the normalised value rounded to dt before the add. Either
  * is what the apply, then relu_fwd or add_relu_fwd, would store, with one
- * read and one write of the activation fewer. */
+ * read and one write of the activation fewer. istd (may be NULL): 1 /
+ * sqrt(var + eps) already computed (ddp_cuda_bn_stats's), the same value
+ * the apply would compute per element. */
 ddp_status_t ddp_cuda_bn_apply_act_fwd(ddp_dtype_t dt, void *out, float *running_mean,
                                        float *running_var, const void *x, const float *mean,
-                                       const float *var, const float *gamma, const float *beta,
-                                       float eps, float momentum, float unbias, int64_t M, int C,
-                                       int relu, const void *residual, cudaStream_t stream);
+                                       const float *var, const float *istd, const float *gamma,
+                                       const float *beta, float eps, float momentum, float unbias,
+                                       int64_t M, int C, int relu, const void *residual,
+                                       cudaStream_t stream);
 
 /* dinp = gamma istd (dy - g[c] / M_total - (x - mean) istd^2 g[C+c] /
  * M_total) (overwrites); dbeta = / += l[c], dgamma = / += l[C+c] istd per
  * accumulate. istd is read from `istd` where given, else computed as
  * 1 / sqrt(var + eps). relu (may be NULL): dy is first masked by the
  * forward's ReLU, recomputed (the sums g and l must be of the masked dy
- * too: ddp_cuda_bn_reduce_relu's). */
+ * too: ddp_cuda_bn_reduce_relu's); its istd and gamma must be the apply's
+ * own (istd given). */
 ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, float *dbeta,
                                    const void *dy, const void *x, const float *mean,
                                    const float *var, const float *istd, const float *gamma,

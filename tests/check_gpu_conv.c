@@ -548,6 +548,75 @@ START_TEST(test_gpu_bn_relu_bwd_matches_composition_and_cpu) {
 }
 END_TEST
 
+/* The apply kernels read each channel's parameters four at a time with
+ * 16-byte loads where gamma, beta, the saves and the sums are aligned to
+ * 16 bytes, and one by one where they are not (a model's gamma and beta
+ * sit at any float offset of its parameter buffer): both give the same
+ * bits. bf16, our own batch norm: bn_relu_fwd, bn_relu_bwd and bn_bwd with
+ * every per-channel array aligned, then moved one float off. */
+START_TEST(test_gpu_bn_parameter_alignment_gives_the_same_bits) {
+  const ddp_conv_ops_t *gc = gpu_conv();
+  const ddp_dtype_t dt = DDP_DTYPE_BF16;
+  const ddp_bn_shape_t sh = k_bn_shapes[0];
+  const size_t n = bn_n(&sh), C = (size_t)sh.C, es = ddp_dtype_size(dt);
+  ck_assert_int_eq(gc->bn_prepare(twin_gpu, dt, &sh), DDP_OK);
+  mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), dy = mixed_input(dt, n, 0.0f, 1.0f);
+  mixed_t params = mixed_input(DDP_DTYPE_F32, 8 * C + 1, 0.5f, 0.3f); /* gamma, beta, stats */
+  void *out[2], *dx[2], *dx2[2];
+  float *grads[2];
+  for (int off = 0; off <= 1; ++off) {
+    float *base = (float *)params.gpu + off; /* 16-byte aligned, then one float off */
+    float *gamma = base, *beta = base + C, *rm = base + 2 * C, *rv = base + 3 * C;
+    float *sa = base + 4 * C, *sb = base + 5 * C;
+    grads[off] = twin_dev_alloc(twin_gpu, (4 * C + 1) * sizeof(float));
+    float *dg = grads[off] + off, *db = dg + C, *dg2 = dg + 2 * C, *db2 = dg + 3 * C;
+    ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rv, DDP_DTYPE_F32, 1.0f, C, NULL), DDP_OK);
+    ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rm, DDP_DTYPE_F32, 0.0f, C, NULL), DDP_OK);
+    out[off] = twin_dev_alloc(twin_gpu, n * es);
+    dx[off] = twin_dev_alloc(twin_gpu, n * es);
+    dx2[off] = twin_dev_alloc(twin_gpu, n * es);
+    void *d = twin_dev_alloc(twin_gpu, n * es);
+    ck_assert_int_eq(ddp_backend_copy(twin_gpu, d, dy.gpu, n * es, DDP_COPY_KIND_DEVICE_TO_DEVICE,
+                                      NULL),
+                     DDP_OK);
+    ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, out[off], sa, sb, rm, rv, x.gpu, gamma, beta,
+                                     NULL, &sh, 1, NULL),
+                     DDP_OK);
+    ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx2[off], dg2, db2, dy.gpu, x.gpu, gamma, sa, sb, &sh,
+                                0, NULL),
+                     DDP_OK);
+    ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx[off], dg, db, d, x.gpu, out[off], gamma, beta,
+                                     sa, sb, &sh, 0, NULL),
+                     DDP_OK);
+    ddp_backend_free(twin_gpu, d);
+    if (off == 0) {
+      /* the second run reads the same gamma and beta one float further
+       * on (through a copy: the two ranges overlap) */
+      float *tmp = twin_dev_alloc(twin_gpu, 2 * C * sizeof(float));
+      ck_assert_int_eq(ddp_backend_copy(twin_gpu, tmp, params.gpu, 2 * C * sizeof(float),
+                                        DDP_COPY_KIND_DEVICE_TO_DEVICE, NULL),
+                       DDP_OK);
+      ck_assert_int_eq(ddp_backend_copy(twin_gpu, (float *)params.gpu + 1, tmp,
+                                        2 * C * sizeof(float), DDP_COPY_KIND_DEVICE_TO_DEVICE, NULL),
+                       DDP_OK);
+      ddp_backend_free(twin_gpu, tmp);
+    }
+  }
+  expect_gpu_bits_equal(out[0], out[1], n * es, "bn_relu_fwd, parameters aligned or not");
+  expect_gpu_bits_equal(dx[0], dx[1], n * es, "bn_relu_bwd dinp, parameters aligned or not");
+  expect_gpu_bits_equal(dx2[0], dx2[1], n * es, "bn_bwd dinp, parameters aligned or not");
+  expect_gpu_bits_equal(grads[0], (float *)grads[1] + 1, 4 * C * sizeof(float),
+                        "parameter gradients, aligned or not");
+  for (int off = 0; off <= 1; ++off) {
+    void *all[] = {out[off], dx[off], dx2[off], grads[off]};
+    for (int i = 0; i < 4; ++i) ddp_backend_free(twin_gpu, all[i]);
+  }
+  mixed_free(&x);
+  mixed_free(&dy);
+  mixed_free(&params);
+}
+END_TEST
+
 START_TEST(test_gpu_bn_relu_matches_composition_and_cpu) {
   for (int d = 0; d < 3; ++d)
     for (int k = 0; k < N_BN_SHAPES; ++k) bn_relu_case(twin_dtypes[d], &k_bn_shapes[k]);
@@ -1201,6 +1270,7 @@ static Suite *gpu_conv_suite(void) {
   tcase_add_test(tc, test_gpu_bn_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_relu_matches_composition_and_cpu);
   tcase_add_test(tc, test_gpu_bn_relu_bwd_matches_composition_and_cpu);
+  tcase_add_test(tc, test_gpu_bn_parameter_alignment_gives_the_same_bits);
   tcase_add_test(tc, test_gpu_conv_bwd_data_add_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_parts_match_cpu);
   tcase_add_test(tc, test_gpu_pool_matches_cpu);

@@ -75,16 +75,16 @@ static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   const int C = sh->C;
   if (!training)
-    return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, running_mean, running_var, gamma,
-                                     beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
+    return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, running_mean, running_var, NULL,
+                                     gamma, beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
   own_ws_t w;
   DDP_CHECK(own_workspace(be, sh, &w));
   /* one read of inp for the statistics (the --sync-bn parts need two: the
    * mean is all-reduced before the centred squares) */
   DDP_CHECK(ddp_cuda_bn_stats(dt, save_mean, w.var, save_istd, running_mean, running_var, w.sums,
                               w.partials, inp, M, C, sh->eps, sh->momentum, cs));
-  return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, save_mean, w.var, gamma, beta,
-                                   sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
+  return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, save_mean, w.var, save_istd, gamma,
+                                   beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
 }
 
 /* Our path's backward; relu (may be NULL): dout masked by the forward's
