@@ -300,65 +300,106 @@ __device__ __forceinline__ float relu_masked(float dy, float x, float mean, floa
   return to_f32<DT>(from_f32<DT>(v)) > 0.0f ? dy : 0.0f;
 }
 
-/* Block (32, 8), grid (ceil(C / 32), slices). Lane ty of slice p adds rows
- * p*R + ty, p*R + ty + 8, ... of its channel; the eight lanes are added in
- * a fixed tree and the slice's partials land at scratch[(k*P + p)*C + c]. */
-template <int DT, int MODE>
+/* Elements i..i+N-1 (N = 1 or 2, i a multiple of N, the buffer aligned to
+ * N elements) in one access. */
+template <int DT, int N>
+__device__ __forceinline__ void load_n(const void *p, size_t i, float out[N]) {
+  if constexpr (N == 1) {
+    out[0] = load<DT>(p, i);
+  } else if constexpr (DT == DDP_DTYPE_F32) {
+    const float2 q = static_cast<const float2 *>(p)[i / 2];
+    out[0] = q.x, out[1] = q.y;
+  } else {
+    const uint32_t q = static_cast<const uint32_t *>(p)[i / 2];
+    out[0] = to_f32<DT>((uint16_t)(q & 0xFFFFu));
+    out[1] = to_f32<DT>((uint16_t)(q >> 16));
+  }
+}
+
+/* Block (32, 8), grid (ceil(C / (32 CPT)), slices); each thread sums CPT
+ * neighbouring channels (CPT 2: C even and the buffers aligned to two
+ * elements, so a warp reads 128 contiguous bytes of a bf16 row instead of
+ * 64). Lane ty of slice p adds rows p*R + ty, p*R + ty + 8, ... of its
+ * channels; the eight lanes are added in a fixed tree and the slice's
+ * partials land at scratch[(k*P + p)*C + c]. Each channel's additions are
+ * the same, in the same order, for either CPT: the same bits. */
+template <int DT, int MODE, int CPT>
 __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy, const float *mean,
                                   ddp_cuda_bn_relu_t relu, int64_t M, int C,
                                   int64_t rows_per_slice) {
-  __shared__ float sa[kBnLanes][kBnChans + 1], sb[kBnLanes][kBnChans + 1];
+  constexpr int W = kBnChans * CPT; /* channels per block */
+  __shared__ float sa[kBnLanes][W + 1], sb[kBnLanes][W + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kBnChans + tx, p = blockIdx.y, P = gridDim.y;
+  const int c0 = blockIdx.x * W + tx * CPT, p = blockIdx.y, P = gridDim.y;
   constexpr bool kTwo = MODE == kSumBwd || MODE == kSumShifted || MODE == kSumBwdRelu;
-  float a = 0.0f, b = 0.0f;
-  if (c < C) {
-    const float mu = MODE == kSumShifted ? load<DT>(x, (size_t)c)
-                     : MODE == kSumX    ? 0.0f
-                                        : mean[c];
-    float r_istd = 0.0f, r_gamma = 0.0f, r_beta = 0.0f;
-    if constexpr (MODE == kSumBwdRelu) r_istd = relu.istd[c], r_gamma = relu.gamma[c], r_beta = relu.beta[c];
+  float a[CPT], b[CPT];
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) a[k] = 0.0f, b[k] = 0.0f;
+  if (c0 < C) { /* C % CPT == 0, so all CPT channels are real */
+    float mu[CPT], r_istd[CPT], r_gamma[CPT], r_beta[CPT];
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      const int c = c0 + k;
+      mu[k] = MODE == kSumShifted ? load<DT>(x, (size_t)c) : MODE == kSumX ? 0.0f : mean[c];
+      r_istd[k] = r_gamma[k] = r_beta[k] = 0.0f;
+      if constexpr (MODE == kSumBwdRelu)
+        r_istd[k] = relu.istd[c], r_gamma[k] = relu.gamma[c], r_beta[k] = relu.beta[c];
+    }
     const int64_t lo = (int64_t)p * rows_per_slice;
     const int64_t hi = lo + rows_per_slice < M ? lo + rows_per_slice : M;
     /* unrolled so that several rows' loads are in flight at once; the
      * adds keep their order */
 #pragma unroll 4
     for (int64_t m = lo + ty; m < hi; m += kBnLanes) {
-      const size_t i = (size_t)m * C + c;
-      if constexpr (MODE == kSumBwd) {
-        const float g = load<DT>(dy, i);
-        a += g;
-        b += g * (load<DT>(x, i) - mu);
-      } else if constexpr (MODE == kSumBwdRelu) {
-        const float v = load<DT>(x, i);
-        const float g = relu_masked<DT>(load<DT>(dy, i), v, mu, r_istd, r_gamma, r_beta);
-        a += g;
-        b += g * (v - mu);
-      } else if constexpr (MODE == kSumShifted) {
-        const float v = load<DT>(x, i) - mu;
-        a += v;
-        b += v * v;
-      } else if constexpr (MODE == kSumCentred) {
-        const float v = load<DT>(x, i) - mu;
-        a += v * v;
-      } else {
-        a += load<DT>(x, i);
+      const size_t i = (size_t)m * C + c0;
+      float xv[CPT], dv[CPT];
+      load_n<DT, CPT>(x, i, xv);
+      if constexpr (MODE == kSumBwd || MODE == kSumBwdRelu) load_n<DT, CPT>(dy, i, dv);
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        if constexpr (MODE == kSumBwd) {
+          const float g = dv[k];
+          a[k] += g;
+          b[k] += g * (xv[k] - mu[k]);
+        } else if constexpr (MODE == kSumBwdRelu) {
+          const float g = relu_masked<DT>(dv[k], xv[k], mu[k], r_istd[k], r_gamma[k], r_beta[k]);
+          a[k] += g;
+          b[k] += g * (xv[k] - mu[k]);
+        } else if constexpr (MODE == kSumShifted) {
+          const float v = xv[k] - mu[k];
+          a[k] += v;
+          b[k] += v * v;
+        } else if constexpr (MODE == kSumCentred) {
+          const float v = xv[k] - mu[k];
+          a[k] += v * v;
+        } else {
+          a[k] += xv[k];
+        }
       }
     }
   }
-  sa[ty][tx] = a;
-  sb[ty][tx] = b;
+#pragma unroll
+  for (int k = 0; k < CPT; ++k) {
+    sa[ty][tx * CPT + k] = a[k];
+    sb[ty][tx * CPT + k] = b[k];
+  }
   __syncthreads();
   for (int half = kBnLanes / 2; half > 0; half >>= 1) {
     if (ty < half) {
-      sa[ty][tx] += sa[ty + half][tx];
-      sb[ty][tx] += sb[ty + half][tx];
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        sa[ty][tx * CPT + k] += sa[ty + half][tx * CPT + k];
+        sb[ty][tx * CPT + k] += sb[ty + half][tx * CPT + k];
+      }
     }
     __syncthreads();
   }
-  if (ty == 0 && c < C) {
-    scratch[(size_t)p * C + c] = sa[0][tx];
-    if (kTwo) scratch[(size_t)(P + p) * C + c] = sb[0][tx];
+  if (ty == 0 && c0 < C) {
+#pragma unroll
+    for (int k = 0; k < CPT; ++k) {
+      scratch[(size_t)p * C + c0 + k] = sa[0][tx * CPT + k];
+      if (kTwo) scratch[(size_t)(P + p) * C + c0 + k] = sb[0][tx * CPT + k];
+    }
   }
 }
 
@@ -673,12 +714,19 @@ ddp_status_t bn_reduce_launch(ddp_dtype_t dt, float *sums, float *scratch, const
                               int64_t M, int C, cudaStream_t stream) {
   const int P = ddp_cuda_bn_slices(M);
   const int64_t rows = (M + P - 1) / P;
-  const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P),
-      block(kBnChans, kBnLanes);
+  const dim3 block(kBnChans, kBnLanes);
   const int nsums = MODE == kSumBwd || MODE == kSumBwdRelu || MODE == kSumShifted ? 2 : 1;
-  CONV_DISPATCH("bn_reduce", dt,
-                bn_partial_kernel<DT, MODE>
-                <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, M, C, rows););
+  const size_t pair = 2 * ddp_dtype_size(dt);
+  const bool pairs = C % 2 == 0 && aligned(x, pair) && (!dy || aligned(dy, pair));
+  CONV_DISPATCH("bn_reduce", dt, if (pairs) {
+    const dim3 grid((unsigned)((C + 2 * kBnChans - 1) / (2 * kBnChans)), (unsigned)P);
+    bn_partial_kernel<DT, MODE, 2><<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, M, C,
+                                                               rows);
+  } else {
+    const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P);
+    bn_partial_kernel<DT, MODE, 1><<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, M, C,
+                                                               rows);
+  });
   bn_slices_kernel<<<(unsigned)((nsums * C + kSlicesWarps - 1) / kSlicesWarps), 32 * kSlicesWarps,
                      0, stream>>>(sums, scratch, C, P, nsums);
   DDP_CUDA_CHECK(cudaGetLastError());

@@ -548,72 +548,101 @@ START_TEST(test_gpu_bn_relu_bwd_matches_composition_and_cpu) {
 }
 END_TEST
 
-/* The apply kernels read each channel's parameters four at a time with
- * 16-byte loads where gamma, beta, the saves and the sums are aligned to
- * 16 bytes, and one by one where they are not (a model's gamma and beta
- * sit at any float offset of its parameter buffer): both give the same
- * bits. bf16, our own batch norm: bn_relu_fwd, bn_relu_bwd and bn_bwd with
- * every per-channel array aligned, then moved one float off. */
-START_TEST(test_gpu_bn_parameter_alignment_gives_the_same_bits) {
+/* Our batch-norm kernels pick their access width by alignment: the sums
+ * read two channels per thread where the activations are aligned to two
+ * elements, the apply kernels four elements per access where they are
+ * aligned to four, and each channel's parameters in 16-byte loads where
+ * gamma, beta, the saves and the sums are aligned to 16 bytes (a model's
+ * gamma and beta sit at any float offset of its parameter buffer). Every
+ * width gives the same bits. bf16, our own batch norm: bn_relu_fwd,
+ * bn_relu_bwd and bn_bwd with everything aligned, then the parameters one
+ * float off, then the activations one element off. */
+typedef struct bn_layout_run {
+  void *out, *dx, *dx2;
+  float *grads;
+} bn_layout_run_t;
+
+static bn_layout_run_t bn_layout_run(const ddp_bn_shape_t *sh, const void *x_src,
+                                     const void *dy_src, const float *gb_src, size_t param_off,
+                                     size_t act_off) {
   const ddp_conv_ops_t *gc = gpu_conv();
   const ddp_dtype_t dt = DDP_DTYPE_BF16;
-  const ddp_bn_shape_t sh = k_bn_shapes[0];
-  const size_t n = bn_n(&sh), C = (size_t)sh.C, es = ddp_dtype_size(dt);
-  ck_assert_int_eq(gc->bn_prepare(twin_gpu, dt, &sh), DDP_OK);
-  mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), dy = mixed_input(dt, n, 0.0f, 1.0f);
-  mixed_t params = mixed_input(DDP_DTYPE_F32, 8 * C + 1, 0.5f, 0.3f); /* gamma, beta, stats */
-  void *out[2], *dx[2], *dx2[2];
-  float *grads[2];
-  for (int off = 0; off <= 1; ++off) {
-    float *base = (float *)params.gpu + off; /* 16-byte aligned, then one float off */
-    float *gamma = base, *beta = base + C, *rm = base + 2 * C, *rv = base + 3 * C;
-    float *sa = base + 4 * C, *sb = base + 5 * C;
-    grads[off] = twin_dev_alloc(twin_gpu, (4 * C + 1) * sizeof(float));
-    float *dg = grads[off] + off, *db = dg + C, *dg2 = dg + 2 * C, *db2 = dg + 3 * C;
-    ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rv, DDP_DTYPE_F32, 1.0f, C, NULL), DDP_OK);
-    ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rm, DDP_DTYPE_F32, 0.0f, C, NULL), DDP_OK);
-    out[off] = twin_dev_alloc(twin_gpu, n * es);
-    dx[off] = twin_dev_alloc(twin_gpu, n * es);
-    dx2[off] = twin_dev_alloc(twin_gpu, n * es);
-    void *d = twin_dev_alloc(twin_gpu, n * es);
-    ck_assert_int_eq(ddp_backend_copy(twin_gpu, d, dy.gpu, n * es, DDP_COPY_KIND_DEVICE_TO_DEVICE,
-                                      NULL),
-                     DDP_OK);
-    ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, out[off], sa, sb, rm, rv, x.gpu, gamma, beta,
-                                     NULL, &sh, 1, NULL),
-                     DDP_OK);
-    ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx2[off], dg2, db2, dy.gpu, x.gpu, gamma, sa, sb, &sh,
-                                0, NULL),
-                     DDP_OK);
-    ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx[off], dg, db, d, x.gpu, out[off], gamma, beta,
-                                     sa, sb, &sh, 0, NULL),
-                     DDP_OK);
-    ddp_backend_free(twin_gpu, d);
-    if (off == 0) {
-      /* the second run reads the same gamma and beta one float further
-       * on (through a copy: the two ranges overlap) */
-      float *tmp = twin_dev_alloc(twin_gpu, 2 * C * sizeof(float));
-      ck_assert_int_eq(ddp_backend_copy(twin_gpu, tmp, params.gpu, 2 * C * sizeof(float),
-                                        DDP_COPY_KIND_DEVICE_TO_DEVICE, NULL),
-                       DDP_OK);
-      ck_assert_int_eq(ddp_backend_copy(twin_gpu, (float *)params.gpu + 1, tmp,
-                                        2 * C * sizeof(float), DDP_COPY_KIND_DEVICE_TO_DEVICE, NULL),
-                       DDP_OK);
-      ddp_backend_free(twin_gpu, tmp);
+  const size_t n = bn_n(sh), C = (size_t)sh->C, es = ddp_dtype_size(dt);
+  const size_t act_bytes = n * es;
+  /* every buffer one element or float longer, so that an offset fits */
+  char *x = twin_dev_alloc(twin_gpu, act_bytes + es), *dy = twin_dev_alloc(twin_gpu, act_bytes + es);
+  char *out = twin_dev_alloc(twin_gpu, act_bytes + es), *dx = twin_dev_alloc(twin_gpu, act_bytes + es);
+  char *dx2 = twin_dev_alloc(twin_gpu, act_bytes + es);
+  float *params = twin_dev_alloc(twin_gpu, (6 * C + 1) * sizeof(float));
+  float *grads = twin_dev_alloc(twin_gpu, (4 * C + 1) * sizeof(float));
+  x += act_off * es, dy += act_off * es, out += act_off * es, dx += act_off * es, dx2 += act_off * es;
+  float *gamma = params + param_off, *beta = gamma + C, *rm = gamma + 2 * C, *rv = gamma + 3 * C;
+  float *sa = gamma + 4 * C, *sb = gamma + 5 * C;
+  float *dg = grads + param_off, *db = dg + C, *dg2 = dg + 2 * C, *db2 = dg + 3 * C;
+  const ddp_copy_kind_t d2d = DDP_COPY_KIND_DEVICE_TO_DEVICE;
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, x, x_src, act_bytes, d2d, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, dy, dy_src, act_bytes, d2d, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, gamma, gb_src, 2 * C * sizeof(float), d2d, NULL),
+                   DDP_OK);
+  ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rv, DDP_DTYPE_F32, 1.0f, C, NULL), DDP_OK);
+  ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rm, DDP_DTYPE_F32, 0.0f, C, NULL), DDP_OK);
+  ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, out, sa, sb, rm, rv, x, gamma, beta, NULL, sh, 1,
+                                   NULL),
+                   DDP_OK);
+  ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx2, dg2, db2, dy, x, gamma, sa, sb, sh, 0, NULL),
+                   DDP_OK);
+  ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx, dg, db, dy, x, out, gamma, beta, sa, sb, sh,
+                                   0, NULL),
+                   DDP_OK);
+  /* what the comparison reads, packed at offset 0 of fresh buffers */
+  bn_layout_run_t r = {twin_dev_alloc(twin_gpu, act_bytes), twin_dev_alloc(twin_gpu, act_bytes),
+                       twin_dev_alloc(twin_gpu, act_bytes),
+                       twin_dev_alloc(twin_gpu, 4 * C * sizeof(float))};
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, r.out, out, act_bytes, d2d, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, r.dx, dx, act_bytes, d2d, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, r.dx2, dx2, act_bytes, d2d, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_backend_copy(twin_gpu, r.grads, dg, 4 * C * sizeof(float), d2d, NULL),
+                   DDP_OK);
+  ck_assert_int_eq(ddp_backend_sync(twin_gpu, NULL), DDP_OK);
+  void *all[] = {x - act_off * es,  dy - act_off * es,  out - act_off * es,
+                 dx - act_off * es, dx2 - act_off * es, params, grads};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ddp_backend_free(twin_gpu, all[i]);
+  return r;
+}
+
+START_TEST(test_gpu_bn_alignment_gives_the_same_bits) {
+  const ddp_dtype_t dt = DDP_DTYPE_BF16;
+  const size_t offsets[3][2] = {{0, 0}, {1, 0}, {0, 1}}; /* parameters, activations */
+  const ddp_bn_shape_t shapes[] = {k_bn_shapes[0], k_bn_shapes[3]}; /* 24 and 72 channels */
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k) {
+    const ddp_bn_shape_t *sh = &shapes[k];
+    const size_t n = bn_n(sh), C = (size_t)sh->C, es = ddp_dtype_size(dt);
+    ck_assert_int_eq(gpu_conv()->bn_prepare(twin_gpu, dt, sh), DDP_OK);
+    mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), dy = mixed_input(dt, n, 0.0f, 1.0f);
+    mixed_t gb = mixed_input(DDP_DTYPE_F32, 2 * C, 0.5f, 0.3f); /* gamma, then beta */
+    bn_layout_run_t run[3];
+    for (int j = 0; j < 3; ++j)
+      run[j] = bn_layout_run(sh, x.gpu, dy.gpu, gb.gpu, offsets[j][0], offsets[j][1]);
+    for (int j = 1; j < 3; ++j) {
+      const char *what = j == 1 ? "parameters one float off" : "activations one element off";
+      char msg[160];
+      snprintf(msg, sizeof msg, "bn_relu_fwd out, %s, C=%zu", what, C);
+      expect_gpu_bits_equal(run[0].out, run[j].out, n * es, msg);
+      snprintf(msg, sizeof msg, "bn_relu_bwd dinp, %s, C=%zu", what, C);
+      expect_gpu_bits_equal(run[0].dx, run[j].dx, n * es, msg);
+      snprintf(msg, sizeof msg, "bn_bwd dinp, %s, C=%zu", what, C);
+      expect_gpu_bits_equal(run[0].dx2, run[j].dx2, n * es, msg);
+      snprintf(msg, sizeof msg, "parameter gradients, %s, C=%zu", what, C);
+      expect_gpu_bits_equal(run[0].grads, run[j].grads, 4 * C * sizeof(float), msg);
     }
+    for (int j = 0; j < 3; ++j) {
+      void *all[] = {run[j].out, run[j].dx, run[j].dx2, run[j].grads};
+      for (int i = 0; i < 4; ++i) ddp_backend_free(twin_gpu, all[i]);
+    }
+    mixed_free(&x);
+    mixed_free(&dy);
+    mixed_free(&gb);
   }
-  expect_gpu_bits_equal(out[0], out[1], n * es, "bn_relu_fwd, parameters aligned or not");
-  expect_gpu_bits_equal(dx[0], dx[1], n * es, "bn_relu_bwd dinp, parameters aligned or not");
-  expect_gpu_bits_equal(dx2[0], dx2[1], n * es, "bn_bwd dinp, parameters aligned or not");
-  expect_gpu_bits_equal(grads[0], (float *)grads[1] + 1, 4 * C * sizeof(float),
-                        "parameter gradients, aligned or not");
-  for (int off = 0; off <= 1; ++off) {
-    void *all[] = {out[off], dx[off], dx2[off], grads[off]};
-    for (int i = 0; i < 4; ++i) ddp_backend_free(twin_gpu, all[i]);
-  }
-  mixed_free(&x);
-  mixed_free(&dy);
-  mixed_free(&params);
 }
 END_TEST
 
@@ -1270,7 +1299,7 @@ static Suite *gpu_conv_suite(void) {
   tcase_add_test(tc, test_gpu_bn_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_relu_matches_composition_and_cpu);
   tcase_add_test(tc, test_gpu_bn_relu_bwd_matches_composition_and_cpu);
-  tcase_add_test(tc, test_gpu_bn_parameter_alignment_gives_the_same_bits);
+  tcase_add_test(tc, test_gpu_bn_alignment_gives_the_same_bits);
   tcase_add_test(tc, test_gpu_conv_bwd_data_add_matches_cpu);
   tcase_add_test(tc, test_gpu_bn_parts_match_cpu);
   tcase_add_test(tc, test_gpu_pool_matches_cpu);
