@@ -7,9 +7,11 @@
  * the same buffer as an input. Pooling backwards are gathers (one thread
  * per input element), never scatters, and the batch-norm reductions sum in
  * an order fixed by the shape (slices, eight lanes, a tree, then the slices
- * by a warp in a fixed butterfly): nothing here uses atomics, so every result repeats bit for
- * bit. Arithmetic is fp32; half values are widened exactly and each stored
- * value is rounded once to nearest even (nn_io.cuh). */
+ * by a warp in a fixed butterfly). The one atomic, a reduction's arrival
+ * count, only elects which block adds the slices, never the order, so
+ * every result repeats bit for bit. Arithmetic is fp32; half values are
+ * widened exactly and each stored value is rounded once to nearest even
+ * (nn_io.cuh). */
 #include <stdint.h>
 
 #include <initializer_list>
@@ -316,19 +318,67 @@ __device__ __forceinline__ void load_n(const void *p, size_t i, float out[N]) {
   }
 }
 
+/* What the last block to finish a reduction does once its channels' sums
+ * are known (BnTail holds what each needs):
+ *   kFinSums   nothing more;
+ *   kFinStats  the one-pass statistics (ddp_cuda_bn_stats);
+ *   kFinGrads  the parameter gradients from the backward sums. */
+enum { kFinSums = 0, kFinStats = 1, kFinGrads = 2 };
+
+struct BnTail {
+  float *sums;        /* nsums x C */
+  unsigned *counters; /* one per block column, zero between reductions */
+  /* kFinStats */
+  float *mean, *var, *istd, *rm, *rv;
+  double inv_m;
+  float eps, momentum, unbias;
+  /* kFinGrads */
+  float *dgamma, *dbeta;
+  const float *g_istd;
+  int accumulate;
+};
+
+/* The one-pass statistics of channel c from the shifted sums s1 = sum (x -
+ * k), s2 = sum (x - k)^2 (k = x[row 0, c]): mean = k + s1/M, the biased
+ * variance s2/M - (s1/M)^2 (in double, never below 0), the inverse
+ * standard deviation, and the running statistics moved as the apply's
+ * would be (rm NULL: not moved). */
+template <int DT>
+__device__ __forceinline__ void bn_stats_of(const BnTail &t, const void *x, int C, int c) {
+  const double d = (double)t.sums[c] * t.inv_m;
+  const double v = (double)t.sums[C + c] * t.inv_m - d * d;
+  const float mu = (float)((double)load<DT>(x, (size_t)c) + d), va = v > 0.0 ? (float)v : 0.0f;
+  t.mean[c] = mu;
+  t.var[c] = va;
+  t.istd[c] = 1.0f / sqrtf(va + t.eps);
+  if (t.rm) {
+    t.rm[c] = (1.0f - t.momentum) * t.rm[c] + t.momentum * mu;
+    t.rv[c] = (1.0f - t.momentum) * t.rv[c] + t.momentum * (va * t.unbias);
+  }
+}
+
 /* Block (32, 8), grid (ceil(C / (32 CPT)), slices); each thread sums CPT
  * neighbouring channels (CPT 2: C even and the buffers aligned to two
  * elements, so a warp reads 128 contiguous bytes of a bf16 row instead of
  * 64). Lane ty of slice p adds rows p*R + ty, p*R + ty + 8, ... of its
  * channels; the eight lanes are added in a fixed tree and the slice's
  * partials land at scratch[(k*P + p)*C + c]. Each channel's additions are
- * the same, in the same order, for either CPT: the same bits. */
-template <int DT, int MODE, int CPT>
+ * the same, in the same order, for either CPT: the same bits.
+ *
+ * Then the last of a column's P blocks to arrive (an atomic count, which
+ * decides only who adds, never the order) adds the slices' partials of
+ * the column's channels: one warp per sum, lane l adding slices l, l + 32,
+ * ... in order, then a fixed butterfly; and runs FIN for those channels.
+ * One launch instead of three (partials, slices, statistics or parameter
+ * gradients): a ResNet-50 step made 159 slice launches and 106 small
+ * finishing ones, each a few microseconds plus the gap before it. */
+template <int DT, int MODE, int CPT, int FIN>
 __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy, const float *mean,
-                                  ddp_cuda_bn_relu_t relu, int64_t M, int C,
+                                  ddp_cuda_bn_relu_t relu, BnTail tail, int64_t M, int C,
                                   int64_t rows_per_slice) {
   constexpr int W = kBnChans * CPT; /* channels per block */
   __shared__ float sa[kBnLanes][W + 1], sb[kBnLanes][W + 1];
+  __shared__ unsigned last;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c0 = blockIdx.x * W + tx * CPT, p = blockIdx.y, P = gridDim.y;
   constexpr bool kTwo = MODE == kSumBwd || MODE == kSumShifted || MODE == kSumBwdRelu;
@@ -401,44 +451,39 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
       if (kTwo) scratch[(size_t)(P + p) * C + c0 + k] = sb[0][tx * CPT + k];
     }
   }
-}
-
-/* The one-pass statistics from the shifted sums s1 = sum (x - k), s2 =
- * sum (x - k)^2 (k = x[row 0, c]): mean = k + s1/M, the biased variance
- * s2/M - (s1/M)^2 (in double, never below 0), the inverse standard
- * deviation, and the running statistics moved as the apply's would be
- * (running_mean NULL: not moved). */
-template <int DT>
-__global__ void bn_stats_kernel(float *mean, float *var, float *istd, float *rm, float *rv,
-                                const float *sums, const void *x, double inv_m, float eps,
-                                float momentum, float unbias, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const double d = (double)sums[c] * inv_m;
-  const double v = (double)sums[C + c] * inv_m - d * d;
-  const float mu = (float)((double)load<DT>(x, (size_t)c) + d), va = v > 0.0 ? (float)v : 0.0f;
-  mean[c] = mu;
-  var[c] = va;
-  istd[c] = 1.0f / sqrtf(va + eps);
-  if (rm) {
-    rm[c] = (1.0f - momentum) * rm[c] + momentum * mu;
-    rv[c] = (1.0f - momentum) * rv[c] + momentum * (va * unbias);
+  /* this block's partials out to every block, then count the arrivals;
+   * atomicInc wraps the P-th back to 0, ready for the next reduction */
+  __threadfence();
+  __syncthreads();
+  if (tx == 0 && ty == 0)
+    last = atomicInc(&tail.counters[blockIdx.x], (unsigned)P - 1u) == (unsigned)P - 1u;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int kSums = kTwo ? 2 : 1;
+  const int cbase = blockIdx.x * W;
+  for (int j = ty; j < kSums * W; j += kBnLanes) { /* warp ty, sum j */
+    const int k = j / W, c = cbase + j % W;
+    if (c >= C) continue; /* the same for the whole warp */
+    float acc = 0.0f;
+    for (int q = tx; q < P; q += 32) acc += __ldcg(&scratch[(size_t)(k * P + q) * C + c]);
+    acc = warp_sum(acc);
+    if (tx == 0) tail.sums[(size_t)k * C + c] = acc;
   }
-}
-
-/* sums[k*C + c] = the slices' partials, one warp per sum: lane l adds
- * slices l, l + 32, ... in order, then the lanes meet in a fixed butterfly.
- * One thread per sum walking up to 512 slices in a chain took 12 us a call
- * (1.9 ms of a ResNet-50 step in 159 calls). */
-constexpr int kSlicesWarps = 8; /* sums per block of 256 threads */
-__global__ void bn_slices_kernel(float *sums, const float *scratch, int C, int P, int nsums) {
-  const int i = blockIdx.x * kSlicesWarps + (int)(threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (i >= nsums * C) return; /* the same for the whole warp */
-  const int k = i / C, c = i % C;
-  float acc = 0.0f;
-  for (int p = lane; p < P; p += 32) acc += scratch[(size_t)(k * P + p) * C + c];
-  acc = warp_sum(acc);
-  if (lane == 0) sums[i] = acc;
+  if constexpr (FIN != kFinSums) {
+    __syncthreads(); /* the sums, written by several warps */
+    for (int j = ty * 32 + tx; j < W; j += 32 * kBnLanes) {
+      const int c = cbase + j;
+      if (c >= C) break;
+      if constexpr (FIN == kFinStats) {
+        bn_stats_of<DT>(tail, x, C, c);
+      } else {
+        const float dg = tail.sums[C + c] * tail.g_istd[c], db = tail.sums[c];
+        tail.dgamma[c] = tail.accumulate ? tail.dgamma[c] + dg : dg;
+        tail.dbeta[c] = tail.accumulate ? tail.dbeta[c] + db : db;
+      }
+    }
+  }
 }
 
 /* The channel of element i of an NHWC tensor as a grid-stride loop walks
@@ -707,61 +752,82 @@ extern "C" ddp_status_t ddp_cuda_maxpool_bwd(ddp_dtype_t dt, void *dinp, const v
   return DDP_OK;
 }
 
-/* The reductions' shared launch: MODE's partials, then the slices' sums. */
-template <int MODE>
-ddp_status_t bn_reduce_launch(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
-                              const void *dy, const float *mean, const ddp_cuda_bn_relu_t &relu,
-                              int64_t M, int C, cudaStream_t stream) {
+/* The reductions' one launch: MODE's partials, the sums (tail.sums) and
+ * FIN, with tail.counters (ddp_cuda_bn_counters_needed(C) of them, zero). */
+template <int MODE, int FIN>
+ddp_status_t bn_reduce_launch(ddp_dtype_t dt, float *scratch, const void *x, const void *dy,
+                              const float *mean, const ddp_cuda_bn_relu_t &relu,
+                              const BnTail &tail, int64_t M, int C, cudaStream_t stream) {
+  if (!tail.counters || !tail.sums)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "bn_reduce: the sums and the arrival counters are required");
   const int P = ddp_cuda_bn_slices(M);
   const int64_t rows = (M + P - 1) / P;
   const dim3 block(kBnChans, kBnLanes);
-  const int nsums = MODE == kSumBwd || MODE == kSumBwdRelu || MODE == kSumShifted ? 2 : 1;
   const size_t pair = 2 * ddp_dtype_size(dt);
   const bool pairs = C % 2 == 0 && aligned(x, pair) && (!dy || aligned(dy, pair));
   CONV_DISPATCH("bn_reduce", dt, if (pairs) {
     const dim3 grid((unsigned)((C + 2 * kBnChans - 1) / (2 * kBnChans)), (unsigned)P);
-    bn_partial_kernel<DT, MODE, 2><<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, M, C,
-                                                               rows);
+    bn_partial_kernel<DT, MODE, 2, FIN>
+        <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, tail, M, C, rows);
   } else {
     const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P);
-    bn_partial_kernel<DT, MODE, 1><<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, M, C,
-                                                               rows);
+    bn_partial_kernel<DT, MODE, 1, FIN>
+        <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, tail, M, C, rows);
   });
-  bn_slices_kernel<<<(unsigned)((nsums * C + kSlicesWarps - 1) / kSlicesWarps), 32 * kSlicesWarps,
-                     0, stream>>>(sums, scratch, C, P, nsums);
-  DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }
 
+/* The backward sums' tail: the parameter gradients where grads is given. */
+template <int MODE>
+ddp_status_t bn_reduce_bwd_launch(ddp_dtype_t dt, float *sums, float *scratch, unsigned *counters,
+                                  const void *x, const void *dy, const float *mean,
+                                  const ddp_cuda_bn_relu_t &relu, const ddp_cuda_bn_grads_t *grads,
+                                  int64_t M, int C, cudaStream_t stream) {
+  BnTail t{};
+  t.sums = sums, t.counters = counters;
+  if (!grads) return bn_reduce_launch<MODE, kFinSums>(dt, scratch, x, dy, mean, relu, t, M, C, stream);
+  t.dgamma = grads->dgamma, t.dbeta = grads->dbeta, t.g_istd = grads->istd;
+  t.accumulate = grads->accumulate;
+  return bn_reduce_launch<MODE, kFinGrads>(dt, scratch, x, dy, mean, relu, t, M, C, stream);
+}
+
 extern "C" ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch,
-                                           const void *x, const void *dy, const float *mean,
+                                           unsigned *counters, const void *x, const void *dy,
+                                           const float *mean, const ddp_cuda_bn_grads_t *grads,
                                            int64_t M, int C, cudaStream_t stream) {
   const ddp_cuda_bn_relu_t none = {NULL, NULL, NULL};
-  if (dy) return bn_reduce_launch<kSumBwd>(dt, sums, scratch, x, dy, mean, none, M, C, stream);
-  if (mean) return bn_reduce_launch<kSumCentred>(dt, sums, scratch, x, dy, mean, none, M, C, stream);
-  return bn_reduce_launch<kSumX>(dt, sums, scratch, x, dy, mean, none, M, C, stream);
+  if (dy)
+    return bn_reduce_bwd_launch<kSumBwd>(dt, sums, scratch, counters, x, dy, mean, none, grads, M,
+                                         C, stream);
+  BnTail t{};
+  t.sums = sums, t.counters = counters;
+  if (mean)
+    return bn_reduce_launch<kSumCentred, kFinSums>(dt, scratch, x, dy, mean, none, t, M, C, stream);
+  return bn_reduce_launch<kSumX, kFinSums>(dt, scratch, x, dy, mean, none, t, M, C, stream);
 }
 
 extern "C" ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch,
-                                                const void *x, const void *dy, const float *mean,
-                                                const ddp_cuda_bn_relu_t *relu, int64_t M, int C,
+                                                unsigned *counters, const void *x, const void *dy,
+                                                const float *mean, const ddp_cuda_bn_relu_t *relu,
+                                                const ddp_cuda_bn_grads_t *grads, int64_t M, int C,
                                                 cudaStream_t stream) {
-  return bn_reduce_launch<kSumBwdRelu>(dt, sums, scratch, x, dy, mean, *relu, M, C, stream);
+  return bn_reduce_bwd_launch<kSumBwdRelu>(dt, sums, scratch, counters, x, dy, mean, *relu, grads,
+                                           M, C, stream);
 }
 
 extern "C" ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
                                           float *running_mean, float *running_var, float *sums,
-                                          float *scratch, const void *x, int64_t M, int C,
-                                          float eps, float momentum, cudaStream_t stream) {
+                                          float *scratch, unsigned *counters, const void *x,
+                                          int64_t M, int C, float eps, float momentum,
+                                          cudaStream_t stream) {
   const ddp_cuda_bn_relu_t none = {NULL, NULL, NULL};
-  DDP_CHECK(
-      bn_reduce_launch<kSumShifted>(dt, sums, scratch, x, NULL, NULL, none, M, C, stream));
-  const float unbias = M > 1 ? (float)((double)M / (double)(M - 1)) : 1.0f;
-  CONV_DISPATCH("bn_stats", dt,
-                bn_stats_kernel<DT><<<blocks_for(C), kEwThreads, 0, stream>>>(
-                    mean, var, istd, running_mean, running_var, sums, x, 1.0 / (double)M, eps,
-                    momentum, unbias, C););
-  return DDP_OK;
+  BnTail t{};
+  t.sums = sums, t.counters = counters;
+  t.mean = mean, t.var = var, t.istd = istd, t.rm = running_mean, t.rv = running_var;
+  t.inv_m = 1.0 / (double)M, t.eps = eps, t.momentum = momentum;
+  t.unbias = M > 1 ? (float)((double)M / (double)(M - 1)) : 1.0f;
+  return bn_reduce_launch<kSumShifted, kFinStats>(dt, scratch, x, NULL, NULL, none, t, M, C,
+                                                  stream);
 }
 
 /* launch(v, pv) with integral constants: the four-element version (v 4)
@@ -863,8 +929,9 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float 
                                                                          istd, gamma, relu_beta, g,
                                                                          eps, inv_m, n, C);
                                }););
-  bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
-                                                                 C, accumulate);
+  if (dgamma)
+    bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l,
+                                                                   eps, C, accumulate);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }

@@ -94,37 +94,56 @@ typedef struct ddp_cuda_bn_relu {
   const float *istd, *gamma, *beta;
 } ddp_cuda_bn_relu_t;
 
+/* The arrival counters a reduction over C channels needs (zeroed once;
+ * each reduction leaves them zero): one per column of its grid. */
+static inline size_t ddp_cuda_bn_counters_needed(int C) {
+  return (size_t)((C + 31) / 32);
+}
+
+/* The parameter gradients a backward reduction may finish with, from its
+ * own sums: dbeta = / += sums[c], dgamma = / += sums[C + c] istd[c] per
+ * accumulate (one rank's batch norm, where the sums are final). */
+typedef struct ddp_cuda_bn_grads {
+  float *dgamma, *dbeta;
+  const float *istd;
+  int accumulate;
+} ddp_cuda_bn_grads_t;
+
 /* Per-channel sums over the M positions of x (M, C), into `sums`:
  *   dy NULL, mean NULL: sums[c] = sum x;
  *   dy NULL, mean given: sums[c] = sum (x - mean[c])^2;
  *   dy given (mean required): sums[c] = sum dy, sums[C + c] = sum dy (x -
- *   mean[c]).
- * scratch: ddp_cuda_bn_scratch_floats(M, C) floats, overwritten. Each slice
- * sums its rows eight lanes at a time and adds the lanes in a fixed tree; a
- * second kernel adds each sum's slices with one warp, in a fixed order. */
-ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
-                                const void *dy, const float *mean, int64_t M, int C,
+ *   mean[c]), then the parameter gradients where grads is given.
+ * scratch: ddp_cuda_bn_scratch_floats(M, C) floats, overwritten; counters:
+ * ddp_cuda_bn_counters_needed(C), zero (and left zero). Each slice sums its
+ * rows eight lanes at a time and adds the lanes in a fixed tree; the last
+ * block of each column of channels to finish then adds the slices with one
+ * warp per sum, in a fixed order, in the same launch. */
+ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, unsigned *counters,
+                                const void *x, const void *dy, const float *mean,
+                                const ddp_cuda_bn_grads_t *grads, int64_t M, int C,
                                 cudaStream_t stream);
 /* ddp_cuda_bn_reduce's backward sums (dy and mean required) of dy masked
  * by the forward's ReLU, recomputed from x and `relu`. */
-ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch, const void *x,
-                                     const void *dy, const float *mean,
-                                     const ddp_cuda_bn_relu_t *relu, int64_t M, int C,
+ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch,
+                                     unsigned *counters, const void *x, const void *dy,
+                                     const float *mean, const ddp_cuda_bn_relu_t *relu,
+                                     const ddp_cuda_bn_grads_t *grads, int64_t M, int C,
                                      cudaStream_t stream);
 
 /* One rank's batch statistics in one pass over x (M, C): the shifted sums
- * of x - k and (x - k)^2 about k = x[0, c] (the scratch and sums as
- * ddp_cuda_bn_reduce's, 2C sums), then per channel the mean, the biased
+ * of x - k and (x - k)^2 about k = x[0, c] (the scratch, counters and sums
+ * as ddp_cuda_bn_reduce's, 2C sums), then per channel the mean, the biased
  * variance, the inverse standard deviation 1 / sqrt(var + eps), and, when
  * running_mean is not NULL, the running statistics moved by momentum (the
- * variance unbiased by M / (M - 1)). Shifting by a value of the channel
- * keeps the sums' cancellation that of the data's spread, which the
- * two-pass reduction (mean, then the centred squares) avoids at the cost
- * of a second read of x. */
+ * variance unbiased by M / (M - 1)); one launch. Shifting by a value of
+ * the channel keeps the sums' cancellation that of the data's spread,
+ * which the two-pass reduction (mean, then the centred squares) avoids at
+ * the cost of a second read of x. */
 ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
                                float *running_mean, float *running_var, float *sums,
-                               float *scratch, const void *x, int64_t M, int C, float eps,
-                               float momentum, cudaStream_t stream);
+                               float *scratch, unsigned *counters, const void *x, int64_t M, int C,
+                               float eps, float momentum, cudaStream_t stream);
 
 /* out = (x - mean) / sqrt(var + eps) * gamma + beta; when running_mean is
  * not NULL, running_mean = (1 - momentum) running_mean + momentum mean and
@@ -154,7 +173,8 @@ ddp_status_t ddp_cuda_bn_apply_act_fwd(ddp_dtype_t dt, void *out, float *running
  * 1 / sqrt(var + eps). relu (may be NULL): dy is first masked by the
  * forward's ReLU, recomputed (the sums g and l must be of the masked dy
  * too: ddp_cuda_bn_reduce_relu's); its istd and gamma must be the apply's
- * own (istd given). */
+ * own (istd given). dgamma NULL: no parameter gradients (the reduction
+ * gave them). */
 ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, float *dbeta,
                                    const void *dy, const void *x, const float *mean,
                                    const float *var, const float *istd, const float *gamma,

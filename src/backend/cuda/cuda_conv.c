@@ -74,6 +74,8 @@ struct ddp_cuda_conv {
   void *ws;
   size_t ws_bytes;
   uint64_t finds;
+  unsigned *bn_counters; /* the batch-norm reductions' arrival counters, zero between uses */
+  size_t bn_ncounters;
 };
 
 /* Candidates timed within this fraction of the fastest count as tied. */
@@ -152,6 +154,28 @@ ddp_status_t ddp_cuda_conv_workspace(ddp_backend_t *be, size_t bytes, void **ws)
   return DDP_OK;
 }
 
+/* Kept apart from the workspace, which cuDNN overwrites: each counter is
+ * zero except while a reduction's blocks arrive, and the last of them
+ * wraps it back to zero (ddp_cuda_bn_reduce). Grown, and zeroed on the
+ * compute stream, only when a shape needs more than any before it, which
+ * bn_prepare does before the step loop. */
+ddp_status_t ddp_cuda_conv_bn_counters(ddp_backend_t *be, size_t n, unsigned **out) {
+  struct ddp_cuda_conv *c = NULL;
+  DDP_CHECK(conv_state(be, &c));
+  if (n > c->bn_ncounters) {
+    if (c->bn_counters) ddp_backend_free(be, c->bn_counters);
+    c->bn_counters = NULL;
+    c->bn_ncounters = 0;
+    void *p = NULL;
+    DDP_CHECK(ddp_backend_alloc(be, n * sizeof(unsigned), &p));
+    DDP_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(unsigned), ddp_cuda_state(be)->compute));
+    c->bn_counters = p;
+    c->bn_ncounters = n;
+  }
+  *out = c->bn_counters;
+  return DDP_OK;
+}
+
 uint64_t ddp_cuda_conv_find_calls(ddp_backend_t *be) {
   const ddp_cuda_state_t *st = ddp_cuda_state(be);
   return st && st->conv ? st->conv->finds : 0;
@@ -178,6 +202,7 @@ void ddp_cuda_conv_release(ddp_backend_t *be) {
   for (size_t i = 0; i < c->nplans; ++i) plan_destroy(c->plans[i]);
   free(c->plans);
   if (c->ws) ddp_backend_free(be, c->ws);
+  if (c->bn_counters) ddp_backend_free(be, c->bn_counters);
   cudnnDestroyTensorDescriptor(c->bn_param);
   cudnnDestroyTensorDescriptor(c->bn_x);
   cudnnDestroy(c->handle);

@@ -34,6 +34,9 @@ cudnnTensorDescriptor_t ddp_cuda_conv_bn_param_desc(ddp_backend_t *be);
  * allocates from the caching allocator; prepares grow it to the largest
  * need, so after warm-up this only returns the pointer. */
 ddp_status_t ddp_cuda_conv_workspace(ddp_backend_t *be, size_t bytes, void **ws);
+/* At least n zeroed arrival counters for the batch-norm reductions
+ * (ddp_cuda_bn_counters_needed), apart from the workspace; grown like it. */
+ddp_status_t ddp_cuda_conv_bn_counters(ddp_backend_t *be, size_t n, unsigned **out);
 /* The conv table's release: frees plans, descriptors, workspace, handle. */
 void ddp_cuda_conv_release(ddp_backend_t *be);
 

@@ -26,7 +26,8 @@
  * recomputed from the input, so no ReLU pass);
  * they save the same mean and inverse std, so either path's backward reads
  * either's saves. The parts' partial sums, the two sums and the variance
- * live in the table's shared workspace, which bn_prepare sizes. */
+ * live in the table's shared workspace, which bn_prepare sizes, and the
+ * reductions' arrival counters in a small buffer of their own. */
 #include <config.h>
 
 #include <cudnn.h>
@@ -54,10 +55,12 @@ static size_t own_floats(const ddp_bn_shape_t *sh) {
 
 typedef struct own_ws {
   float *partials, *sums, *var;
+  unsigned *counters; /* the reductions' arrival counters (apart from the workspace) */
 } own_ws_t;
 
 static ddp_status_t own_workspace(ddp_backend_t *be, const ddp_bn_shape_t *sh, own_ws_t *w) {
   void *ws = NULL;
+  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(sh->C), &w->counters));
   DDP_CHECK(ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws));
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   w->partials = ws;
@@ -82,7 +85,7 @@ static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
   /* one read of inp for the statistics (the --sync-bn parts need two: the
    * mean is all-reduced before the centred squares) */
   DDP_CHECK(ddp_cuda_bn_stats(dt, save_mean, w.var, save_istd, running_mean, running_var, w.sums,
-                              w.partials, inp, M, C, sh->eps, sh->momentum, cs));
+                              w.partials, w.counters, inp, M, C, sh->eps, sh->momentum, cs));
   return ddp_cuda_bn_apply_act_fwd(dt, out, NULL, NULL, inp, save_mean, w.var, save_istd, gamma,
                                    beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
 }
@@ -97,14 +100,16 @@ static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   own_ws_t w;
   DDP_CHECK(own_workspace(be, sh, &w));
+  /* the reduction's last blocks write dgamma and dbeta from its sums */
+  const ddp_cuda_bn_grads_t grads = {dgamma, dbeta, save_istd, accumulate};
   if (relu)
-    DDP_CHECK(ddp_cuda_bn_reduce_relu(dt, w.sums, w.partials, inp, dout, save_mean, relu, M, sh->C,
-                                      cs));
+    DDP_CHECK(ddp_cuda_bn_reduce_relu(dt, w.sums, w.partials, w.counters, inp, dout, save_mean,
+                                      relu, &grads, M, sh->C, cs));
   else
-    DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, inp, dout, save_mean, M, sh->C, cs));
-  return ddp_cuda_bn_apply_bwd(dt, dinp, dgamma, dbeta, dout, inp, save_mean, NULL, save_istd,
-                               gamma, w.sums, w.sums, sh->eps, (double)M, M, sh->C, accumulate,
-                               relu, cs);
+    DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, w.counters, inp, dout, save_mean, &grads,
+                                 M, sh->C, cs));
+  return ddp_cuda_bn_apply_bwd(dt, dinp, NULL, NULL, dout, inp, save_mean, NULL, save_istd, gamma,
+                               w.sums, w.sums, sh->eps, (double)M, M, sh->C, accumulate, relu, cs);
 }
 
 /* Binds the handle to the stream and describes x (NHWC in dt) and the
@@ -234,5 +239,7 @@ ddp_status_t ddp_cuda_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn
   DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_prepare", dt));
   DDP_CHECK(ddp_bn_check_shape("batch_norm_prepare", sh, 0));
   void *ws = NULL;
+  unsigned *counters = NULL;
+  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(sh->C), &counters));
   return ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws);
 }

@@ -132,9 +132,11 @@ static ddp_status_t cuda_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
 
 /* ---- batch normalization in parts --------------------------------------------- */
 
-static ddp_status_t part_scratch(ddp_backend_t *be, const ddp_bn_shape_t *sh, float **scratch) {
+static ddp_status_t part_scratch(ddp_backend_t *be, const ddp_bn_shape_t *sh, float **scratch,
+                                 unsigned **counters) {
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   void *ws = NULL;
+  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(sh->C), counters));
   DDP_CHECK(ddp_cuda_conv_workspace(be, ddp_cuda_bn_scratch_floats(M, sh->C) * sizeof(float), &ws));
   *scratch = ws;
   return DDP_OK;
@@ -158,9 +160,10 @@ static ddp_status_t cuda_bn_reduce_fwd(ddp_backend_t *be, ddp_dtype_t dt, float 
   DDP_CHECK(ddp_bn_check_shape("bn_reduce_fwd", sh, 0));
   REQUIRE(sums && inp, "bn_reduce_fwd: sums and inp are required");
   float *scratch = NULL;
-  DDP_CHECK(part_scratch(be, sh, &scratch));
-  return ddp_cuda_bn_reduce(dt, sums, scratch, inp, NULL, mean, (int64_t)sh->N * sh->H * sh->W,
-                            sh->C, ddp_cuda_stream(be, s));
+  unsigned *counters = NULL;
+  DDP_CHECK(part_scratch(be, sh, &scratch, &counters));
+  return ddp_cuda_bn_reduce(dt, sums, scratch, counters, inp, NULL, mean, NULL,
+                            (int64_t)sh->N * sh->H * sh->W, sh->C, ddp_cuda_stream(be, s));
 }
 
 static ddp_status_t cuda_bn_apply_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out,
@@ -188,9 +191,10 @@ static ddp_status_t cuda_bn_reduce_bwd(ddp_backend_t *be, ddp_dtype_t dt, float 
   DDP_CHECK(ddp_bn_check_shape("bn_reduce_bwd", sh, 0));
   REQUIRE(sums && dout && inp && mean, "bn_reduce_bwd: sums, dout, inp and mean are required");
   float *scratch = NULL;
-  DDP_CHECK(part_scratch(be, sh, &scratch));
-  return ddp_cuda_bn_reduce(dt, sums, scratch, inp, dout, mean, (int64_t)sh->N * sh->H * sh->W,
-                            sh->C, ddp_cuda_stream(be, s));
+  unsigned *counters = NULL;
+  DDP_CHECK(part_scratch(be, sh, &scratch, &counters));
+  return ddp_cuda_bn_reduce(dt, sums, scratch, counters, inp, dout, mean, NULL,
+                            (int64_t)sh->N * sh->H * sh->W, sh->C, ddp_cuda_stream(be, s));
 }
 
 static ddp_status_t cuda_bn_apply_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
