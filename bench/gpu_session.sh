@@ -17,6 +17,9 @@
 #              per kernel name;
 #   rprofile   the same for one bf16 step of ResNet-50 at batch 128 (the third
 #              step: the first one searches cuDNN's algorithms);
+#   hprofile   the host's side of 20 such steps: Nsight Systems' CUDA and cuDNN
+#              API summaries, and perf's profile of the process where perf is
+#              installed (not in the default phases either);
 #   bench      bench/gpu_resnet.sh, gpu_gpt2.sh, gpu_varlen.sh, gpu_memory.sh on
 #              what is left; GPU_BENCHES="name:share ..." picks others, e.g.
 #              GPU_BENCHES="resnet:1/1" for the ResNet alone.
@@ -200,6 +203,43 @@ if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
     --nvtx on --peak-gflops 860000 > "$W/logs/ncu-resnet.csv" 2> "$W/logs/ncu-resnet.err"
   say "ResNet-50 profile: exit $? ($((SECONDS - t0)) s); device time per kernel name, one whole step:"
   ncu_table "$W/logs/ncu-resnet.csv"
+fi
+
+# Where the host's time goes while it issues a ResNet-50 bf16 step: the
+# host issued a step's 727 launches in 23-29 ms at the fourth H100 session,
+# close to the device's own 28 ms, so it may be what bounds the step next.
+# Nsight Systems' CUDA and cuDNN API summaries (time per call, host side),
+# and perf's profile of the process where perf is installed.
+if has hprofile && [ "$(left)" -gt 90 ]; then
+  t0=$SECONDS
+  [ -f "$W/rprof.img" ] || python3 bench/image_shard.py "$W/rprof.img" 256 224 --classes 1000 > /dev/null 2>&1
+  hargs="--device cuda --precision bf16 --model resnet --depth 50 --stem imagenet
+    --data $W/rprof.img --batch-size 128 --steps 20 --warmup 1 --log-every 5 --eval-every 0
+    --optimizer sgd --peak-gflops 860000"
+  if command -v nsys > /dev/null; then
+    # shellcheck disable=SC2086
+    timeout -k 5 90 nsys profile -t cuda,cudnn,cublas -s none -o "$W/logs/hprof" \
+      --force-overwrite true ./ddptrain $hargs > "$W/logs/hprof.out" 2>&1
+    say "host profile (nsys): exit $? ($((SECONDS - t0)) s); host time per API call over 20 steps:"
+    for r in cuda_api_sum cudnn_api_sum; do
+      nsys stats -q -r $r -f csv "$W/logs/hprof.nsys-rep" 2> /dev/null | python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+if len(rows) > 1:
+    h = rows[0]
+    t, n, a, k = (h.index(x) for x in ("Total Time (ns)", "Num Calls", "Avg (ns)", "Name"))
+    for r in rows[1:13]:
+        print("  %8.1f ms %7s calls %8.1f us  %s" % (float(r[t]) / 1e6, r[n], float(r[a]) / 1e3, r[k]))' |
+        tee -a "$S"
+    done
+  fi
+  if command -v perf > /dev/null; then
+    # shellcheck disable=SC2086
+    timeout -k 5 60 perf record -F 999 -g -o "$W/logs/hprof.perf" ./ddptrain $hargs > /dev/null 2>&1
+    say "host profile (perf): the process's CPU time by library and function:"
+    perf report -i "$W/logs/hprof.perf" --no-children --sort dso,symbol 2> /dev/null |
+      grep -v '^#' | grep '%' | head -30 | tee -a "$S"
+  fi
 fi
 
 if has bench; then
