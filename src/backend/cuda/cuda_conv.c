@@ -74,6 +74,8 @@ struct ddp_cuda_conv {
   void *ws;
   size_t ws_bytes;
   uint64_t finds;
+  cudaStream_t stream;   /* the stream the handle was last bound to */
+  int stream_bound;
   unsigned *bn_counters; /* the batch-norm reductions' arrival counters, zero between uses */
   size_t bn_ncounters;
 };
@@ -124,7 +126,13 @@ done:
 ddp_status_t ddp_cuda_conv_handle(ddp_backend_t *be, cudaStream_t stream, cudnnHandle_t *out) {
   struct ddp_cuda_conv *c = NULL;
   DDP_CHECK(conv_state(be, &c));
-  DDP_CUDNN_CHECK(cudnnSetStream(c->handle, stream));
+  /* every op asks, nearly always for the compute stream: bind only on a
+   * change, one host call fewer per op of a step's hundreds */
+  if (!c->stream_bound || c->stream != stream) {
+    DDP_CUDNN_CHECK(cudnnSetStream(c->handle, stream));
+    c->stream = stream;
+    c->stream_bound = 1;
+  }
   *out = c->handle;
   return DDP_OK;
 }
