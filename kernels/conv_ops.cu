@@ -281,8 +281,19 @@ constexpr int kBnLanes = 8;  /* rows read at once per block */
  *   kSumShifted  a = x - k, b = (x - k)^2 with k = x[row 0, c], a sample
  *                of the channel: the one-pass statistics (ddp_cuda_bn_stats),
  *                whose cancellation is that of the data about one of its own
- *                values, not about zero. */
-enum { kSumX = 0, kSumCentred = 1, kSumBwd = 2, kSumShifted = 3, kSumBwdRelu = 4 };
+ *                values, not about zero;
+ *   kSumBwdRelu  kSumBwd's of dy masked by the forward's ReLU, recomputed;
+ *   kSumBwdMaskOut kSumBwd's of g = (y > 0 ? dy : 0), y the forward's ReLU
+ *                output, and g written over dy (a block's output gradient,
+ *                which its shortcut needs too). */
+enum {
+  kSumX = 0,
+  kSumCentred = 1,
+  kSumBwd = 2,
+  kSumShifted = 3,
+  kSumBwdRelu = 4,
+  kSumBwdMaskOut = 5
+};
 
 /* The apply's arithmetic with the inverse standard deviation given: one
  * expression for the forward and for the backward's recomputed mask, so
@@ -296,8 +307,8 @@ __device__ __forceinline__ float bn_affine(float v, float mean, float istd, floa
  * (ddp_cuda_bn_relu_t), else 0, from the channel's mean, istd, gamma and
  * beta. A NaN normalised value gives 0, as the forward stored 0 for it. */
 template <int DT>
-__device__ __forceinline__ float relu_masked(float dy, float x, float mean, float istd,
-                                             float gamma, float beta) {
+__device__ __forceinline__ float relu_masked(float dy, float x, float mean, float istd, float gamma,
+                                             float beta) {
   const float v = bn_affine(x, mean, istd, gamma, beta);
   return to_f32<DT>(from_f32<DT>(v)) > 0.0f ? dy : 0.0f;
 }
@@ -315,6 +326,18 @@ __device__ __forceinline__ void load_n(const void *p, size_t i, float out[N]) {
     const uint32_t q = static_cast<const uint32_t *>(p)[i / 2];
     out[0] = to_f32<DT>((uint16_t)(q & 0xFFFFu));
     out[1] = to_f32<DT>((uint16_t)(q >> 16));
+  }
+}
+
+template <int DT, int N>
+__device__ __forceinline__ void store_n(void *p, size_t i, const float v[N]) {
+  if constexpr (N == 1) {
+    store<DT>(p, i, v[0]);
+  } else if constexpr (DT == DDP_DTYPE_F32) {
+    static_cast<float2 *>(p)[i / 2] = make_float2(v[0], v[1]);
+  } else {
+    const uint32_t a = from_f32<DT>(v[0]), b = from_f32<DT>(v[1]);
+    static_cast<uint32_t *>(p)[i / 2] = a | (b << 16);
   }
 }
 
@@ -374,14 +397,15 @@ __device__ __forceinline__ void bn_stats_of(const BnTail &t, const void *x, int 
  * finishing ones, each a few microseconds plus the gap before it. */
 template <int DT, int MODE, int CPT, int FIN>
 __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy, const float *mean,
-                                  ddp_cuda_bn_relu_t relu, BnTail tail, int64_t M, int C,
-                                  int64_t rows_per_slice) {
+                                  ddp_cuda_bn_relu_t relu, const void *y, void *g_out, BnTail tail,
+                                  int64_t M, int C, int64_t rows_per_slice) {
   constexpr int W = kBnChans * CPT; /* channels per block */
   __shared__ float sa[kBnLanes][W + 1], sb[kBnLanes][W + 1];
   __shared__ unsigned last;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c0 = blockIdx.x * W + tx * CPT, p = blockIdx.y, P = gridDim.y;
-  constexpr bool kTwo = MODE == kSumBwd || MODE == kSumShifted || MODE == kSumBwdRelu;
+  constexpr bool kTwo =
+      MODE == kSumBwd || MODE == kSumShifted || MODE == kSumBwdRelu || MODE == kSumBwdMaskOut;
   float a[CPT], b[CPT];
 #pragma unroll
   for (int k = 0; k < CPT; ++k) a[k] = 0.0f, b[k] = 0.0f;
@@ -404,10 +428,20 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
       const size_t i = (size_t)m * C + c0;
       float xv[CPT], dv[CPT];
       load_n<DT, CPT>(x, i, xv);
-      if constexpr (MODE == kSumBwd || MODE == kSumBwdRelu) load_n<DT, CPT>(dy, i, dv);
+      if constexpr (MODE == kSumBwd || MODE == kSumBwdRelu || MODE == kSumBwdMaskOut)
+        load_n<DT, CPT>(dy, i, dv);
+      if constexpr (MODE == kSumBwdMaskOut) {
+        /* relu_bwd's rule (a NaN output gives 0); the kept values are dy's
+         * own, so the store is exact */
+        float yv[CPT];
+        load_n<DT, CPT>(y, i, yv);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) dv[k] = yv[k] > 0.0f ? dv[k] : 0.0f;
+        store_n<DT, CPT>(g_out, i, dv);
+      }
 #pragma unroll
       for (int k = 0; k < CPT; ++k) {
-        if constexpr (MODE == kSumBwd) {
+        if constexpr (MODE == kSumBwd || MODE == kSumBwdMaskOut) {
           const float g = dv[k];
           a[k] += g;
           b[k] += g * (xv[k] - mu[k]);
@@ -596,14 +630,15 @@ __global__ void bn_apply_fwd_kernel(void *out, const void *x, const void *res, c
       F4 r;
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        r.v[k] = bn_epilogue<DT, EPI>(bn_affine(v.v[k], p[k].mean, p[k].istd, p[k].gamma, p[k].beta),
-                                      b.v[k]);
+        r.v[k] = bn_epilogue<DT, EPI>(
+            bn_affine(v.v[k], p[k].mean, p[k].istd, p[k].gamma, p[k].beta), b.v[k]);
       store4<DT>(out, i, r);
     } else {
       const float b = EPI == kBnAddRelu ? load<DT>(res, i) : 0.0f;
       const BnChan p = bn_chan1(mean, var, istd, gamma, beta, eps, ch.c);
-      store<DT>(out, i,
-                bn_epilogue<DT, EPI>(bn_affine(load<DT>(x, i), p.mean, p.istd, p.gamma, p.beta), b));
+      store<DT>(
+          out, i,
+          bn_epilogue<DT, EPI>(bn_affine(load<DT>(x, i), p.mean, p.istd, p.gamma, p.beta), b));
     }
   }
 }
@@ -649,7 +684,8 @@ __global__ void bn_apply_bwd_kernel(void *dinp, const void *dy, const void *x, c
       chan4<PV>(g1, g + C, ch.c);
       F4 r;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) r.v[k] = bn_dinp<DT, RELU>(d.v[k], v.v[k], p[k], g0[k], g1[k], inv_m);
+      for (int k = 0; k < 4; ++k)
+        r.v[k] = bn_dinp<DT, RELU>(d.v[k], v.v[k], p[k], g0[k], g1[k], inv_m);
       store4<DT>(dinp, i, r);
     } else {
       const int c = ch.c;
@@ -756,39 +792,48 @@ extern "C" ddp_status_t ddp_cuda_maxpool_bwd(ddp_dtype_t dt, void *dinp, const v
  * FIN, with tail.counters (ddp_cuda_bn_counters_needed(C) of them, zero). */
 template <int MODE, int FIN>
 ddp_status_t bn_reduce_launch(ddp_dtype_t dt, float *scratch, const void *x, const void *dy,
-                              const float *mean, const ddp_cuda_bn_relu_t &relu,
-                              const BnTail &tail, int64_t M, int C, cudaStream_t stream) {
+                              const float *mean, const ddp_cuda_bn_relu_t &relu, const BnTail &tail,
+                              int64_t M, int C, cudaStream_t stream, const void *y = NULL,
+                              void *g_out = NULL) {
   if (!tail.counters || !tail.sums)
     DDP_FAIL(DDP_ERR_INVALID_ARG, "bn_reduce: the sums and the arrival counters are required");
   const int P = ddp_cuda_bn_slices(M);
   const int64_t rows = (M + P - 1) / P;
   const dim3 block(kBnChans, kBnLanes);
   const size_t pair = 2 * ddp_dtype_size(dt);
-  const bool pairs = C % 2 == 0 && aligned(x, pair) && (!dy || aligned(dy, pair));
-  CONV_DISPATCH("bn_reduce", dt, if (pairs) {
-    const dim3 grid((unsigned)((C + 2 * kBnChans - 1) / (2 * kBnChans)), (unsigned)P);
-    bn_partial_kernel<DT, MODE, 2, FIN>
-        <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, tail, M, C, rows);
-  } else {
-    const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P);
-    bn_partial_kernel<DT, MODE, 1, FIN>
-        <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, tail, M, C, rows);
-  });
+  const bool pairs = C % 2 == 0 && aligned(x, pair) && (!dy || aligned(dy, pair)) &&
+                     (!y || aligned(y, pair)) && (!g_out || aligned(g_out, pair));
+  CONV_DISPATCH(
+      "bn_reduce", dt,
+      if (pairs) {
+        const dim3 grid((unsigned)((C + 2 * kBnChans - 1) / (2 * kBnChans)), (unsigned)P);
+        bn_partial_kernel<DT, MODE, 2, FIN>
+            <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, y, g_out, tail, M, C, rows);
+      } else {
+        const dim3 grid((unsigned)((C + kBnChans - 1) / kBnChans), (unsigned)P);
+        bn_partial_kernel<DT, MODE, 1, FIN>
+            <<<grid, block, 0, stream>>>(scratch, x, dy, mean, relu, y, g_out, tail, M, C, rows);
+      });
   return DDP_OK;
 }
 
-/* The backward sums' tail: the parameter gradients where grads is given. */
+/* The backward sums' tail: the parameter gradients where grads is given.
+ * y, g_out: kSumBwdMaskOut's. */
 template <int MODE>
 ddp_status_t bn_reduce_bwd_launch(ddp_dtype_t dt, float *sums, float *scratch, unsigned *counters,
                                   const void *x, const void *dy, const float *mean,
                                   const ddp_cuda_bn_relu_t &relu, const ddp_cuda_bn_grads_t *grads,
-                                  int64_t M, int C, cudaStream_t stream) {
+                                  int64_t M, int C, cudaStream_t stream, const void *y = NULL,
+                                  void *g_out = NULL) {
   BnTail t{};
   t.sums = sums, t.counters = counters;
-  if (!grads) return bn_reduce_launch<MODE, kFinSums>(dt, scratch, x, dy, mean, relu, t, M, C, stream);
+  if (!grads)
+    return bn_reduce_launch<MODE, kFinSums>(dt, scratch, x, dy, mean, relu, t, M, C, stream, y,
+                                            g_out);
   t.dgamma = grads->dgamma, t.dbeta = grads->dbeta, t.g_istd = grads->istd;
   t.accumulate = grads->accumulate;
-  return bn_reduce_launch<MODE, kFinGrads>(dt, scratch, x, dy, mean, relu, t, M, C, stream);
+  return bn_reduce_launch<MODE, kFinGrads>(dt, scratch, x, dy, mean, relu, t, M, C, stream, y,
+                                           g_out);
 }
 
 extern "C" ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch,
@@ -813,6 +858,16 @@ extern "C" ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, flo
                                                 cudaStream_t stream) {
   return bn_reduce_bwd_launch<kSumBwdRelu>(dt, sums, scratch, counters, x, dy, mean, *relu, grads,
                                            M, C, stream);
+}
+
+extern "C" ddp_status_t ddp_cuda_bn_reduce_mask_out(ddp_dtype_t dt, float *sums, float *scratch,
+                                                    unsigned *counters, const void *x, void *dy,
+                                                    const void *y, const float *mean,
+                                                    const ddp_cuda_bn_grads_t *grads, int64_t M,
+                                                    int C, cudaStream_t stream) {
+  const ddp_cuda_bn_relu_t none = {NULL, NULL, NULL};
+  return bn_reduce_bwd_launch<kSumBwdMaskOut>(dt, sums, scratch, counters, x, dy, mean, none, grads,
+                                              M, C, stream, y, dy);
 }
 
 extern "C" ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
@@ -851,15 +906,14 @@ ddp_status_t bn_apply_fwd_launch(ddp_dtype_t dt, void *out, const void *x, const
                                  const float *gamma, const float *beta, float eps, size_t n, int C,
                                  cudaStream_t stream) {
   const bool grouped = C % 4 == 0 && aligned4(dt, out, x, res);
-  CONV_DISPATCH("bn_apply_fwd", dt,
-                grouped_params(grouped, {mean, istd ? istd : var, gamma, beta},
-                               [&](auto v, auto pv) {
-                                 constexpr int V = decltype(v)::value;
-                                 constexpr bool PV = decltype(pv)::value;
-                                 bn_apply_fwd_kernel<DT, V, EPI, PV>
-                                     <<<grid_for(n / V), kEwThreads, 0, stream>>>(
-                                         out, x, res, mean, var, istd, gamma, beta, eps, n, C);
-                               }););
+  CONV_DISPATCH(
+      "bn_apply_fwd", dt,
+      grouped_params(grouped, {mean, istd ? istd : var, gamma, beta}, [&](auto v, auto pv) {
+        constexpr int V = decltype(v)::value;
+        constexpr bool PV = decltype(pv)::value;
+        bn_apply_fwd_kernel<DT, V, EPI, PV><<<grid_for(n / V), kEwThreads, 0, stream>>>(
+            out, x, res, mean, var, istd, gamma, beta, eps, n, C);
+      }););
   return DDP_OK;
 }
 
@@ -912,26 +966,22 @@ extern "C" ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float 
   const float inv_m = (float)(1.0 / M_total);
   const float *relu_beta = relu ? relu->beta : NULL;
   const bool grouped = C % 4 == 0 && aligned4(dt, dinp, dy, x);
-  CONV_DISPATCH("bn_apply_bwd", dt,
-                grouped_params(grouped, {mean, istd ? istd : var, gamma, relu_beta, g},
-                               [&](auto v, auto pv) {
-                                 constexpr int V = decltype(v)::value;
-                                 constexpr bool PV = decltype(pv)::value;
-                                 const unsigned grid = grid_for(n / V);
-                                 if (relu)
-                                   bn_apply_bwd_kernel<DT, V, 1, PV>
-                                       <<<grid, kEwThreads, 0, stream>>>(dinp, dy, x, mean, var,
-                                                                         istd, gamma, relu_beta, g,
-                                                                         eps, inv_m, n, C);
-                                 else
-                                   bn_apply_bwd_kernel<DT, V, 0, PV>
-                                       <<<grid, kEwThreads, 0, stream>>>(dinp, dy, x, mean, var,
-                                                                         istd, gamma, relu_beta, g,
-                                                                         eps, inv_m, n, C);
-                               }););
+  CONV_DISPATCH(
+      "bn_apply_bwd", dt,
+      grouped_params(grouped, {mean, istd ? istd : var, gamma, relu_beta, g}, [&](auto v, auto pv) {
+        constexpr int V = decltype(v)::value;
+        constexpr bool PV = decltype(pv)::value;
+        const unsigned grid = grid_for(n / V);
+        if (relu)
+          bn_apply_bwd_kernel<DT, V, 1, PV><<<grid, kEwThreads, 0, stream>>>(
+              dinp, dy, x, mean, var, istd, gamma, relu_beta, g, eps, inv_m, n, C);
+        else
+          bn_apply_bwd_kernel<DT, V, 0, PV><<<grid, kEwThreads, 0, stream>>>(
+              dinp, dy, x, mean, var, istd, gamma, relu_beta, g, eps, inv_m, n, C);
+      }););
   if (dgamma)
-    bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l,
-                                                                   eps, C, accumulate);
+    bn_param_grad_kernel<<<blocks_for(C), kEwThreads, 0, stream>>>(dgamma, dbeta, var, istd, l, eps,
+                                                                   C, accumulate);
   DDP_CUDA_CHECK(cudaGetLastError());
   return DDP_OK;
 }

@@ -131,6 +131,15 @@ ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch
                                      const ddp_cuda_bn_grads_t *grads, int64_t M, int C,
                                      cudaStream_t stream);
 
+/* ddp_cuda_bn_reduce's backward sums (dy and mean required) of g = (y > 0
+ * ? dy : 0), y the output of the ReLU that followed the batch norm (after
+ * a residual add, so not recomputable), with g written over dy in the
+ * same pass: relu_bwd's result, for the caller's shortcut. */
+ddp_status_t ddp_cuda_bn_reduce_mask_out(ddp_dtype_t dt, float *sums, float *scratch,
+                                         unsigned *counters, const void *x, void *dy, const void *y,
+                                         const float *mean, const ddp_cuda_bn_grads_t *grads,
+                                         int64_t M, int C, cudaStream_t stream);
+
 /* One rank's batch statistics in one pass over x (M, C): the shifted sums
  * of x - k and (x - k)^2 about k = x[0, c] (the scratch, counters and sums
  * as ddp_cuda_bn_reduce's, 2C sums), then per channel the mean, the biased
@@ -141,9 +150,9 @@ ddp_status_t ddp_cuda_bn_reduce_relu(ddp_dtype_t dt, float *sums, float *scratch
  * which the two-pass reduction (mean, then the centred squares) avoids at
  * the cost of a second read of x. */
 ddp_status_t ddp_cuda_bn_stats(ddp_dtype_t dt, float *mean, float *var, float *istd,
-                               float *running_mean, float *running_var, float *sums,
-                               float *scratch, unsigned *counters, const void *x, int64_t M, int C,
-                               float eps, float momentum, cudaStream_t stream);
+                               float *running_mean, float *running_var, float *sums, float *scratch,
+                               unsigned *counters, const void *x, int64_t M, int C, float eps,
+                               float momentum, cudaStream_t stream);
 
 /* out = (x - mean) / sqrt(var + eps) * gamma + beta; when running_mean is
  * not NULL, running_mean = (1 - momentum) running_mean + momentum mean and
@@ -179,9 +188,8 @@ ddp_status_t ddp_cuda_bn_apply_bwd(ddp_dtype_t dt, void *dinp, float *dgamma, fl
                                    const void *dy, const void *x, const float *mean,
                                    const float *var, const float *istd, const float *gamma,
                                    const float *g, const float *l, float eps, double M_total,
-                                   int64_t M, int C, int accumulate,
-                                   const ddp_cuda_bn_relu_t *relu, cudaStream_t stream);
-
+                                   int64_t M, int C, int accumulate, const ddp_cuda_bn_relu_t *relu,
+                                   cudaStream_t stream);
 
 /* ---- convolution helpers ---------------------------------------------- */
 /* dw[i] = (accumulate ? dw[i] : 0) + src[i] widened from dt, i < n: a half

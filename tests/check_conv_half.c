@@ -355,9 +355,8 @@ START_TEST(test_half_ops_need_their_prepare) {
   /* bn_relu_bwd masks dout in place before its bn_bwd stages: refused
    * before that, dout untouched */
   uint16_t *dout = memcpy(hbuf(big), x.h, big * 2);
-  const ddp_status_t st_r =
-      g_ops->bn_relu_bwd(g_be, DDP_DTYPE_BF16, out.h, stats, stats, dout, x.h, x.h, stats, stats,
-                         stats, stats, &k_bn, 0, NULL);
+  const ddp_status_t st_r = g_ops->bn_relu_bwd(g_be, DDP_DTYPE_BF16, out.h, stats, stats, dout, x.h,
+                                               x.h, stats, stats, stats, stats, 1, &k_bn, 0, NULL);
   char *log = ddp_test_log_stop();
   ck_assert_int_eq(st_r, DDP_ERR_INVALID_ARG);
   ddp_assert_contains(log, "batch_norm_relu_bwd in half precision needs");

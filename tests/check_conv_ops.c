@@ -448,10 +448,10 @@ START_TEST(test_bn_relu_fwd_is_bn_then_relu) {
         zeros += want[i] == 0.0f;
       }
       ck_assert_msg(zeros > n / 5 && zeros < n - n / 5, "%zu of %zu cut: not a test", zeros, n);
-      expect_ok(g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, out, training ? sa2 : NULL,
-                                   training ? sb2 : NULL, rm2, rv2, x, gamma, beta,
-                                   with_res ? res : NULL, &sh, training, NULL),
-                "bn_relu_fwd");
+      expect_ok(
+          g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, out, training ? sa2 : NULL, training ? sb2 : NULL,
+                             rm2, rv2, x, gamma, beta, with_res ? res : NULL, &sh, training, NULL),
+          "bn_relu_fwd");
       expect_bits_equal(with_res ? "bn_relu_fwd with a residual" : "bn_relu_fwd", out, want, n);
       expect_bits_equal("bn_relu_fwd running_mean", rm2, rm, C);
       expect_bits_equal("bn_relu_fwd running_var", rv2, rv, C);
@@ -466,8 +466,8 @@ START_TEST(test_bn_relu_fwd_is_bn_then_relu) {
   ddp_test_log_start();
   const ddp_status_t a = g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, xx, sa, sb, rm, rv, xx, gamma,
                                             beta, NULL, &sh, 1, NULL);
-  const ddp_status_t b = g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, r2, sa, sb, rm, rv, x, gamma,
-                                            beta, r2, &sh, 1, NULL);
+  const ddp_status_t b =
+      g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, r2, sa, sb, rm, rv, x, gamma, beta, r2, &sh, 1, NULL);
   char *log = ddp_test_log_stop();
   ck_assert_int_eq(a, DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(b, DDP_ERR_INVALID_ARG);
@@ -480,7 +480,8 @@ END_TEST
 
 /* bn_relu_bwd is, by its contract, relu_bwd then bn_bwd: the same bits
  * (input gradient, dgamma and dbeta, overwritten and accumulated) from the
- * forward's output and saves. A refusal (aliasing, a missing output)
+ * forward's output and saves, with or without a residual (then dout holds
+ * relu_bwd's result after the call). A refusal (aliasing, a missing output)
  * leaves dout as it was, though the op masks it in place when it runs.
  * The GPU's version, which recomputes the mask, is compared with this one
  * in check_gpu_conv. */
@@ -491,33 +492,37 @@ START_TEST(test_bn_relu_bwd_is_relu_then_bn) {
   const float *gamma = funi(C, 0.5f, 1.5f), *beta = funi(C, -0.5f, 0.5f);
   float *rm = fill(fbuf(C), C, 0.0f), *rv = fill(fbuf(C), C, 1.0f);
   float *sa = fbuf(C), *sb = fbuf(C), *y = fnan(n);
-  expect_ok(g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, y, sa, sb, rm, rv, x, gamma, beta, NULL, &sh,
-                               1, NULL),
+  expect_ok(g_ops->bn_relu_fwd(g_be, DDP_DTYPE_F32, y, sa, sb, rm, rv, x, gamma, beta, NULL, &sh, 1,
+                               NULL),
             "bn_relu_fwd");
   size_t cut = 0;
   for (size_t i = 0; i < n; ++i) cut += y[i] == 0.0f;
   ck_assert_msg(cut > n / 5 && cut < n - n / 5, "%zu of %zu cut: not a test", cut, n);
-  for (int acc = 0; acc <= 1; ++acc) {
-    float *masked = fnan(n), *want = fnan(n), *got = fnan(n), *scratch = fcopy(dy, n);
-    float *dg = fill(fbuf(C), C, 0.5f), *db = fill(fbuf(C), C, -0.25f);
-    float *dg2 = fcopy(dg, C), *db2 = fcopy(db, C);
-    expect_ok(g_ops->relu_bwd(g_be, DDP_DTYPE_F32, masked, dy, y, n, NULL), "relu_bwd");
-    expect_ok(g_ops->bn_bwd(g_be, DDP_DTYPE_F32, want, dg, db, masked, x, gamma, sa, sb, &sh, acc,
-                            NULL),
-              "bn_bwd");
-    expect_ok(g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, got, dg2, db2, scratch, x, y, gamma, beta, sa,
-                                 sb, &sh, acc, NULL),
-              "bn_relu_bwd");
-    expect_bits_equal("bn_relu_bwd dinp", got, want, n);
-    expect_bits_equal("bn_relu_bwd dgamma", dg2, dg, C);
-    expect_bits_equal("bn_relu_bwd dbeta", db2, db, C);
-  }
+  /* residual 1: the mask is out's whatever it came from, and dout holds
+   * the masked gradient after the call */
+  for (int acc = 0; acc <= 1; ++acc)
+    for (int residual = 0; residual <= 1; ++residual) {
+      float *masked = fnan(n), *want = fnan(n), *got = fnan(n), *scratch = fcopy(dy, n);
+      float *dg = fill(fbuf(C), C, 0.5f), *db = fill(fbuf(C), C, -0.25f);
+      float *dg2 = fcopy(dg, C), *db2 = fcopy(db, C);
+      expect_ok(g_ops->relu_bwd(g_be, DDP_DTYPE_F32, masked, dy, y, n, NULL), "relu_bwd");
+      expect_ok(g_ops->bn_bwd(g_be, DDP_DTYPE_F32, want, dg, db, masked, x, gamma, sa, sb, &sh, acc,
+                              NULL),
+                "bn_bwd");
+      expect_ok(g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, got, dg2, db2, scratch, x, y, gamma, beta,
+                                   sa, sb, residual, &sh, acc, NULL),
+                "bn_relu_bwd");
+      expect_bits_equal("bn_relu_bwd dinp", got, want, n);
+      expect_bits_equal("bn_relu_bwd dgamma", dg2, dg, C);
+      expect_bits_equal("bn_relu_bwd dbeta", db2, db, C);
+      if (residual) expect_bits_equal("bn_relu_bwd's dout, with a residual", scratch, masked, n);
+    }
   float *d2 = fcopy(dy, n), *dg = fbuf(C), *db = fbuf(C), *din = fbuf(n);
   ddp_test_log_start();
   const ddp_status_t a = g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, d2, dg, db, d2, x, y, gamma, beta,
-                                            sa, sb, &sh, 0, NULL);
+                                            sa, sb, 0, &sh, 0, NULL);
   const ddp_status_t b = g_ops->bn_relu_bwd(g_be, DDP_DTYPE_F32, din, dg, db, d2, x, NULL, gamma,
-                                            beta, sa, sb, &sh, 0, NULL);
+                                            beta, sa, sb, 1, &sh, 0, NULL);
   char *log = ddp_test_log_stop();
   ck_assert_int_eq(a, DDP_ERR_INVALID_ARG);
   ck_assert_int_eq(b, DDP_ERR_INVALID_ARG);

@@ -293,7 +293,8 @@ static void conv_bwd_data_add_case(ddp_dtype_t dt, const ddp_conv_shape_t *sh, i
 
 START_TEST(test_gpu_conv_bwd_data_add_matches_cpu) {
   for (int d = 0; d < 3; ++d) {
-    for (int k = 0; k < N_CONV_SHAPES; ++k) conv_bwd_data_add_case(twin_dtypes[d], &k_conv_shapes[k], 1);
+    for (int k = 0; k < N_CONV_SHAPES; ++k)
+      conv_bwd_data_add_case(twin_dtypes[d], &k_conv_shapes[k], 1);
     const ddp_conv_shape_t fresh = {
         .N = 2, .H = 9, .W = 9, .C = 12 + 4 * d, .K = 20, .R = 3, .S = 3, .stride = 2, .pad = 1};
     conv_bwd_data_add_case(twin_dtypes[d], &fresh, 0);
@@ -434,17 +435,16 @@ static void bn_relu_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
       mixed_t sa2 = mixed_output(DDP_DTYPE_F32, C), sb2 = mixed_output(DDP_DTYPE_F32, C);
       mixed_t out = mixed_output(dt, n), seq = mixed_output(dt, n);
       const void *r_cpu = with_res ? res.cpu : NULL, *r_gpu = with_res ? res.gpu : NULL;
-      ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, out.cpu,
-                                       training ? (float *)sa.cpu : NULL,
-                                       training ? (float *)sb.cpu : NULL, (float *)rm.cpu,
-                                       (float *)rv.cpu, x.cpu, gamma.cpu, beta.cpu, r_cpu, sh,
-                                       training, NULL),
-                       DDP_OK);
-      ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, out.gpu, training ? (float *)sa.gpu : NULL,
-                                       training ? (float *)sb.gpu : NULL, (float *)rm.gpu,
-                                       (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, r_gpu, sh,
-                                       training, NULL),
-                       DDP_OK);
+      ck_assert_int_eq(
+          cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, out.cpu, training ? (float *)sa.cpu : NULL,
+                          training ? (float *)sb.cpu : NULL, (float *)rm.cpu, (float *)rv.cpu,
+                          x.cpu, gamma.cpu, beta.cpu, r_cpu, sh, training, NULL),
+          DDP_OK);
+      ck_assert_int_eq(
+          gc->bn_relu_fwd(twin_gpu, dt, out.gpu, training ? (float *)sa.gpu : NULL,
+                          training ? (float *)sb.gpu : NULL, (float *)rm.gpu, (float *)rv.gpu,
+                          x.gpu, gamma.gpu, beta.gpu, r_gpu, sh, training, NULL),
+          DDP_OK);
       ck_assert_int_eq(gc->bn_fwd(twin_gpu, dt, seq.gpu, training ? (float *)sa2.gpu : NULL,
                                   training ? (float *)sb2.gpu : NULL, (float *)rm2.gpu,
                                   (float *)rv2.gpu, x.gpu, gamma.gpu, beta.gpu, sh, training, NULL),
@@ -475,10 +475,12 @@ static void bn_relu_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
 }
 
 /* bn_relu_bwd after a training bn_relu_fwd: on the GPU it equals relu_bwd
- * then bn_bwd on the GPU bit for bit (in bf16 it recomputes the ReLU's
- * mask from the input and the saves instead of reading the output, so
- * this is what shows the two masks agree), overwriting and accumulating
- * the parameter gradients; and it follows the CPU twin given the GPU's
+ * then bn_bwd on the GPU bit for bit (in bf16 without a residual it
+ * recomputes the ReLU's mask from the input and the saves instead of
+ * reading the output, so this is what shows the two masks agree; with a
+ * residual it writes relu_bwd's result over dout in its first pass, which
+ * must equal relu_bwd's), overwriting and accumulating the parameter
+ * gradients; and it follows the CPU twin given the GPU's
  * output as the mask (a value near 0 may fall on either side of it in
  * the two forwards, which would flip a whole element of the gradient). */
 static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
@@ -493,52 +495,72 @@ static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   mixed_t rv = mixed_input(DDP_DTYPE_F32, C, 2.0f, 0.1f);
   mixed_t sa = mixed_output(DDP_DTYPE_F32, C), sb = mixed_output(DDP_DTYPE_F32, C);
   mixed_t y = mixed_output(dt, n);
-  ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)sa.cpu,
-                                   (float *)sb.cpu, (float *)rm.cpu, (float *)rv.cpu, x.cpu,
-                                   gamma.cpu, beta.cpu, NULL, sh, 1, NULL),
-                   DDP_OK);
-  ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, y.gpu, (float *)sa.gpu, (float *)sb.gpu,
-                                   (float *)rm.gpu, (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu,
+  ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)sa.cpu, (float *)sb.cpu,
+                                   (float *)rm.cpu, (float *)rv.cpu, x.cpu, gamma.cpu, beta.cpu,
                                    NULL, sh, 1, NULL),
                    DDP_OK);
-  /* the CPU twin masks by the GPU's output */
-  float *gy = fetch_gpu(&y);
+  ck_assert_int_eq(
+      gc->bn_relu_fwd(twin_gpu, dt, y.gpu, (float *)sa.gpu, (float *)sb.gpu, (float *)rm.gpu,
+                      (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, NULL, sh, 1, NULL),
+      DDP_OK);
+  /* with a residual, the mask is the block output's: a forward with one,
+   * whose saves equal the first's (same input) */
+  mixed_t res = mixed_input(dt, n, 0.0f, 1.0f), yr = mixed_output(dt, n);
+  mixed_t sa2 = mixed_output(DDP_DTYPE_F32, C), sb2 = mixed_output(DDP_DTYPE_F32, C);
+  ck_assert_int_eq(
+      gc->bn_relu_fwd(twin_gpu, dt, yr.gpu, (float *)sa2.gpu, (float *)sb2.gpu, (float *)rm.gpu,
+                      (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, res.gpu, sh, 1, NULL),
+      DDP_OK);
+  /* the CPU twin masks by the GPU's outputs */
   size_t cut = 0;
-  for (size_t i = 0; i < n; ++i) cut += gy[i] == 0.0f;
-  ck_assert_msg(cut > n / 10 && cut < n - n / 10, "%zu of %zu cut: not a test", cut, n);
-  twin_upload(twin_cpu, y.cpu, gy, n * sizeof(float));
-  free(gy);
-  double e[2] = {0, 0};
-  for (int acc = 0; acc <= 1; ++acc) {
-    mixed_t dx = mixed_output(dt, n), want = mixed_output(dt, n);
-    mixed_t d1 = mixed_clone(&dy), d2 = mixed_clone(&dy);
-    mixed_t dg = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
-    mixed_t db = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
-    mixed_t dg2 = mixed_clone(&dg), db2 = mixed_clone(&db);
-    ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu,
-                                     d1.gpu, x.gpu, y.gpu, gamma.gpu, beta.gpu, sa.gpu, sb.gpu, sh,
-                                     acc, NULL),
-                     DDP_OK);
-    ck_assert_int_eq(gc->relu_bwd(twin_gpu, dt, d2.gpu, d2.gpu, y.gpu, n, NULL), DDP_OK);
-    ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, want.gpu, (float *)dg2.gpu, (float *)db2.gpu, d2.gpu,
-                                x.gpu, gamma.gpu, sa.gpu, sb.gpu, sh, acc, NULL),
-                     DDP_OK);
-    expect_gpu_bits_equal(dx.gpu, want.gpu, n * ddp_dtype_size(dt), "bn_relu_bwd dinp");
-    expect_gpu_bits_equal(dg.gpu, dg2.gpu, C * sizeof(float), "bn_relu_bwd dgamma");
-    expect_gpu_bits_equal(db.gpu, db2.gpu, C * sizeof(float), "bn_relu_bwd dbeta");
-    ck_assert_int_eq(cc->bn_relu_bwd(twin_cpu, DDP_DTYPE_F32, dx.cpu, (float *)dg.cpu,
-                                     (float *)db.cpu, d1.cpu, x.cpu, y.cpu, gamma.cpu, beta.cpu,
-                                     sa.cpu, sb.cpu, sh, acc, NULL),
-                     DDP_OK);
-    e[acc] = mixed_expect(&dx, out_tol(dt, TOL_BN_F32), "bn_relu_bwd dinp against the CPU");
-    mixed_expect(&dg, TOL_BN_F32, "bn_relu_bwd dgamma against the CPU");
-    mixed_expect(&db, TOL_BN_F32, "bn_relu_bwd dbeta against the CPU");
-    mixed_t *tmp[] = {&dx, &want, &d1, &d2, &dg, &db, &dg2, &db2};
-    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; ++i) mixed_free(tmp[i]);
+  mixed_t *outs[] = {&y, &yr};
+  for (int r = 0; r < 2; ++r) {
+    float *gy = fetch_gpu(outs[r]);
+    size_t z = 0;
+    for (size_t i = 0; i < n; ++i) z += gy[i] == 0.0f;
+    ck_assert_msg(z > n / 10 && z < n - n / 10, "%zu of %zu cut: not a test", z, n);
+    if (r == 0) cut = z;
+    twin_upload(twin_cpu, outs[r]->cpu, gy, n * sizeof(float));
+    free(gy);
   }
+  double e[2] = {0, 0};
+  for (int acc = 0; acc <= 1; ++acc)
+    for (int residual = 0; residual <= 1; ++residual) {
+      const mixed_t *o = residual ? &yr : &y;
+      mixed_t dx = mixed_output(dt, n), want = mixed_output(dt, n);
+      mixed_t d1 = mixed_clone(&dy), d2 = mixed_clone(&dy);
+      mixed_t dg = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
+      mixed_t db = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
+      mixed_t dg2 = mixed_clone(&dg), db2 = mixed_clone(&db);
+      ck_assert_int_eq(
+          gc->bn_relu_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu, d1.gpu, x.gpu,
+                          o->gpu, gamma.gpu, beta.gpu, sa.gpu, sb.gpu, residual, sh, acc, NULL),
+          DDP_OK);
+      ck_assert_int_eq(gc->relu_bwd(twin_gpu, dt, d2.gpu, d2.gpu, o->gpu, n, NULL), DDP_OK);
+      ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, want.gpu, (float *)dg2.gpu, (float *)db2.gpu,
+                                  d2.gpu, x.gpu, gamma.gpu, sa.gpu, sb.gpu, sh, acc, NULL),
+                       DDP_OK);
+      expect_gpu_bits_equal(dx.gpu, want.gpu, n * ddp_dtype_size(dt), "bn_relu_bwd dinp");
+      expect_gpu_bits_equal(dg.gpu, dg2.gpu, C * sizeof(float), "bn_relu_bwd dgamma");
+      expect_gpu_bits_equal(db.gpu, db2.gpu, C * sizeof(float), "bn_relu_bwd dbeta");
+      if (residual)
+        expect_gpu_bits_equal(d1.gpu, d2.gpu, n * ddp_dtype_size(dt),
+                              "bn_relu_bwd's dout with a residual (relu_bwd's result)");
+      ck_assert_int_eq(cc->bn_relu_bwd(twin_cpu, DDP_DTYPE_F32, dx.cpu, (float *)dg.cpu,
+                                       (float *)db.cpu, d1.cpu, x.cpu, o->cpu, gamma.cpu, beta.cpu,
+                                       sa.cpu, sb.cpu, residual, sh, acc, NULL),
+                       DDP_OK);
+      const double err =
+          mixed_expect(&dx, out_tol(dt, TOL_BN_F32), "bn_relu_bwd dinp against the CPU");
+      if (!residual) e[acc] = err;
+      mixed_expect(&dg, TOL_BN_F32, "bn_relu_bwd dgamma against the CPU");
+      mixed_expect(&db, TOL_BN_F32, "bn_relu_bwd dbeta against the CPU");
+      mixed_t *tmp[] = {&dx, &want, &d1, &d2, &dg, &db, &dg2, &db2};
+      for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; ++i) mixed_free(tmp[i]);
+    }
   fprintf(stderr, "bn_relu_bwd %-4s %dx%dx%dx%d: %zu of %zu cut, err dinp %.2g (+= %.2g)\n",
           ddp_dtype_name(dt), sh->N, sh->H, sh->W, sh->C, cut, n, e[0], e[1]);
-  mixed_t *all[] = {&x, &dy, &gamma, &beta, &rm, &rv, &sa, &sb, &y};
+  mixed_t *all[] = {&x, &dy, &gamma, &beta, &rm, &rv, &sa, &sb, &y, &res, &yr, &sa2, &sb2};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
 }
 
@@ -570,12 +592,15 @@ static bn_layout_run_t bn_layout_run(const ddp_bn_shape_t *sh, const void *x_src
   const size_t n = bn_n(sh), C = (size_t)sh->C, es = ddp_dtype_size(dt);
   const size_t act_bytes = n * es;
   /* every buffer one element or float longer, so that an offset fits */
-  char *x = twin_dev_alloc(twin_gpu, act_bytes + es), *dy = twin_dev_alloc(twin_gpu, act_bytes + es);
-  char *out = twin_dev_alloc(twin_gpu, act_bytes + es), *dx = twin_dev_alloc(twin_gpu, act_bytes + es);
+  char *x = twin_dev_alloc(twin_gpu, act_bytes + es),
+       *dy = twin_dev_alloc(twin_gpu, act_bytes + es);
+  char *out = twin_dev_alloc(twin_gpu, act_bytes + es),
+       *dx = twin_dev_alloc(twin_gpu, act_bytes + es);
   char *dx2 = twin_dev_alloc(twin_gpu, act_bytes + es);
   float *params = twin_dev_alloc(twin_gpu, (6 * C + 1) * sizeof(float));
   float *grads = twin_dev_alloc(twin_gpu, (4 * C + 1) * sizeof(float));
-  x += act_off * es, dy += act_off * es, out += act_off * es, dx += act_off * es, dx2 += act_off * es;
+  x += act_off * es, dy += act_off * es, out += act_off * es, dx += act_off * es,
+      dx2 += act_off * es;
   float *gamma = params + param_off, *beta = gamma + C, *rm = gamma + 2 * C, *rv = gamma + 3 * C;
   float *sa = gamma + 4 * C, *sb = gamma + 5 * C;
   float *dg = grads + param_off, *db = dg + C, *dg2 = dg + 2 * C, *db2 = dg + 3 * C;
@@ -586,14 +611,14 @@ static bn_layout_run_t bn_layout_run(const ddp_bn_shape_t *sh, const void *x_src
                    DDP_OK);
   ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rv, DDP_DTYPE_F32, 1.0f, C, NULL), DDP_OK);
   ck_assert_int_eq(twin_gpu->ops->fill(twin_gpu, rm, DDP_DTYPE_F32, 0.0f, C, NULL), DDP_OK);
-  ck_assert_int_eq(gc->bn_relu_fwd(twin_gpu, dt, out, sa, sb, rm, rv, x, gamma, beta, NULL, sh, 1,
-                                   NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      gc->bn_relu_fwd(twin_gpu, dt, out, sa, sb, rm, rv, x, gamma, beta, NULL, sh, 1, NULL),
+      DDP_OK);
   ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx2, dg2, db2, dy, x, gamma, sa, sb, sh, 0, NULL),
                    DDP_OK);
-  ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx, dg, db, dy, x, out, gamma, beta, sa, sb, sh,
-                                   0, NULL),
-                   DDP_OK);
+  ck_assert_int_eq(
+      gc->bn_relu_bwd(twin_gpu, dt, dx, dg, db, dy, x, out, gamma, beta, sa, sb, 0, sh, 0, NULL),
+      DDP_OK);
   /* what the comparison reads, packed at offset 0 of fresh buffers */
   bn_layout_run_t r = {twin_dev_alloc(twin_gpu, act_bytes), twin_dev_alloc(twin_gpu, act_bytes),
                        twin_dev_alloc(twin_gpu, act_bytes),
@@ -604,15 +629,20 @@ static bn_layout_run_t bn_layout_run(const ddp_bn_shape_t *sh, const void *x_src
   ck_assert_int_eq(ddp_backend_copy(twin_gpu, r.grads, dg, 4 * C * sizeof(float), d2d, NULL),
                    DDP_OK);
   ck_assert_int_eq(ddp_backend_sync(twin_gpu, NULL), DDP_OK);
-  void *all[] = {x - act_off * es,  dy - act_off * es,  out - act_off * es,
-                 dx - act_off * es, dx2 - act_off * es, params, grads};
+  void *all[] = {x - act_off * es,
+                 dy - act_off * es,
+                 out - act_off * es,
+                 dx - act_off * es,
+                 dx2 - act_off * es,
+                 params,
+                 grads};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ddp_backend_free(twin_gpu, all[i]);
   return r;
 }
 
 START_TEST(test_gpu_bn_alignment_gives_the_same_bits) {
   const ddp_dtype_t dt = DDP_DTYPE_BF16;
-  const size_t offsets[3][2] = {{0, 0}, {1, 0}, {0, 1}}; /* parameters, activations */
+  const size_t offsets[3][2] = {{0, 0}, {1, 0}, {0, 1}};            /* parameters, activations */
   const ddp_bn_shape_t shapes[] = {k_bn_shapes[0], k_bn_shapes[3]}; /* 24 and 72 channels */
   for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k) {
     const ddp_bn_shape_t *sh = &shapes[k];
@@ -1096,8 +1126,8 @@ START_TEST(test_gpu_conv_record_is_used_and_reloaded) {
   ck_assert_int_eq(g->conv_prepare(twin_gpu, dt, &sh), DDP_OK);
   ck_assert_uint_eq(ddp_cuda_conv_find_calls(twin_gpu), 0); /* every op from the record */
   /* another forward algorithm into the record, then a reload */
-  const ddp_conv_algo_key_t key = {.op = DDP_CONV_ALGO_FWD, .dt = dt, .sh = sh, .deterministic = 1,
-                                   .tf32 = 0};
+  const ddp_conv_algo_key_t key = {
+      .op = DDP_CONV_ALGO_FWD, .dt = dt, .sh = sh, .deterministic = 1, .tf32 = 0};
   const ddp_conv_algo_entry_t *e = ddp_conv_algos_find(&rec, &key);
   ck_assert_ptr_nonnull(e);
   const int first = e->algo, math = e->math;

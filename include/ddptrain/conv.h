@@ -94,9 +94,8 @@ typedef struct ddp_conv_ops {
    * sum formed in fp32 and rounded to dt once: a residual block's input
    * gradient gathered where its two paths meet, without a separate add
    * pass. May be NULL: callers run conv_bwd_data into scratch, then add. */
-  ddp_status_t (*conv_bwd_data_add)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
-                                    const void *dout, const void *w, const ddp_conv_shape_t *sh,
-                                    ddp_stream_t s);
+  ddp_status_t (*conv_bwd_data_add)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, const void *dout,
+                                    const void *w, const ddp_conv_shape_t *sh, ddp_stream_t s);
   ddp_status_t (*conv_prepare)(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
   /* After be->conv_algos (ddptrain/backend.h) was replaced: every shape
    * already prepared takes the record's algorithm where the record has
@@ -140,21 +139,27 @@ typedef struct ddp_conv_ops {
                               const void *residual, const ddp_bn_shape_t *sh, int training,
                               ddp_stream_t s);
 
-  /* The backward of bn_relu_fwd without a residual (training): dinp,
-   * dgamma, dbeta as bn_bwd's from dout masked by the ReLU (dout where out >
-   * 0, else 0); out is that forward's output, and inp, gamma, beta and the
-   * saves are its own. Bit for bit relu_bwd, then bn_bwd. A backend may
-   * recompute the mask from inp, the saves, gamma and beta rather than read
-   * out (the GPU's own batch norm, bf16: one pass over the activation fewer,
-   * and no read of out); the composition masks dout in place, so dout is
-   * the caller's scratch and its contents are undefined after the call.
+  /* The backward of bn_relu_fwd (training): dinp, dgamma, dbeta as
+   * bn_bwd's from dout masked by the ReLU (dout where out > 0, else 0);
+   * out is that forward's output, and inp, gamma, beta and the saves are
+   * its own. Bit for bit relu_bwd, then bn_bwd.
+   *   residual 0 (the forward had none): a backend may recompute the mask
+   *     from inp, the saves, gamma and beta rather than read out (the GPU's
+   *     own batch norm, bf16: the ReLU's pass is gone, and out is never
+   *     read); dout is the caller's scratch, its contents undefined after
+   *     the call (the composition masks it in place);
+   *   residual 1 (a block's last BN, whose ReLU followed the residual add):
+   *     the mask is out's, and dout holds the masked gradient after the
+   *     call, the gradient of the sum, which the caller's shortcut needs (the
+   *     GPU's own batch norm writes it from its first pass instead of a
+   *     pass of its own).
    * dinp may not alias dout, inp or out. May be NULL: callers run relu_bwd
    * and bn_bwd. */
   ddp_status_t (*bn_relu_bwd)(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                               float *dbeta, void *dout, const void *inp, const void *out,
                               const float *gamma, const float *beta, const float *save_a,
-                              const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
-                              ddp_stream_t s);
+                              const float *save_b, int residual, const ddp_bn_shape_t *sh,
+                              int accumulate, ddp_stream_t s);
 
   /* ---- batch normalization in parts, for statistics over several ranks
    * (--sync-bn): the caller sums each part's per-channel reductions across

@@ -17,12 +17,14 @@ static void ready(ddp_model_t *m, int t, int notify) {
 }
 
 /* BatchNorm's backward for unit u: dc (the conv output's gradient) from
- * dout, and its parameter gradients. relu: dout is the gradient of the
- * unit's ReLU output (u->a) and the ReLU's backward comes first, fused
- * where the table has bn_relu_bwd; dout is scratch either way (masked in
- * place). */
+ * dout, and its parameter gradients. relu_out (may be NULL): dout is the
+ * gradient of the ReLU after the BN, whose output that is (u->a; or the
+ * block's output, residual 1, where the ReLU followed the residual add),
+ * and the ReLU's backward comes first, fused where the table has
+ * bn_relu_bwd. dout is scratch (masked in place); with a residual it
+ * holds the masked gradient afterwards, which the shortcut takes. */
 static ddp_status_t bn_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t *u, void *dc,
-                                void *dout, int N, int acc, int relu) {
+                                void *dout, int N, int acc, const void *relu_out, int residual) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   const ddp_bn_shape_t sh = resnet_bn_shape(r, u, N);
   const float *gamma = m->params + m->tensors[u->t].offset;
@@ -30,11 +32,12 @@ static ddp_status_t bn_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t
   float *dgamma = m->grads + m->tensors[u->t].offset;
   float *dbeta = m->grads + m->tensors[u->t + 1].offset;
   const int K = u->K;
-  if (relu && !r->cfg.sync_bn && cv->bn_relu_bwd)
-    return cv->bn_relu_bwd(r->be, r->dt, dc, dgamma, dbeta, dout, u->c, u->a, gamma, beta,
-                           u->stats, u->stats + K, &sh, acc, NULL);
-  if (relu)
-    DDP_CHECK(cv->relu_bwd(r->be, r->dt, dout, dout, u->a, (size_t)N * (size_t)u->out_elems, NULL));
+  if (relu_out && !r->cfg.sync_bn && cv->bn_relu_bwd)
+    return cv->bn_relu_bwd(r->be, r->dt, dc, dgamma, dbeta, dout, u->c, relu_out, gamma, beta,
+                           u->stats, u->stats + K, residual, &sh, acc, NULL);
+  if (relu_out)
+    DDP_CHECK(
+        cv->relu_bwd(r->be, r->dt, dout, dout, relu_out, (size_t)N * (size_t)u->out_elems, NULL));
   if (!r->cfg.sync_bn)
     return cv->bn_bwd(r->be, r->dt, dc, dgamma, dbeta, dout, u->c, gamma, u->stats, u->stats + K,
                       &sh, acc, NULL);
@@ -59,16 +62,17 @@ typedef struct input_grad {
   void *scratch;
 } input_grad_t;
 
-/* BN (with the unit's ReLU first when `relu`) and conv backward of unit
- * u: parameter gradients, and the gradient of the unit's input into `to`.
- * dc is scratch for the conv output's gradient; dout is scratch too. */
+/* BN (with the ReLU whose output is relu_out first, bn_backward's) and
+ * conv backward of unit u: parameter gradients, and the gradient of the
+ * unit's input into `to`. dc is scratch for the conv output's gradient;
+ * dout is scratch too. */
 static ddp_status_t unit_backward(ddp_model_t *m, resnet_t *r, const resnet_unit_t *u, void *dout,
                                   void *dc, const void *in, input_grad_t to, int N, int acc,
-                                  int relu, int notify) {
+                                  const void *relu_out, int residual, int notify) {
   const ddp_conv_ops_t *cv = r->be->ops->conv;
   ddp_conv_shape_t sh = u->conv;
   sh.N = N;
-  DDP_CHECK(bn_backward(m, r, u, dc, dout, N, acc, relu));
+  DDP_CHECK(bn_backward(m, r, u, dc, dout, N, acc, relu_out, residual));
   ready(m, u->t, notify);
   ready(m, u->t + 1, notify);
   DDP_CHECK(cv->conv_bwd_weights(r->be, r->dt, m->grads + m->tensors[u->t + 2].offset, dc, in, &sh,
@@ -111,29 +115,28 @@ ddp_status_t resnet_backward(ddp_model_t *m, int N, int acc, int notify) {
   for (int bi = r->n_blocks - 1; bi >= 0; --bi) {
     const resnet_block_t *b = &r->blocks[bi];
     const void *input = bi > 0 ? r->blocks[bi - 1].out : stem_output(r);
-    const size_t n_out = (size_t)N * (size_t)b->out_elems;
-    /* the block's output ReLU: its gradient feeds the main path's last
-     * unit and the shortcut alike, so it is masked once, in place */
-    DDP_CHECK(cv->relu_bwd(r->be, r->dt, g[X], g[X], b->out, n_out, NULL));
     const int ds = b->downsample >= 0;
-    /* The main path from its last unit: each unit's input gradient goes
-     * to Q, where the unit before it takes it as the gradient of its ReLU
-     * output; the first unit's meets the shortcut's, which for an
-     * identity shortcut is X itself (added to it) and for a projection
-     * is written to R, the projection's own added after. */
+    /* The main path from its last unit, whose BN's backward masks X by the
+     * block's output ReLU in place: that gradient feeds the shortcut too.
+     * Each unit's input gradient goes to Q, where the unit before it takes
+     * it as the gradient of its ReLU output; the first unit's meets the
+     * shortcut's, which for an identity shortcut is X itself (added to it)
+     * and for a projection is written to R, the projection's own added
+     * after. */
     void *d = g[X];
     for (int k = b->n_main - 1; k >= 0; --k) {
       const resnet_unit_t *u = &r->units[b->first_unit + k];
+      const int last = k == b->n_main - 1;
       const input_grad_t to = k > 0 ? (input_grad_t){g[Q], 0, NULL}
                               : ds  ? (input_grad_t){g[R], 0, NULL}
                                     : (input_grad_t){g[X], 1, g[R]};
       DDP_CHECK(unit_backward(m, r, u, d, g[P], k > 0 ? (u - 1)->a : input, to, N, acc,
-                              k < b->n_main - 1, notify));
+                              last ? b->out : u->a, last, notify));
       d = g[Q];
     }
     if (ds) {
       DDP_CHECK(unit_backward(m, r, &r->units[b->downsample], g[X], g[P], input,
-                              (input_grad_t){g[R], 1, g[Q]}, N, acc, 0, notify));
+                              (input_grad_t){g[R], 1, g[Q]}, N, acc, NULL, 0, notify));
       const int old_x = X;
       X = R, R = old_x; /* the gradient leaving this block arrives at the one before */
     }
@@ -146,6 +149,6 @@ ddp_status_t resnet_backward(ddp_model_t *m, int N, int acc, int notify) {
     DDP_CHECK(cv->maxpool_bwd(r->be, r->dt, g[P], g[X], r->pool_ws, &ps, NULL));
     d = g[P];
   }
-  return unit_backward(m, r, stem, d, g[Q], r->x_in, (input_grad_t){NULL, 0, NULL}, N, acc, 1,
-                       notify);
+  return unit_backward(m, r, stem, d, g[Q], r->x_in, (input_grad_t){NULL, 0, NULL}, N, acc, stem->a,
+                       0, notify);
 }

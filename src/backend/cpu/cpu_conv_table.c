@@ -544,12 +544,13 @@ static ddp_status_t bn_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, fl
 static ddp_status_t bn_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                                 float *dbeta, void *dout, const void *inp, const void *out,
                                 const float *gamma, const float *beta, const float *save_a,
-                                const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
-                                ddp_stream_t s) {
+                                const float *save_b, int residual, const ddp_bn_shape_t *sh,
+                                int accumulate, ddp_stream_t s) {
+  (void)residual; /* the composition masks dout in place either way */
   int direct = 0;
   DDP_CHECK(admit(be, dt, "batch_norm_relu_bwd", &direct));
-  DDP_CHECK(ddp_bn_relu_bwd_check(dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a,
-                                  save_b, sh));
+  DDP_CHECK(
+      ddp_bn_relu_bwd_check(dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a, save_b, sh));
   if (!direct) { /* the staging bn_bwd will need, so that it cannot refuse later */
     float *ws;
     DDP_CHECK(stage(3 * bn_elems(sh), "batch_norm_relu_bwd", "bn_prepare", &ws));

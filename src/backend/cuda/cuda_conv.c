@@ -74,7 +74,7 @@ struct ddp_cuda_conv {
   void *ws;
   size_t ws_bytes;
   uint64_t finds;
-  cudaStream_t stream;   /* the stream the handle was last bound to */
+  cudaStream_t stream; /* the stream the handle was last bound to */
   int stream_bound;
   unsigned *bn_counters; /* the batch-norm reductions' arrival counters, zero between uses */
   size_t bn_ncounters;
@@ -314,9 +314,8 @@ static cudnnStatus_t algo_workspace(cudnnHandle_t h, const conv_plan_t *p, enum 
   if (op == OP_BWD_DATA)
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
                                                         (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
-  return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
-                                                        (cudnnConvolutionBwdFilterAlgo_t)algo,
-                                                        bytes);
+  return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      h, p->x, p->y, p->conv, p->w, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
 }
 
 /* The largest workspace any candidate algorithm of op asks for, within the
@@ -458,8 +457,8 @@ static ddp_status_t recorded_pick(ddp_backend_t *be, cudnnHandle_t h, conv_plan_
     DDP_LOG_WARN(
         "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: the recorded algorithm %d (math %d) "
         "does not apply here (cuDNN: %s); searching again",
-        be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K,
-        sh->R, sh->S, sh->stride, e->algo, e->math, cudnnGetErrorString(s));
+        be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K, sh->R,
+        sh->S, sh->stride, e->algo, e->math, cudnnGetErrorString(s));
     return DDP_OK;
   }
   *chosen = (candidate_t){.algo = e->algo,
@@ -488,8 +487,8 @@ static ddp_status_t plan_set(ddp_backend_t *be, conv_plan_t *p, enum conv_op op,
       "cuda:%d: %s %s N=%d H=%d W=%d C=%d K=%d %dx%d/%d: algorithm %d (%s%.3f ms, %zu bytes of "
       "workspace, math %d)",
       be->device, k_op_name[op], ddp_dtype_name(p->dt), sh->N, sh->H, sh->W, sh->C, sh->K, sh->R,
-      sh->S, sh->stride, k->algo, recorded ? "recorded, not timed: " : "", (double)k->ms,
-      k->memory, (int)k->math);
+      sh->S, sh->stride, k->algo, recorded ? "recorded, not timed: " : "", (double)k->ms, k->memory,
+      (int)k->math);
   void *ws = NULL;
   DDP_CHECK(ddp_cuda_conv_workspace(be, p->need[op], &ws));
   p->found[op] = 1;
@@ -605,10 +604,9 @@ static ddp_status_t bwd_data(ddp_backend_t *be, const char *op, ddp_dtype_t dt, 
   DDP_CHECK(ddp_cuda_conv_workspace(be, p->need[OP_BWD_DATA], &ws));
   const float one = 1.0f, zero = 0.0f;
   DDP_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, p->math[OP_BWD_DATA]));
-  DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, p->w, w, p->y, dout, p->conv,
-                                               (cudnnConvolutionBwdDataAlgo_t)p->algo[OP_BWD_DATA],
-                                               ws, p->algo_ws[OP_BWD_DATA], add ? &one : &zero,
-                                               p->x, dinp));
+  DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      h, &one, p->w, w, p->y, dout, p->conv, (cudnnConvolutionBwdDataAlgo_t)p->algo[OP_BWD_DATA],
+      ws, p->algo_ws[OP_BWD_DATA], add ? &one : &zero, p->x, dinp));
   return DDP_OK;
 }
 
@@ -618,8 +616,8 @@ ddp_status_t ddp_cuda_conv_bwd_data(ddp_backend_t *be, ddp_dtype_t dt, void *din
 }
 
 ddp_status_t ddp_cuda_conv_bwd_data_add(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
-                                        const void *dout, const void *w,
-                                        const ddp_conv_shape_t *sh, ddp_stream_t s) {
+                                        const void *dout, const void *w, const ddp_conv_shape_t *sh,
+                                        ddp_stream_t s) {
   return bwd_data(be, "conv_bwd_data_add", dt, dinp, dout, w, sh, 1, s);
 }
 

@@ -62,8 +62,8 @@ ddp_status_t ddp_cuda_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float 
                                        const void *dout, const void *inp,
                                        const ddp_conv_shape_t *sh, int accumulate, ddp_stream_t s);
 ddp_status_t ddp_cuda_conv_bwd_data_add(ddp_backend_t *be, ddp_dtype_t dt, void *dinp,
-                                        const void *dout, const void *w,
-                                        const ddp_conv_shape_t *sh, ddp_stream_t s);
+                                        const void *dout, const void *w, const ddp_conv_shape_t *sh,
+                                        ddp_stream_t s);
 ddp_status_t ddp_cuda_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
 
 /* The conv table's conv_algos_reload (ddptrain/conv.h). */
@@ -80,8 +80,8 @@ ddp_status_t ddp_cuda_bn_relu_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, 
 ddp_status_t ddp_cuda_bn_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                                   float *dbeta, void *dout, const void *inp, const void *out,
                                   const float *gamma, const float *beta, const float *save_a,
-                                  const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
-                                  ddp_stream_t s);
+                                  const float *save_b, int residual, const ddp_bn_shape_t *sh,
+                                  int accumulate, ddp_stream_t s);
 ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                              float *dbeta, const void *dout, const void *inp, const float *gamma,
                              const float *save_a, const float *save_b, const ddp_bn_shape_t *sh,

@@ -73,8 +73,8 @@ static ddp_status_t own_workspace(ddp_backend_t *be, const ddp_bn_shape_t *sh, o
 static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float *save_mean,
                             float *save_istd, float *running_mean, float *running_var,
                             const void *inp, const float *gamma, const float *beta,
-                            const ddp_bn_shape_t *sh, int training, int relu,
-                            const void *residual, cudaStream_t cs) {
+                            const ddp_bn_shape_t *sh, int training, int relu, const void *residual,
+                            cudaStream_t cs) {
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   const int C = sh->C;
   if (!training)
@@ -90,13 +90,17 @@ static ddp_status_t own_fwd(ddp_backend_t *be, ddp_dtype_t dt, void *out, float 
                                    beta, sh->eps, 0.0f, 1.0f, M, C, relu, residual, cs);
 }
 
-/* Our path's backward; relu (may be NULL): dout masked by the forward's
- * ReLU, recomputed from inp in both passes (bn_relu_bwd). */
+/* Our path's backward. relu (may be NULL): dout masked by the forward's
+ * ReLU, recomputed from inp in both passes (bn_relu_bwd without a
+ * residual). mask_out (may be NULL): the forward's ReLU output; the first
+ * pass masks dout by it and writes the masked gradient over dout, which
+ * the apply then reads (bn_relu_bwd with a residual); only then is dout
+ * written. */
 static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
-                            float *dbeta, const void *dout, const void *inp, const float *gamma,
+                            float *dbeta, void *dout, const void *inp, const float *gamma,
                             const float *save_mean, const float *save_istd,
                             const ddp_bn_shape_t *sh, int accumulate,
-                            const ddp_cuda_bn_relu_t *relu, cudaStream_t cs) {
+                            const ddp_cuda_bn_relu_t *relu, const void *mask_out, cudaStream_t cs) {
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   own_ws_t w;
   DDP_CHECK(own_workspace(be, sh, &w));
@@ -105,6 +109,9 @@ static ddp_status_t own_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float
   if (relu)
     DDP_CHECK(ddp_cuda_bn_reduce_relu(dt, w.sums, w.partials, w.counters, inp, dout, save_mean,
                                       relu, &grads, M, sh->C, cs));
+  else if (mask_out)
+    DDP_CHECK(ddp_cuda_bn_reduce_mask_out(dt, w.sums, w.partials, w.counters, inp, dout, mask_out,
+                                          save_mean, &grads, M, sh->C, cs));
   else
     DDP_CHECK(ddp_cuda_bn_reduce(dt, w.sums, w.partials, w.counters, inp, dout, save_mean, &grads,
                                  M, sh->C, cs));
@@ -193,8 +200,8 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
              "required");
   const cudaStream_t cs = ddp_cuda_stream(be, s);
   if (!use_cudnn(dt, sh, 1))
-    return own_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate,
-                   NULL, cs);
+    return own_bwd(be, dt, dinp, dgamma, dbeta, (void *)dout, inp, gamma, save_a, save_b, sh,
+                   accumulate, NULL, NULL, cs);
   cudnnHandle_t h;
   DDP_CHECK(describe(be, dt, sh, cs, &h));
   const cudnnTensorDescriptor_t x = ddp_cuda_conv_bn_x_desc(be);
@@ -207,24 +214,26 @@ ddp_status_t ddp_cuda_bn_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, floa
 }
 
 /* Where the forward was ours (use_cudnn's choice for training, the same
- * as bn_relu_fwd's), the mask is recomputed from inp, the saved mean and
- * inverse std, gamma and beta, in both passes of the backward: relu_bwd's
- * pass (a read of dout and out, a write) is gone, and out is never read.
- * After cuDNN's forward, whose arithmetic we cannot repeat, relu_bwd masks
- * dout in place and cuDNN's backward follows. */
+ * as bn_relu_fwd's): without a residual, the mask is recomputed from inp,
+ * the saved mean and inverse std, gamma and beta, in both passes of the
+ * backward, so relu_bwd's pass (a read of dout and out, a write) is gone
+ * and out is never read; with one, the first pass reads out and writes the
+ * masked gradient over dout, one read of dout and one write fewer than
+ * relu_bwd's pass. After cuDNN's forward, whose arithmetic we cannot
+ * repeat, relu_bwd masks dout in place and cuDNN's backward follows. */
 ddp_status_t ddp_cuda_bn_relu_bwd(ddp_backend_t *be, ddp_dtype_t dt, void *dinp, float *dgamma,
                                   float *dbeta, void *dout, const void *inp, const void *out,
                                   const float *gamma, const float *beta, const float *save_a,
-                                  const float *save_b, const ddp_bn_shape_t *sh, int accumulate,
-                                  ddp_stream_t s) {
+                                  const float *save_b, int residual, const ddp_bn_shape_t *sh,
+                                  int accumulate, ddp_stream_t s) {
   DDP_CHECK(ddp_cuda_conv_check_dt("batch_norm_relu_bwd", dt));
-  DDP_CHECK(ddp_bn_relu_bwd_check(dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a, save_b,
-                                  sh));
+  DDP_CHECK(
+      ddp_bn_relu_bwd_check(dinp, dgamma, dbeta, dout, inp, out, gamma, beta, save_a, save_b, sh));
   const cudaStream_t cs = ddp_cuda_stream(be, s);
   if (!use_cudnn(dt, sh, 1)) {
     const ddp_cuda_bn_relu_t relu = {.istd = save_b, .gamma = gamma, .beta = beta};
     return own_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh, accumulate,
-                   &relu, cs);
+                   residual ? NULL : &relu, residual ? out : NULL, cs);
   }
   DDP_CHECK(ddp_cuda_relu_bwd(dt, dout, dout, out, (size_t)sh->N * sh->H * sh->W * sh->C, cs));
   return ddp_cuda_bn_bwd(be, dt, dinp, dgamma, dbeta, dout, inp, gamma, save_a, save_b, sh,
