@@ -195,12 +195,21 @@ if has rprofile && [ "$(left)" -gt 90 ] && command -v ncu > /dev/null; then
   # about 90 ms of Nsight Compute per launch, some 700 launches a step: the
   # step takes 60-70 s under it (the H100 session of 2026-11-26 ran out at
   # 70); caches are left warm between launches, as in training
+  # the algorithms come from a record written by a run outside the
+  # profiler: cuDNN's search timed under Nsight Compute (every launch
+  # replayed) picks by the profiler's overhead, not the kernels' speed (the
+  # fourth session's profiled step had the stem on a 1.53 ms engine)
+  timeout -k 5 60 ./ddptrain --device cuda --precision bf16 --model resnet --depth 50 \
+    --stem imagenet --data "$W/rprof.img" --batch-size 128 --steps 2 --warmup 1 --log-every 1 \
+    --eval-every 0 --optimizer sgd --peak-gflops 860000 --conv-algos "$W/conv-algos.txt" \
+    > "$W/logs/rprofile-record.log" 2>&1
   tl=$(($(left) - 20)); [ $tl -gt 200 ] && tl=200
   timeout -k 5 $tl ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \
     --csv --page raw --nvtx --nvtx-include "step 2/" ./ddptrain --device cuda \
     --precision bf16 --model resnet --depth 50 --stem imagenet --data "$W/rprof.img" \
     --batch-size 128 --steps 4 --warmup 1 --log-every 1 --eval-every 0 --optimizer sgd \
-    --nvtx on --peak-gflops 860000 > "$W/logs/ncu-resnet.csv" 2> "$W/logs/ncu-resnet.err"
+    --conv-algos "$W/conv-algos.txt" --nvtx on --peak-gflops 860000 \
+    > "$W/logs/ncu-resnet.csv" 2> "$W/logs/ncu-resnet.err"
   say "ResNet-50 profile: exit $? ($((SECONDS - t0)) s); device time per kernel name, one whole step:"
   ncu_table "$W/logs/ncu-resnet.csv"
 fi
@@ -215,7 +224,7 @@ if has hprofile && [ "$(left)" -gt 90 ]; then
   [ -f "$W/rprof.img" ] || python3 bench/image_shard.py "$W/rprof.img" 256 224 --classes 1000 > /dev/null 2>&1
   hargs="--device cuda --precision bf16 --model resnet --depth 50 --stem imagenet
     --data $W/rprof.img --batch-size 128 --steps 20 --warmup 1 --log-every 5 --eval-every 0
-    --optimizer sgd --peak-gflops 860000"
+    --optimizer sgd --peak-gflops 860000 --conv-algos $W/conv-algos.txt"
   if command -v nsys > /dev/null; then
     # shellcheck disable=SC2086
     timeout -k 5 90 nsys profile -t cuda,cudnn,cublas -s none -o "$W/logs/hprof" \
