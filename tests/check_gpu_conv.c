@@ -326,40 +326,61 @@ static size_t bn_n(const ddp_bn_shape_t *s) {
   return (size_t)s->N * s->H * s->W * s->C;
 }
 
+/* One batch norm's data for the GPU against the CPU: input x and
+ * gradient dy (dt), gamma, beta and running statistics (fp32), and the
+ * saves the training forward fills. */
+typedef struct bn_data {
+  mixed_t x, dy, gamma, beta, rm, rv, sa, sb;
+} bn_data_t;
+
+static bn_data_t bn_data_make(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
+  const size_t n = bn_n(sh), C = (size_t)sh->C;
+  bn_data_t d;
+  d.x = mixed_input(dt, n, 0.7f, 2.0f);
+  d.dy = mixed_input(dt, n, 0.0f, 1.0f);
+  d.gamma = mixed_input(DDP_DTYPE_F32, C, 1.0f, 0.3f);
+  d.beta = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
+  d.rm = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
+  d.rv = mixed_input(DDP_DTYPE_F32, C, 2.0f, 0.1f);
+  d.sa = mixed_output(DDP_DTYPE_F32, C);
+  d.sb = mixed_output(DDP_DTYPE_F32, C);
+  return d;
+}
+
+static void bn_data_free(bn_data_t *d) {
+  mixed_t *all[] = {&d->x, &d->dy, &d->gamma, &d->beta, &d->rm, &d->rv, &d->sa, &d->sb};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+}
+
 static void bn_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   const ddp_conv_ops_t *cc = cpu_conv(), *gc = gpu_conv();
   const size_t n = bn_n(sh), C = (size_t)sh->C;
   ck_assert_int_eq(cc->bn_prepare(twin_cpu, DDP_DTYPE_F32, sh), DDP_OK);
   ck_assert_int_eq(gc->bn_prepare(twin_gpu, dt, sh), DDP_OK);
-  mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), dy = mixed_input(dt, n, 0.0f, 1.0f);
-  mixed_t gamma = mixed_input(DDP_DTYPE_F32, C, 1.0f, 0.3f);
-  mixed_t beta = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
-  mixed_t rm = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
-  mixed_t rv = mixed_input(DDP_DTYPE_F32, C, 2.0f, 0.1f);
+  bn_data_t d = bn_data_make(dt, sh);
   mixed_t y = mixed_output(dt, n), ye = mixed_output(dt, n);
-  mixed_t sa = mixed_output(DDP_DTYPE_F32, C), sb = mixed_output(DDP_DTYPE_F32, C);
   /* Inference first, by the initial running statistics. */
-  ck_assert_int_eq(cc->bn_fwd(twin_cpu, DDP_DTYPE_F32, ye.cpu, NULL, NULL, (float *)rm.cpu,
-                              (float *)rv.cpu, x.cpu, gamma.cpu, beta.cpu, sh, 0, NULL),
+  ck_assert_int_eq(cc->bn_fwd(twin_cpu, DDP_DTYPE_F32, ye.cpu, NULL, NULL, (float *)d.rm.cpu,
+                              (float *)d.rv.cpu, d.x.cpu, d.gamma.cpu, d.beta.cpu, sh, 0, NULL),
                    DDP_OK);
-  ck_assert_int_eq(gc->bn_fwd(twin_gpu, dt, ye.gpu, NULL, NULL, (float *)rm.gpu, (float *)rv.gpu,
-                              x.gpu, gamma.gpu, beta.gpu, sh, 0, NULL),
+  ck_assert_int_eq(gc->bn_fwd(twin_gpu, dt, ye.gpu, NULL, NULL, (float *)d.rm.gpu,
+                              (float *)d.rv.gpu, d.x.gpu, d.gamma.gpu, d.beta.gpu, sh, 0, NULL),
+                   DDP_OK);
+  ck_assert_int_eq(cc->bn_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)d.sa.cpu, (float *)d.sb.cpu,
+                              (float *)d.rm.cpu, (float *)d.rv.cpu, d.x.cpu, d.gamma.cpu,
+                              d.beta.cpu, sh, 1, NULL),
                    DDP_OK);
   ck_assert_int_eq(
-      cc->bn_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)sa.cpu, (float *)sb.cpu, (float *)rm.cpu,
-                 (float *)rv.cpu, x.cpu, gamma.cpu, beta.cpu, sh, 1, NULL),
-      DDP_OK);
-  ck_assert_int_eq(
-      gc->bn_fwd(twin_gpu, dt, y.gpu, (float *)sa.gpu, (float *)sb.gpu, (float *)rm.gpu,
-                 (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, sh, 1, NULL),
+      gc->bn_fwd(twin_gpu, dt, y.gpu, (float *)d.sa.gpu, (float *)d.sb.gpu, (float *)d.rm.gpu,
+                 (float *)d.rv.gpu, d.x.gpu, d.gamma.gpu, d.beta.gpu, sh, 1, NULL),
       DDP_OK);
   const double e_ye = mixed_expect(&ye, out_tol(dt, TOL_BN_F32), "bn_fwd inference out");
   const double e_y = mixed_expect(&y, out_tol(dt, TOL_BN_F32), "bn_fwd training out");
-  const double e_rm = mixed_expect(&rm, TOL_BN_F32, "bn_fwd running_mean");
-  const double e_rv = mixed_expect(&rv, TOL_BN_F32, "bn_fwd running_var (unbiased)");
-  mixed_expect(&sa, TOL_BN_F32, "bn_fwd save_a (the mean on both)");
+  const double e_rm = mixed_expect(&d.rm, TOL_BN_F32, "bn_fwd running_mean");
+  const double e_rv = mixed_expect(&d.rv, TOL_BN_F32, "bn_fwd running_var (unbiased)");
+  mixed_expect(&d.sa, TOL_BN_F32, "bn_fwd save_a (the mean on both)");
   /* save_b: the CPU keeps the variance, cuDNN the inverse std. */
-  float *cvar = fetch_cpu(&sb), *gistd = fetch_gpu(&sb);
+  float *cvar = fetch_cpu(&d.sb), *gistd = fetch_gpu(&d.sb);
   for (size_t c = 0; c < C; ++c) cvar[c] = 1.0f / sqrtf(cvar[c] + sh->eps);
   compare(gistd, cvar, C, TOL_BN_F32, "bn_fwd save_b (1 / sqrt(var + eps))", DDP_DTYPE_F32);
   free(cvar);
@@ -370,10 +391,10 @@ static void bn_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
     mixed_t dg = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
     mixed_t db = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
     ck_assert_int_eq(cc->bn_bwd(twin_cpu, DDP_DTYPE_F32, dx.cpu, (float *)dg.cpu, (float *)db.cpu,
-                                dy.cpu, x.cpu, gamma.cpu, sa.cpu, sb.cpu, sh, acc, NULL),
+                                d.dy.cpu, d.x.cpu, d.gamma.cpu, d.sa.cpu, d.sb.cpu, sh, acc, NULL),
                      DDP_OK);
-    ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu, dy.gpu,
-                                x.gpu, gamma.gpu, sa.gpu, sb.gpu, sh, acc, NULL),
+    ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu, d.dy.gpu,
+                                d.x.gpu, d.gamma.gpu, d.sa.gpu, d.sb.gpu, sh, acc, NULL),
                      DDP_OK);
     e_dx[acc] = mixed_expect(&dx, out_tol(dt, TOL_BN_F32), "bn_bwd dinp");
     e_dg[acc] = mixed_expect(&dg, TOL_BN_F32, "bn_bwd dgamma");
@@ -382,8 +403,8 @@ static void bn_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
       /* The backward repeats bit for bit. */
       mixed_t dx2 = mixed_output(dt, n), dg2 = mixed_output(DDP_DTYPE_F32, C);
       mixed_t db2 = mixed_output(DDP_DTYPE_F32, C);
-      ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx2.gpu, (float *)dg2.gpu, (float *)db2.gpu, dy.gpu,
-                                  x.gpu, gamma.gpu, sa.gpu, sb.gpu, sh, 0, NULL),
+      ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, dx2.gpu, (float *)dg2.gpu, (float *)db2.gpu,
+                                  d.dy.gpu, d.x.gpu, d.gamma.gpu, d.sa.gpu, d.sb.gpu, sh, 0, NULL),
                        DDP_OK);
       expect_gpu_bits_equal(dx.gpu, dx2.gpu, n * ddp_dtype_size(dt), "bn_bwd dinp, two runs");
       expect_gpu_bits_equal(dg.gpu, dg2.gpu, C * sizeof(float), "bn_bwd dgamma, two runs");
@@ -401,8 +422,9 @@ static void bn_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
           "dgamma %.2g (+= %.2g)\n",
           ddp_dtype_name(dt), sh->N, sh->H, sh->W, sh->C, e_ye, e_y, e_rm, e_rv, e_dx[0], e_dx[1],
           e_dg[0], e_dg[1]);
-  mixed_t *all[] = {&x, &dy, &gamma, &beta, &rm, &rv, &y, &ye, &sa, &sb};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+  mixed_free(&y);
+  mixed_free(&ye);
+  bn_data_free(&d);
 }
 
 /* A copy of t (host values, CPU and GPU copies alike). */
@@ -488,28 +510,23 @@ static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
   const size_t n = bn_n(sh), C = (size_t)sh->C;
   ck_assert_int_eq(cc->bn_prepare(twin_cpu, DDP_DTYPE_F32, sh), DDP_OK);
   ck_assert_int_eq(gc->bn_prepare(twin_gpu, dt, sh), DDP_OK);
-  mixed_t x = mixed_input(dt, n, 0.7f, 2.0f), dy = mixed_input(dt, n, 0.0f, 1.0f);
-  mixed_t gamma = mixed_input(DDP_DTYPE_F32, C, 1.0f, 0.3f);
-  mixed_t beta = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
-  mixed_t rm = mixed_input(DDP_DTYPE_F32, C, 0.0f, 0.5f);
-  mixed_t rv = mixed_input(DDP_DTYPE_F32, C, 2.0f, 0.1f);
-  mixed_t sa = mixed_output(DDP_DTYPE_F32, C), sb = mixed_output(DDP_DTYPE_F32, C);
+  bn_data_t d = bn_data_make(dt, sh);
   mixed_t y = mixed_output(dt, n);
-  ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)sa.cpu, (float *)sb.cpu,
-                                   (float *)rm.cpu, (float *)rv.cpu, x.cpu, gamma.cpu, beta.cpu,
-                                   NULL, sh, 1, NULL),
+  ck_assert_int_eq(cc->bn_relu_fwd(twin_cpu, DDP_DTYPE_F32, y.cpu, (float *)d.sa.cpu,
+                                   (float *)d.sb.cpu, (float *)d.rm.cpu, (float *)d.rv.cpu, d.x.cpu,
+                                   d.gamma.cpu, d.beta.cpu, NULL, sh, 1, NULL),
                    DDP_OK);
   ck_assert_int_eq(
-      gc->bn_relu_fwd(twin_gpu, dt, y.gpu, (float *)sa.gpu, (float *)sb.gpu, (float *)rm.gpu,
-                      (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, NULL, sh, 1, NULL),
+      gc->bn_relu_fwd(twin_gpu, dt, y.gpu, (float *)d.sa.gpu, (float *)d.sb.gpu, (float *)d.rm.gpu,
+                      (float *)d.rv.gpu, d.x.gpu, d.gamma.gpu, d.beta.gpu, NULL, sh, 1, NULL),
       DDP_OK);
   /* with a residual, the mask is the block output's: a forward with one,
    * whose saves equal the first's (same input) */
   mixed_t res = mixed_input(dt, n, 0.0f, 1.0f), yr = mixed_output(dt, n);
   mixed_t sa2 = mixed_output(DDP_DTYPE_F32, C), sb2 = mixed_output(DDP_DTYPE_F32, C);
   ck_assert_int_eq(
-      gc->bn_relu_fwd(twin_gpu, dt, yr.gpu, (float *)sa2.gpu, (float *)sb2.gpu, (float *)rm.gpu,
-                      (float *)rv.gpu, x.gpu, gamma.gpu, beta.gpu, res.gpu, sh, 1, NULL),
+      gc->bn_relu_fwd(twin_gpu, dt, yr.gpu, (float *)sa2.gpu, (float *)sb2.gpu, (float *)d.rm.gpu,
+                      (float *)d.rv.gpu, d.x.gpu, d.gamma.gpu, d.beta.gpu, res.gpu, sh, 1, NULL),
       DDP_OK);
   /* the CPU twin masks by the GPU's outputs */
   size_t cut = 0;
@@ -528,17 +545,17 @@ static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
     for (int residual = 0; residual <= 1; ++residual) {
       const mixed_t *o = residual ? &yr : &y;
       mixed_t dx = mixed_output(dt, n), want = mixed_output(dt, n);
-      mixed_t d1 = mixed_clone(&dy), d2 = mixed_clone(&dy);
+      mixed_t d1 = mixed_clone(&d.dy), d2 = mixed_clone(&d.dy);
       mixed_t dg = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
       mixed_t db = acc ? mixed_input(DDP_DTYPE_F32, C, 0.0f, 1.0f) : mixed_output(DDP_DTYPE_F32, C);
       mixed_t dg2 = mixed_clone(&dg), db2 = mixed_clone(&db);
-      ck_assert_int_eq(
-          gc->bn_relu_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu, d1.gpu, x.gpu,
-                          o->gpu, gamma.gpu, beta.gpu, sa.gpu, sb.gpu, residual, sh, acc, NULL),
-          DDP_OK);
+      ck_assert_int_eq(gc->bn_relu_bwd(twin_gpu, dt, dx.gpu, (float *)dg.gpu, (float *)db.gpu,
+                                       d1.gpu, d.x.gpu, o->gpu, d.gamma.gpu, d.beta.gpu, d.sa.gpu,
+                                       d.sb.gpu, residual, sh, acc, NULL),
+                       DDP_OK);
       ck_assert_int_eq(gc->relu_bwd(twin_gpu, dt, d2.gpu, d2.gpu, o->gpu, n, NULL), DDP_OK);
       ck_assert_int_eq(gc->bn_bwd(twin_gpu, dt, want.gpu, (float *)dg2.gpu, (float *)db2.gpu,
-                                  d2.gpu, x.gpu, gamma.gpu, sa.gpu, sb.gpu, sh, acc, NULL),
+                                  d2.gpu, d.x.gpu, d.gamma.gpu, d.sa.gpu, d.sb.gpu, sh, acc, NULL),
                        DDP_OK);
       expect_gpu_bits_equal(dx.gpu, want.gpu, n * ddp_dtype_size(dt), "bn_relu_bwd dinp");
       expect_gpu_bits_equal(dg.gpu, dg2.gpu, C * sizeof(float), "bn_relu_bwd dgamma");
@@ -547,8 +564,8 @@ static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
         expect_gpu_bits_equal(d1.gpu, d2.gpu, n * ddp_dtype_size(dt),
                               "bn_relu_bwd's dout with a residual (relu_bwd's result)");
       ck_assert_int_eq(cc->bn_relu_bwd(twin_cpu, DDP_DTYPE_F32, dx.cpu, (float *)dg.cpu,
-                                       (float *)db.cpu, d1.cpu, x.cpu, o->cpu, gamma.cpu, beta.cpu,
-                                       sa.cpu, sb.cpu, residual, sh, acc, NULL),
+                                       (float *)db.cpu, d1.cpu, d.x.cpu, o->cpu, d.gamma.cpu,
+                                       d.beta.cpu, d.sa.cpu, d.sb.cpu, residual, sh, acc, NULL),
                        DDP_OK);
       const double err =
           mixed_expect(&dx, out_tol(dt, TOL_BN_F32), "bn_relu_bwd dinp against the CPU");
@@ -560,8 +577,9 @@ static void bn_relu_bwd_case(ddp_dtype_t dt, const ddp_bn_shape_t *sh) {
     }
   fprintf(stderr, "bn_relu_bwd %-4s %dx%dx%dx%d: %zu of %zu cut, err dinp %.2g (+= %.2g)\n",
           ddp_dtype_name(dt), sh->N, sh->H, sh->W, sh->C, cut, n, e[0], e[1]);
-  mixed_t *all[] = {&x, &dy, &gamma, &beta, &rm, &rv, &sa, &sb, &y, &res, &yr, &sa2, &sb2};
+  mixed_t *all[] = {&y, &res, &yr, &sa2, &sb2};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) mixed_free(all[i]);
+  bn_data_free(&d);
 }
 
 START_TEST(test_gpu_bn_relu_bwd_matches_composition_and_cpu) {

@@ -76,8 +76,8 @@ struct ddp_cuda_conv {
   uint64_t finds;
   cudaStream_t stream; /* the stream the handle was last bound to */
   int stream_bound;
-  unsigned *bn_counters; /* the batch-norm reductions' arrival counters, zero between uses */
-  size_t bn_ncounters;
+  void *bn_counters; /* the batch-norm reductions' arrival counters, zero between uses */
+  size_t bn_counters_bytes;
 };
 
 /* Candidates timed within this fraction of the fastest count as tied. */
@@ -145,19 +145,27 @@ cudnnTensorDescriptor_t ddp_cuda_conv_bn_param_desc(ddp_backend_t *be) {
   return ddp_cuda_state(be)->conv->bn_param;
 }
 
+/* *buf grown to at least `bytes` (*have tracks its size; never shrunk).
+ * The old block is freed first: growing happens while preparing, and the
+ * old block may serve the new request from the cache. *grew: a new block
+ * was allocated (its contents undefined). */
+static ddp_status_t grow(ddp_backend_t *be, void **buf, size_t *have, size_t bytes, int *grew) {
+  *grew = 0;
+  if (bytes <= *have) return DDP_OK;
+  if (*buf) ddp_backend_free(be, *buf);
+  *buf = NULL;
+  *have = 0;
+  DDP_CHECK(ddp_backend_alloc(be, bytes, buf));
+  *have = bytes;
+  *grew = 1;
+  return DDP_OK;
+}
+
 ddp_status_t ddp_cuda_conv_workspace(ddp_backend_t *be, size_t bytes, void **ws) {
   struct ddp_cuda_conv *c = NULL;
+  int grew = 0;
   DDP_CHECK(conv_state(be, &c));
-  if (bytes > c->ws_bytes) {
-    /* Free first: growing happens while preparing, and the old block may
-     * serve the new request from the cache. */
-    if (c->ws) ddp_backend_free(be, c->ws);
-    c->ws = NULL;
-    c->ws_bytes = 0;
-    const size_t grown = round_up(bytes, WS_ALIGN);
-    DDP_CHECK(ddp_backend_alloc(be, grown, &c->ws));
-    c->ws_bytes = grown;
-  }
+  DDP_CHECK(grow(be, &c->ws, &c->ws_bytes, round_up(bytes, WS_ALIGN), &grew));
   *ws = c->ws;
   return DDP_OK;
 }
@@ -169,17 +177,12 @@ ddp_status_t ddp_cuda_conv_workspace(ddp_backend_t *be, size_t bytes, void **ws)
  * bn_prepare does before the step loop. */
 ddp_status_t ddp_cuda_conv_bn_counters(ddp_backend_t *be, size_t n, unsigned **out) {
   struct ddp_cuda_conv *c = NULL;
+  int grew = 0;
   DDP_CHECK(conv_state(be, &c));
-  if (n > c->bn_ncounters) {
-    if (c->bn_counters) ddp_backend_free(be, c->bn_counters);
-    c->bn_counters = NULL;
-    c->bn_ncounters = 0;
-    void *p = NULL;
-    DDP_CHECK(ddp_backend_alloc(be, n * sizeof(unsigned), &p));
-    DDP_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(unsigned), ddp_cuda_state(be)->compute));
-    c->bn_counters = p;
-    c->bn_ncounters = n;
-  }
+  DDP_CHECK(grow(be, &c->bn_counters, &c->bn_counters_bytes, n * sizeof(unsigned), &grew));
+  if (grew)
+    DDP_CUDA_CHECK(
+        cudaMemsetAsync(c->bn_counters, 0, c->bn_counters_bytes, ddp_cuda_state(be)->compute));
   *out = c->bn_counters;
   return DDP_OK;
 }
