@@ -1298,6 +1298,16 @@ START_TEST(test_gpu_conv_rejects_bad_input) {
   EXPECT_REJECT(
       g->bn_relu_fwd(be, dt, out.gpu, ff, ff, pf, pf, x.gpu, pf, pf, out.gpu, &bb, 1, NULL),
       DDP_ERR_INVALID_ARG, "batch_norm_relu_fwd: out may not alias inp or residual");
+  /* conv_bwd_data_add: the plain op's checks, under its own name */
+  EXPECT_REJECT(g->conv_bwd_data_add(be, dt, out.gpu, NULL, x.gpu, &cs, NULL), DDP_ERR_INVALID_ARG,
+                "conv_bwd_data_add: NULL buffer");
+  /* bn_relu_bwd: dinp over dout, or no output to mask by (the CPU's checks) */
+  EXPECT_REJECT(g->bn_relu_bwd(be, dt, x.gpu, ff, ff, x.gpu, out.gpu, out.gpu, pf, pf, pf, pf, 0,
+                               &bb, 0, NULL),
+                DDP_ERR_INVALID_ARG, "batch_norm_relu_bwd: dinp may not alias dout, inp or out");
+  EXPECT_REJECT(
+      g->bn_relu_bwd(be, dt, out.gpu, ff, ff, x.gpu, x.gpu, NULL, pf, pf, pf, pf, 1, &bb, 0, NULL),
+      DDP_ERR_INVALID_ARG, "batch_norm_relu_bwd: dinp, dgamma, dbeta, dout, inp, out");
   EXPECT_REJECT(g->bn_apply_fwd(be, dt, out.gpu, pf, NULL, x.gpu, pf, pf, pf, pf, 4, &bb, NULL),
                 DDP_ERR_INVALID_ARG, "together");
   EXPECT_REJECT(g->bn_apply_fwd(be, dt, out.gpu, NULL, NULL, x.gpu, pf, pf, pf, pf, 3, &bb, NULL),
