@@ -13,6 +13,8 @@
 # and costs (torch.compile alone takes a minute or more):
 #   ddptrain                     --deterministic on (the default)
 #   ddptrain deterministic off   cuDNN may pick atomics-based algorithms
+#   ddptrain cuda graphs off     every kernel and cuDNN call launched by the
+#                                host, step after step (--cuda-graphs off)
 #   ddptrain set-up baseline     ResNet-10, width 8, batch 2, 2 steps on the
 #                                same shard and device: a set-up with almost
 #                                no algorithm search
@@ -154,6 +156,11 @@ if gpu_has --deterministic; then
 else
   echo "$bench: SKIP '$ref deterministic off': this ddptrain has no --deterministic" >&2
   gpu_skip_record "$ref deterministic off" ddptrain "this ddptrain has no --deterministic"
+fi
+if gpu_has --cuda-graphs; then
+  # shellcheck disable=SC2086
+  gpu_ddp_run "$ref cuda graphs off" ddp_nographs $net --precision $prec $train \
+    --peak-gflops "$peak" --cuda-graphs off || true
 fi
 # The set-up of a net with next to no algorithm search, on the same shard
 # and device: what the full net's set-up costs beyond it is the search and

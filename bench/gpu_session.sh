@@ -216,22 +216,61 @@ fi
 
 # Where the host's time goes while it issues a ResNet-50 bf16 step: the
 # host issued a step's 727 launches in 23-29 ms at the fourth H100 session,
-# close to the device's own 28 ms, so it may be what bounds the step next.
-# Nsight Systems' CUDA and cuDNN API summaries (time per call, host side),
-# and perf's profile of the process where perf is installed.
-if has hprofile && [ "$(left)" -gt 90 ]; then
+# close to the device's own 28 ms, and the fifth's windows ran 24-47 ms a
+# step with the device never slowed, so the host bounds the step. perf
+# samples the running process (attached after its set-up and cuDNN's
+# search, for 4 s of steady steps) with DWARF call chains: time per thread
+# and library, per function, and per ddptrain function with its callees.
+# perf comes from the machine, else from .device/perf-bundle.tar.xz (the
+# packer's perf with its libraries); Nsight Systems' API summaries are
+# added where nsys is found. Either missing is said, not skipped silently.
+if has hprofile && [ "$(left)" -gt 60 ]; then
   t0=$SECONDS
   [ -f "$W/rprof.img" ] || python3 bench/image_shard.py "$W/rprof.img" 256 224 --classes 1000 > /dev/null 2>&1
   hargs="--device cuda --precision bf16 --model resnet --depth 50 --stem imagenet
-    --data $W/rprof.img --batch-size 128 --steps 20 --warmup 1 --log-every 5 --eval-every 0
+    --data $W/rprof.img --batch-size 128 --steps 400 --warmup 1 --log-every 20 --eval-every 0
     --optimizer sgd --peak-gflops 860000 --conv-algos $W/conv-algos.txt"
-  if command -v nsys > /dev/null; then
+  PERF=$(command -v perf)
+  if [ -z "$PERF" ] && [ -f "$SRC/.device/perf-bundle.tar.xz" ]; then
+    tar -C /tmp -xJf "$SRC/.device/perf-bundle.tar.xz" && PERF=/tmp/perfb/perf
+  fi
+  # its libraries for perf alone, never for ddptrain
+  perf_() { LD_LIBRARY_PATH=/tmp/perfb/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$PERF" "$@"; }
+  if [ -n "$PERF" ] && perf_ --version > /dev/null 2>&1; then
     # shellcheck disable=SC2086
-    timeout -k 5 90 nsys profile -t cuda,cudnn,cublas -s none -o "$W/logs/hprof" \
-      --force-overwrite true ./ddptrain $hargs > "$W/logs/hprof.out" 2>&1
-    say "host profile (nsys): exit $? ($((SECONDS - t0)) s); host time per API call over 20 steps:"
+    ./ddptrain $hargs > "$W/logs/hprof-run.log" 2>&1 &
+    run=$!
+    sleep 9
+    timeout -k 5 20 env LD_LIBRARY_PATH=/tmp/perfb/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$PERF" record -e cpu-clock -F 999 --call-graph dwarf,16384 -p "$run" \
+      -o "$W/logs/hprof.perf" -- sleep 4 > "$W/logs/hprof-perf.err" 2>&1
+    say "host profile (perf, 4 s of steady steps): exit $? ($((SECONDS - t0)) s)"
+    wait $run
+    grep -E '\] step +[0-9]+/' "$W/logs/hprof-run.log" | tail -n 4 | tee -a "$S"
+    say "  per thread and library (self time):"
+    perf_ report -i "$W/logs/hprof.perf" --no-children --sort tid,dso -g none 2> /dev/null |
+      grep -v '^#' | grep '%' | head -16 | tee -a "$S"
+    say "  per function (self time):"
+    perf_ report -i "$W/logs/hprof.perf" --no-children --sort dso,symbol -g none 2> /dev/null |
+      grep -v '^#' | grep '%' | head -40 | tee -a "$S"
+    say "  ddptrain's functions with what they call (children):"
+    perf_ report -i "$W/logs/hprof.perf" --children --sort symbol -g none 2> /dev/null |
+      grep -v '^#' | grep '%' | grep -E 'ddp_|cuda_|conv|bn_|resnet|train|optim|reducer|loader' |
+      head -40 | tee -a "$S"
+    perf_ report -i "$W/logs/hprof.perf" --children --sort dso,symbol -g caller,0.5,callee \
+      --stdio 2> /dev/null | head -3000 > "$W/logs/hprof-callers.txt"
+  else
+    say "host profile: no perf on this machine and no .device/perf-bundle.tar.xz"
+  fi
+  NSYS=$(command -v nsys || ls -d /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+    /usr/local/cuda*/nsight-systems*/bin/nsys 2> /dev/null | head -n 1)
+  if [ -n "$NSYS" ] && [ "$(left)" -gt 60 ]; then
+    t0=$SECONDS
+    # shellcheck disable=SC2086
+    timeout -k 5 50 "$NSYS" profile -t cuda,cudnn,cublas -s none -o "$W/logs/hprof" \
+      --force-overwrite true ./ddptrain ${hargs/--steps 400/--steps 40} > "$W/logs/hprof.out" 2>&1
+    say "host profile (nsys $NSYS): exit $? ($((SECONDS - t0)) s); host time per API call over 40 steps:"
     for r in cuda_api_sum cudnn_api_sum; do
-      nsys stats -q -r $r -f csv "$W/logs/hprof.nsys-rep" 2> /dev/null | python3 -c '
+      "$NSYS" stats -q -r $r -f csv "$W/logs/hprof.nsys-rep" 2> /dev/null | python3 -c '
 import csv, sys
 rows = list(csv.reader(sys.stdin))
 if len(rows) > 1:
@@ -241,13 +280,8 @@ if len(rows) > 1:
         print("  %8.1f ms %7s calls %8.1f us  %s" % (float(r[t]) / 1e6, r[n], float(r[a]) / 1e3, r[k]))' |
         tee -a "$S"
     done
-  fi
-  if command -v perf > /dev/null; then
-    # shellcheck disable=SC2086
-    timeout -k 5 60 perf record -F 999 -g -o "$W/logs/hprof.perf" ./ddptrain $hargs > /dev/null 2>&1
-    say "host profile (perf): the process's CPU time by library and function:"
-    perf report -i "$W/logs/hprof.perf" --no-children --sort dso,symbol 2> /dev/null |
-      grep -v '^#' | grep '%' | head -30 | tee -a "$S"
+  else
+    say "host profile: no Nsight Systems (nsys) found"
   fi
 fi
 

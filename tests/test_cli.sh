@@ -57,6 +57,22 @@ else
   # shellcheck disable=SC2086
   check "--nvtx on without CUDA" 1 "this build has no CUDA" "$DDPTRAIN" $TINY --nvtx on
 fi
+check "bad --cuda-graphs" 2 "option --cuda-graphs: 'yes' is not valid" "$DDPTRAIN" --cuda-graphs yes
+check "--help explains --cuda-graphs" 0 "record each kind of training pass once as CUDA graphs" "$DDPTRAIN" --help
+check "--cuda-graphs on with --device cpu" 2 "option --cuda-graphs on cannot go with --device cpu" \
+  "$DDPTRAIN" --device cpu --cuda-graphs on
+check "--cuda-graphs on with --nvtx on" 2 "option --cuda-graphs on cannot go with --nvtx on" \
+  "$DDPTRAIN" --cuda-graphs on --nvtx on
+check "--cuda-graphs on with --detect-anomaly" 2 "cannot go with --detect-anomaly" \
+  "$DDPTRAIN" --cuda-graphs on --detect-anomaly
+if ! "$DDPTRAIN" --build-info | grep -q "^  CUDA  *yes" || ! nvidia-smi -L 2> /dev/null | grep -q GPU; then
+  # --device auto lands on the CPU: the trainer says so once the backend is known
+  # shellcheck disable=SC2086
+  check "--cuda-graphs on where auto picks the CPU" 1 "--cuda-graphs on cannot be used here: the backend runs its work on the host" \
+    "$DDPTRAIN" $TINY --cuda-graphs on
+fi
+# shellcheck disable=SC2086
+check "--cuda-graphs auto on the CPU runs" 0 "step     4/4 | loss" "$DDPTRAIN" $TINY --cuda-graphs auto
 check "unknown --model" 2 "option --model: 'resnet9' is not valid" "$DDPTRAIN" --model resnet9
 check "--help has a section per model" 0 "Model gpt (--model gpt)" "$DDPTRAIN" --help
 check "--adam-eps must be positive" 2 "option --adam-eps: 0 is out of range" "$DDPTRAIN" --adam-eps 0

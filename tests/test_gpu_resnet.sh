@@ -24,6 +24,11 @@
 #  4. --sync-bn 1 on one GPU equals --sync-bn 0 (our statistics kernels
 #     against cuDNN's batch norm): weights within 1e-3 of the update,
 #     running statistics within 1e-3, counters equal.
+#  5. CUDA graphs (--cuda-graphs auto, the default, records each kind of
+#     pass once and replays it): the second bf16 run of 3 replayed 39 of
+#     its 40 passes from one recording, and equals a --cuda-graphs off run
+#     with the same record bit for bit; so does a run of 2 micro-steps a
+#     step (two kinds of pass: accumulate or not, notify or not).
 . "${top_builddir:-.}/tests/env.sh"
 set -u
 if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L 2> /dev/null | grep -q GPU; then
@@ -169,6 +174,39 @@ if [ -f "$dir/gpu.st" ] && [ -f "$dir/w0.st" ] && train sync --device cuda --tf3
   else
     echo "FAIL: --sync-bn 1 on one GPU: update differs by $u (bound 1e-3), running statistics by $b (bound 1e-3)"
     fail=1
+  fi
+fi
+# ---- 5. CUDA graphs replay the same kernels: the same bits -------------------
+if [ -f "$dir/bf2.st" ]; then
+  # shellcheck disable=SC2086
+  if grep -q 'CUDA graphs: 39 passes replayed from 1 recordings' "$dir/bf2.out"; then
+    echo "ok: $(grep -m 1 -o 'CUDA graphs: .*' "$dir/bf2.out")"
+  else
+    echo "FAIL: the bf16 run did not replay 39 of its 40 passes: $(grep -m 1 'CUDA graphs' "$dir/bf2.out")"
+    fail=1
+  fi
+  # shellcheck disable=SC2086
+  if train bfoff --device cuda --precision bf16 $LONG --conv-algos "$dir/algos16.txt" --cuda-graphs off; then
+    if grep -q 'CUDA graphs' "$dir/bfoff.out"; then
+      echo "FAIL: --cuda-graphs off still reports graphs: $(grep -m 1 'CUDA graphs' "$dir/bfoff.out")"; fail=1
+    elif cmp -s "$dir/bf2.st" "$dir/bfoff.st"; then
+      echo "ok: bf16 with CUDA graphs equals --cuda-graphs off bit for bit"
+    else
+      echo "FAIL: bf16 with CUDA graphs differs from --cuda-graphs off"; fail=1
+    fi
+  fi
+  ACC="$NET --warmup 0 --batch-size 8 --accum 2 --steps 6 --log-every 1 --precision bf16"
+  # shellcheck disable=SC2086
+  if train acc_on --device cuda $ACC --conv-algos "$dir/algos16.txt" &&
+     train acc_off --device cuda $ACC --conv-algos "$dir/algos16.txt" --cuda-graphs off; then
+    if ! grep -q 'CUDA graphs: 10 passes replayed from 2 recordings' "$dir/acc_on.out"; then
+      echo "FAIL: --accum 2: $(grep -m 1 'CUDA graphs' "$dir/acc_on.out") (want 10 replays of 2 recordings)"
+      fail=1
+    elif cmp -s "$dir/acc_on.st" "$dir/acc_off.st"; then
+      echo "ok: --accum 2 with CUDA graphs (two recordings) equals --cuda-graphs off bit for bit"
+    else
+      echo "FAIL: --accum 2 with CUDA graphs differs from --cuda-graphs off"; fail=1
+    fi
   fi
 fi
 exit $fail

@@ -46,6 +46,7 @@ typedef enum ddp_device_kind {
 
 typedef struct ddp_stream *ddp_stream_t; /* opaque; NULL = compute stream */
 typedef struct ddp_event *ddp_event_t;   /* opaque */
+typedef struct ddp_graph *ddp_graph_t;   /* opaque: recorded work (graph_begin/graph_end) */
 
 typedef enum ddp_copy_kind {
   DDP_COPY_KIND_HOST_TO_DEVICE = 0,
@@ -163,6 +164,21 @@ typedef struct ddp_backend_ops {
                                    float *ms);
 
   ddp_status_t (*gemm)(ddp_backend_t *be, const ddp_gemm_t *g, ddp_stream_t stream);
+
+  /* Optional, NULL where work runs on the host: recording what the calling
+   * thread enqueues on the compute stream as a graph to replay (CUDA
+   * graphs). Between graph_begin and graph_end nothing runs; graph_end
+   * stops the recording and returns the graph ready to launch, or an error
+   * that says why it could not be recorded (a call that cannot be recorded,
+   * an allocation, a wait on the host): nothing of it has run then and
+   * nothing is kept. graph_end is called after every graph_begin, also
+   * when the work in between failed. graph_launch enqueues a graph on the
+   * compute stream: the same kernels with the same arguments and pointers
+   * as recorded. */
+  ddp_status_t (*graph_begin)(ddp_backend_t *be);
+  ddp_status_t (*graph_end)(ddp_backend_t *be, ddp_graph_t *graph);
+  ddp_status_t (*graph_launch)(ddp_backend_t *be, ddp_graph_t graph);
+  void (*graph_destroy)(ddp_backend_t *be, ddp_graph_t graph);
 
   /* Device memory free and total, in bytes. */
   ddp_status_t (*mem_info)(ddp_backend_t *be, size_t *free_bytes, size_t *total_bytes);

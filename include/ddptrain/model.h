@@ -248,6 +248,11 @@ struct ddp_model {
    * process: the sum over one rank is x itself (ddp_model_allreduce). */
   ddp_status_t (*allreduce_fn)(void *ctx, float *x, size_t n);
   void *allreduce_ctx;
+  /* Where training passes may be recorded once and replayed as device
+   * graphs (--cuda-graphs): the runtime's replay cache, which a built-in
+   * model hands its forward-backward to; NULL when the run does not allow
+   * it. A model that ignores it runs eagerly as before. */
+  struct ddp_graph_replay *replay;
 };
 
 /* For models: tensor `index` of the table has its final gradient for this

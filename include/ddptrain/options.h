@@ -102,6 +102,9 @@ typedef struct ddp_options {
   char device[32];
   char tf32[8]; /* "on" | "off" */
   char nvtx[8]; /* "on" | "off" */
+  /* "auto" | "on" | "off": training passes recorded once and replayed as
+   * CUDA graphs (model/graph_replay.h) */
+  char cuda_graphs[8];
   /* "on" | "off": GPU convolutions by deterministic algorithms only */
   char deterministic[8];
   /* --conv-algos FILE|auto|none: the convolution algorithm record

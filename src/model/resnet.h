@@ -134,6 +134,12 @@ ddp_status_t resnet_materialise(resnet_t *r);
  * r->logits. */
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
                             float dloss);
+/* Its two halves: the batch to the device (r->x_in, r->labels; r->uploaded
+ * recorded after the copies, when the host buffers are free again), and the
+ * forward of those N images, which reads nothing on the host and so can be
+ * recorded as a graph (model/graph_replay.h). */
+ddp_status_t resnet_upload(ddp_model_t *m, const ddp_record_batch_t *batch);
+ddp_status_t resnet_forward_device(ddp_model_t *m, int N, int training, float dloss);
 
 /* ---- resnet_backward.c ---- */
 ddp_status_t resnet_backward(ddp_model_t *m, int N, int accumulate, int notify);

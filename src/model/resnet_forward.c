@@ -128,10 +128,8 @@ static ddp_status_t loss(resnet_t *r, int N, int training, float dloss) {
                                     training ? dloss : 0.0f, r->cfg.label_smoothing, N, V, V, NULL);
 }
 
-ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
-                            float dloss) {
+ddp_status_t resnet_upload(ddp_model_t *m, const ddp_record_batch_t *batch) {
   resnet_t *r = m->impl;
-  const ddp_conv_ops_t *cv = r->be->ops->conv;
   const int N = batch->B;
   const resnet_config_t *c = &r->cfg;
   if (N < 1 || N > r->max_batch)
@@ -149,8 +147,19 @@ ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int
     DDP_CHECK(r->be->ops->convert(r->be, r->x_in, r->dt, r->x0, DDP_DTYPE_F32, pixels, NULL));
   DDP_CHECK(ddp_backend_copy(r->be, r->labels, batch->labels, (size_t)N * sizeof(int32_t),
                              DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
-  DDP_CHECK(r->be->ops->event_record(r->be, r->uploaded, NULL));
+  return r->be->ops->event_record(r->be, r->uploaded, NULL);
+}
 
+ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
+                            float dloss) {
+  DDP_CHECK(resnet_upload(m, batch));
+  return resnet_forward_device(m, batch->B, training, dloss);
+}
+
+ddp_status_t resnet_forward_device(ddp_model_t *m, int N, int training, float dloss) {
+  resnet_t *r = m->impl;
+  const ddp_conv_ops_t *cv = r->be->ops->conv;
+  const resnet_config_t *c = &r->cfg;
   resnet_unit_t *stem = &r->units[0];
   DDP_CHECK(unit_forward(m, r, stem, r->x_in, stem->a, N, training, NULL));
   const void *cur = stem->a;

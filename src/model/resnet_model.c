@@ -11,6 +11,7 @@
 #include "ddptrain/log.h"
 #include "ddptrain/nn.h"
 #include "model/builtin.h"
+#include "model/graph_replay.h"
 #include "model/resnet.h"
 
 static const char *const k_depths[] = {"10", "14", "18", "34", "50", "101", "152", NULL};
@@ -306,11 +307,31 @@ static ddp_status_t batch_released(ddp_model_t *m) {
   return m->be->ops->event_synchronize(m->be, r->uploaded);
 }
 
+/* What a training pass on the device depends on, besides device memory:
+ * the replay key (model/graph_replay.h); no padding, compared as bytes. */
+typedef struct pass {
+  int32_t N;
+  float dloss;
+  int32_t accumulate, notify;
+} pass_t;
+
+static ddp_status_t pass_on_device(ddp_model_t *m, void *ctx) {
+  const pass_t *p = ctx;
+  DDP_CHECK(resnet_forward_device(m, p->N, 1, p->dloss));
+  return resnet_backward(m, p->N, p->accumulate, p->notify);
+}
+
 static ddp_status_t resnet_forward_backward(ddp_model_t *m, const void *batch, float dloss,
                                             int accumulate, int notify) {
   const ddp_record_batch_t *b = batch;
-  DDP_CHECK(resnet_forward(m, b, 1, dloss));
-  DDP_CHECK(resnet_backward(m, b->B, accumulate, notify));
+  const resnet_t *r = m->impl;
+  DDP_CHECK(resnet_upload(m, b));
+  const pass_t p = {.N = b->B, .dloss = dloss, .accumulate = accumulate != 0, .notify = notify != 0};
+  /* Recorded and replayed where the runtime allows it, except when the
+   * pass talks to the host: a synchronised BN sums its statistics over the
+   * ranks inside it, and a watcher reads every activation. */
+  ddp_graph_replay_t *rp = (r->cfg.sync_bn && m->allreduce_fn) || m->watch_fn ? NULL : m->replay;
+  DDP_CHECK(ddp_graph_replay_run(rp, m, &p, sizeof p, pass_on_device, (void *)&p));
   return batch_released(m);
 }
 

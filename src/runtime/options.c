@@ -113,6 +113,10 @@ static ddp_status_t validate_on_off(const char *value) {
   return one_of3(value, "on", "off", "off");
 }
 
+static ddp_status_t validate_auto_on_off(const char *value) {
+  return one_of3(value, "auto", "on", "off");
+}
+
 static ddp_status_t validate_model(const char *value) {
   return ddp_model_find(value) ? DDP_OK : DDP_ERR_INVALID_ARG;
 }
@@ -286,6 +290,13 @@ static const opt_row_t k_rows[] = {
      "with NVTX ranges, so an Nsight Systems trace (nsys profile) shows communication "
      "overlapping backward; needs a CUDA build",
      validate_on_off, LOCAL},
+    {"cuda-graphs", 0, OPT_STRING, OFF(cuda_graphs), "auto", 0, 0, "auto|on|off", "Run control",
+     "GPUs: record each kind of training pass once as CUDA graphs and replay it, so the host "
+     "launches a few graphs a step instead of hundreds of kernels and cuDNN calls (the same "
+     "kernels: the same bits); used by the ResNet; auto = on unless --nvtx, --trace or "
+     "--detect-anomaly need the kernels launched one by one; on = as auto, but an error where "
+     "it cannot be used",
+     validate_auto_on_off, LOCAL},
     {"threads", 0, OPT_INT, OFF(threads), "0", 0, 4096, "N", "Run control",
      "CPU math threads per rank; 0 = physical cores on the node / ranks on the node", NULL, LOCAL},
     {"seed", 0, OPT_INT, OFF(seed), "1337", 0, 9007199254740991.0, "N", "Run control",
@@ -942,6 +953,22 @@ ddp_status_t ddp_options_validate(const ddp_options_t *o) {
     if (o->scale_from[0] &&
         ddp_scale_from_metrics(o->scale_from, o, &ms, &n, why, sizeof why) != DDP_OK) {
       USAGE_ERROR("option --scale-from: %s", why);
+      return DDP_ERR_INVALID_ARG;
+    }
+  }
+  /* --cuda-graphs on where it cannot be used: a command-line error here;
+   * what only the backend knows (auto resolving to the CPU) is the
+   * trainer's (train/train_graphs.c) */
+  if (ddp_ascii_ieq(o->cuda_graphs, "on")) {
+    const char *clash = ddp_ascii_ieq(o->device, "cpu")  ? "--device cpu"
+                        : ddp_ascii_ieq(o->nvtx, "on")   ? "--nvtx on"
+                        : o->trace[0]                    ? "--trace"
+                        : o->detect_anomaly              ? "--detect-anomaly"
+                                                         : NULL;
+    if (clash) {
+      USAGE_ERROR("option --cuda-graphs on cannot go with %s, which needs the kernels launched "
+                  "one by one (or has none); use --cuda-graphs auto or off",
+                  clash);
       return DDP_ERR_INVALID_ARG;
     }
   }

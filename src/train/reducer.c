@@ -287,6 +287,14 @@ static void note_completions(ddp_reducer_t *r) {
   }
 }
 
+int ddp_reducer_completes_bucket(const ddp_reducer_t *r, size_t offset) {
+  const int t = r ? find_tensor(r, offset) : -1;
+  if (t < 0) return 1; /* not a gradient tensor: mark_ready will say so */
+  if (t == r->n_tensors - 1) return 1;
+  const int last = r->last_bucket ? r->last_bucket[t] : r->bucket_of[t];
+  return r->bucket_of[t + 1] > last;
+}
+
 ddp_status_t ddp_reducer_mark_ready(ddp_reducer_t *r, size_t offset, size_t count) {
   if (!r) DDP_FAIL(DDP_ERR_INVALID_ARG, "reducer_mark_ready: NULL reducer");
   r->norm_ready = 0; /* a new step: the partials no longer describe the gradients */

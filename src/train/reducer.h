@@ -84,6 +84,12 @@ int ddp_reducer_num_buckets(const ddp_reducer_t *r);
 /* Bucket i's slice [offset, offset + count) of the buffer. */
 void ddp_reducer_bucket(const ddp_reducer_t *r, int i, size_t *offset, size_t *count);
 
+/* Whether the tensor at `offset` is the last of a bucket, so that marking
+ * it ready (in table order) may start that bucket's collective; 1 for an
+ * offset that is not a tensor's. A recorded backward is cut there
+ * (model/graph_replay.h), and nowhere else. */
+int ddp_reducer_completes_bucket(const ddp_reducer_t *r, size_t offset);
+
 /* The gradient of elements [offset, offset + count) is final for this step:
  * exactly one tensor's range. Starts every bucket that became complete.
  * Errors (a range that is not a tensor, a tensor marked twice) stop the step. */

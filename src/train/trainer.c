@@ -34,6 +34,7 @@
 #include "trace/nvtx.h"
 #include "train/train_conv_algos.h"
 #include "trace/timeline.h"
+#include "train/train_graphs.h"
 #include "train/train_trace.h"
 #include "train/anomaly.h"
 #include "train/bucket_tune.h"
@@ -105,6 +106,7 @@ typedef struct trainer {
   double start_unix, start_mono;
   ddp_sample_every_t sample_every; /* --sample-every */
   ddp_train_conv_algos_t conv_algos; /* --conv-algos */
+  ddp_graph_replay_t *replay;        /* --cuda-graphs; NULL when not used */
   /* The run's first step, apart: it makes the activations and searches the
    * convolution algorithms, so it would skew the summary's launch-gap
    * verdict (a ResNet-50 on a GPU: 4.8 s of a 40-step run's 5.8 s). */
@@ -145,6 +147,15 @@ static void on_grad_ready(void *ctx, size_t offset, size_t count) {
         ddp_amp_fault_inject(&tr->amp, tr->be, tr->dist->rank, tr->step, tr->model->grads);
   if (tr->hook_status != DDP_OK) return;
   tr->hook_status = ddp_reducer_mark_ready(tr->reducer, offset, count);
+}
+
+/* A recorded backward is cut where a gradient bucket may start its
+ * collective (model/graph_replay.h): the reducer in use then (bucket
+ * tuning may replace it; a stale cut costs overlap, never correctness). */
+static int cut_at_bucket(void *ctx, size_t offset, size_t count) {
+  (void)count;
+  const trainer_t *tr = ctx;
+  return ddp_reducer_completes_bucket(tr->reducer, offset);
 }
 
 /* ---- set-up ----------------------------------------------------------------- */
@@ -436,6 +447,9 @@ static ddp_status_t setup(trainer_t *tr) {
   ddp_ckpt_scaler_t scaler = loss_scaler_state(tr);
   DDP_CHECK(setup_checkpoints(tr, &scaler));
   DDP_CHECK(ddp_anomaly_init(&tr->anomaly, o, tr->be, tr->model));
+  /* after the watchers: one reads every activation, which rules graphs out */
+  DDP_CHECK(ddp_train_graphs_setup(o, tr->be, tr->model, ddp_nvtx_enabled(), &tr->replay));
+  if (tr->replay) ddp_graph_replay_set_cuts(tr->replay, cut_at_bucket, tr);
   DDP_CHECK(setup_eval(tr, mops));
   DDP_CHECK(ddp_sample_every_init(&tr->sample_every, o, tr->dist->rank, tr->model, tr->be,
                                   tr->data.train.corpus.eot));
@@ -897,6 +911,7 @@ static void print_summary(const trainer_t *tr, const totals_t *t, const eval_res
         "summary: the step loop made %lld backend allocations (%lld raw device "
         "allocations) after the first step",
         (long long)t->loop_allocs, (long long)t->loop_raw_allocs);
+  ddp_train_graphs_report(tr->replay);
   if (fe->n) {
     char per_task[160] = "";
     if (tokens) { /* " (copy 61.0%, reverse 12.5%, ...)" for the tasks that occurred */
@@ -1116,6 +1131,8 @@ ddp_status_t ddp_train(const ddp_options_t *opts, const ddp_dist_t *dist, ddp_ba
   ddp_optim_plan_destroy(tr.optim_plan);
   ddp_zero_destroy(&tr.zero);
   ddp_train_buffers_destroy(&tr.buffers);
+  if (tr.model) tr.model->replay = NULL;
+  ddp_graph_replay_destroy(tr.replay);
   ddp_model_destroy(tr.model);
   ddp_sampler_destroy(tr.sampler);
   ddp_sampler_destroy(tr.val_sampler);

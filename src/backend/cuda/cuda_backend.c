@@ -356,6 +356,10 @@ const ddp_backend_ops_t ddp_backend_cuda_ops = {
     .timing_event_create = cuda_timing_event_create,
     .event_elapsed_ms = cuda_event_elapsed_ms,
     .gemm = ddp_cuda_gemm,
+    .graph_begin = ddp_cuda_graph_begin,
+    .graph_end = ddp_cuda_graph_end,
+    .graph_launch = ddp_cuda_graph_launch,
+    .graph_destroy = ddp_cuda_graph_destroy,
     .mem_info = cuda_mem_info,
     .nn = &ddp_nn_cuda_ops,
 #if DDP_HAVE_CUDNN

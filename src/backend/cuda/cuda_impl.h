@@ -53,4 +53,10 @@ void ddp_cuda_scratch_release(ddp_backend_t *be);
  * `op` and both sizes when reserve() provided less. */
 ddp_status_t ddp_cuda_scratch_get(ddp_backend_t *be, size_t bytes, const char *op, void **out);
 
+/* The backend's graph ops (cuda_graph.c, ddptrain/backend.h). */
+ddp_status_t ddp_cuda_graph_begin(ddp_backend_t *be);
+ddp_status_t ddp_cuda_graph_end(ddp_backend_t *be, ddp_graph_t *out);
+ddp_status_t ddp_cuda_graph_launch(ddp_backend_t *be, ddp_graph_t graph);
+void ddp_cuda_graph_destroy(ddp_backend_t *be, ddp_graph_t graph);
+
 #endif
