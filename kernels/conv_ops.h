@@ -78,9 +78,18 @@ static inline int ddp_cuda_bn_slices(int64_t M) {
   int64_t p = (M + 255) / 256;
   return (int)(p < 1 ? 1 : p > 512 ? 512 : p);
 }
-/* fp32 scratch floats a reduction of M positions by C channels needs. */
+/* The slices' partials are added in groups of this many, each group by
+ * the last of its blocks to finish, then the groups' sums by the last
+ * group: two short fixed-order passes spread over many blocks, not one
+ * block adding all slices while the rest of the GPU waits. */
+#define DDP_CUDA_BN_GROUP 16
+static inline int ddp_cuda_bn_groups(int64_t M) {
+  return (ddp_cuda_bn_slices(M) + DDP_CUDA_BN_GROUP - 1) / DDP_CUDA_BN_GROUP;
+}
+/* fp32 scratch floats a reduction of M positions by C channels needs: two
+ * sums' partials per slice, and per group. */
 static inline size_t ddp_cuda_bn_scratch_floats(int64_t M, int C) {
-  return (size_t)2 * (size_t)ddp_cuda_bn_slices(M) * (size_t)C;
+  return (size_t)2 * (size_t)(ddp_cuda_bn_slices(M) + ddp_cuda_bn_groups(M)) * (size_t)C;
 }
 
 /* The ReLU that followed a batch norm's forward, recomputed in its
@@ -94,10 +103,11 @@ typedef struct ddp_cuda_bn_relu {
   const float *istd, *gamma, *beta;
 } ddp_cuda_bn_relu_t;
 
-/* The arrival counters a reduction over C channels needs (zeroed once;
- * each reduction leaves them zero): one per column of its grid. */
-static inline size_t ddp_cuda_bn_counters_needed(int C) {
-  return (size_t)((C + 31) / 32);
+/* The arrival counters a reduction of M positions over C channels needs
+ * (zeroed once; each reduction leaves them zero): per column of its grid,
+ * one per group of slices and one for the groups. */
+static inline size_t ddp_cuda_bn_counters_needed(int64_t M, int C) {
+  return (size_t)((C + 31) / 32) * (size_t)(ddp_cuda_bn_groups(M) + 1);
 }
 
 /* The parameter gradients a backward reduction may finish with, from its
@@ -115,10 +125,11 @@ typedef struct ddp_cuda_bn_grads {
  *   dy given (mean required): sums[c] = sum dy, sums[C + c] = sum dy (x -
  *   mean[c]), then the parameter gradients where grads is given.
  * scratch: ddp_cuda_bn_scratch_floats(M, C) floats, overwritten; counters:
- * ddp_cuda_bn_counters_needed(C), zero (and left zero). Each slice sums its
- * rows eight lanes at a time and adds the lanes in a fixed tree; the last
- * block of each column of channels to finish then adds the slices with one
- * warp per sum, in a fixed order, in the same launch. */
+ * ddp_cuda_bn_counters_needed(M, C), zero (and left zero). Each slice sums
+ * its rows eight lanes at a time and adds the lanes in a fixed tree; the
+ * last block of each group of DDP_CUDA_BN_GROUP slices to finish adds the
+ * group's partials in slice order, and the last group of the column adds
+ * the groups' sums in group order, in the same launch. */
 ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, unsigned *counters,
                                 const void *x, const void *dy, const float *mean,
                                 const ddp_cuda_bn_grads_t *grads, int64_t M, int C,

@@ -17,6 +17,7 @@
 #include "check_util.h"
 #include "ddptrain/data.h"
 #include "model/gpt_input.h"
+#include "model/slot_stager.h"
 
 static ddp_backend_t *be;
 
@@ -146,6 +147,51 @@ START_TEST(test_stager_rejects_bad_sizes_and_keeps_its_slot) {
 }
 END_TEST
 
+/* The stager under the token one (model/slot_stager.h), as the ResNet uses
+ * it: arrays of other sizes and types, an array left out of a put, and a
+ * refused size that names the caller's batch and takes no slot. */
+START_TEST(test_slot_stager_arrays_and_refusals) {
+  ddp_slot_stager_t st;
+  const size_t caps[2] = {6 * sizeof(float), 2 * sizeof(int32_t)};
+  ck_assert_int_eq(ddp_slot_stager_init(&st, be, 2, caps), DDP_OK);
+  const float px[6] = {1, 2, 3, 4, 5, 6};
+  const int32_t lab[2] = {7, 8};
+  const void *src[2] = {px, lab};
+  size_t bytes[2] = {sizeof px, sizeof lab};
+  void *dev[2] = {NULL, NULL};
+  ck_assert_int_eq(ddp_slot_stager_put(&st, "the batch", src, bytes, dev), DDP_OK);
+  ck_assert_int_eq(st.slot, 0);
+  ck_assert_mem_eq(dev[0], px, sizeof px);
+  ck_assert_mem_eq(dev[1], lab, sizeof lab);
+  ck_assert_int_eq(ddp_slot_stager_release(&st), DDP_OK);
+  ck_assert_int_eq(ddp_slot_stager_wait_copied(&st), DDP_OK);
+  /* too many pixels: refused with both sizes, no slot taken */
+  bytes[0] = 7 * sizeof(float);
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_slot_stager_put(&st, "the batch", src, bytes, dev), DDP_ERR_INVALID_ARG);
+  char *log = ddp_test_log_stop();
+  ddp_assert_contains(log, "the batch: 28 bytes for a slot of 24");
+  free(log);
+  ck_assert_int_eq(st.slot, 0);
+  /* the labels left out: slot 1, its pixels copied, its labels untouched */
+  bytes[0] = sizeof px;
+  src[1] = NULL;
+  ck_assert_int_eq(ddp_slot_stager_put(&st, "the batch", src, bytes, dev), DDP_OK);
+  ck_assert_int_eq(st.slot, 1);
+  ck_assert_mem_eq(dev[0], px, sizeof px);
+  ck_assert_ptr_eq(dev[1], st.dev[1][1]);
+  ddp_slot_stager_destroy(&st);
+  /* an array count the stager does not hold */
+  ddp_test_log_start();
+  ck_assert_int_eq(ddp_slot_stager_init(&st, be, DDP_SLOT_STAGER_ARRAYS + 1, caps),
+                   DDP_ERR_INVALID_ARG);
+  log = ddp_test_log_stop();
+  ddp_assert_contains(log, "slot stager: 5 arrays (1 .. 4)");
+  free(log);
+  ddp_slot_stager_destroy(&st); /* harmless after a failed init */
+}
+END_TEST
+
 START_TEST(test_stager_row_lengths_follow_their_slot) {
   enum { CAP = 32 };
   ddp_token_stager_t s;
@@ -227,7 +273,7 @@ static int64_t rec_waited[REC_MAX + 1][REC_MAX]; /* [stream][event]: record wait
 static int64_t rec_last_copy[2];                 /* op index of the last copy into slot k */
 static int rec_copy_violations, rec_compute_copies, rec_stream_syncs, rec_event_syncs;
 static int rec_last_synced = -1;
-static const ddp_token_stager_t *rec_stager;
+static const ddp_slot_stager_t *rec_stager;
 
 static int rec_si(ddp_stream_t s) {
   return s ? (int)((char *)s - rec_stream_tok) + 1 : 0;
@@ -279,7 +325,7 @@ static ddp_status_t rec_copy(ddp_backend_t *b, void *dst, const void *src, size_
   ++rec_clock;
   const int si = rec_si(s);
   for (int k = 0; rec_stager && k < 2; ++k) {
-    if (dst != rec_stager->inputs[k] && dst != rec_stager->targets[k]) continue;
+    if (dst != rec_stager->dev[k][0] && dst != rec_stager->dev[k][1]) continue;
     rec_last_copy[k] = rec_clock;
     if (si == 0) rec_compute_copies++;
     const int freed = rec_ei(rec_stager->freed[k]);
@@ -310,23 +356,23 @@ START_TEST(test_stager_orders_copies_by_events_without_host_waits) {
   rec_install();
   ddp_token_stager_t s;
   ck_assert_int_eq(ddp_token_stager_init(&s, be, CAP), DDP_OK);
-  rec_stager = &s;
-  ck_assert_ptr_nonnull(s.copy); /* a stream of its own, not the compute stream */
+  rec_stager = &s.st;
+  ck_assert_ptr_nonnull(s.st.copy); /* a stream of its own, not the compute stream */
   int32_t in[CAP], tg[CAP];
   for (int p = 0; p < STEPS; ++p) {
     fill_step(in, tg, p, CAP);
     int32_t *d_in = NULL, *d_tg = NULL;
     const int syncs0 = rec_event_syncs;
     ck_assert_int_eq(ddp_token_stager_put(&s, in, tg, CAP, &d_in, &d_tg), DDP_OK);
-    const int k = d_in == s.inputs[0] ? 0 : 1;
+    const int k = (void *)d_in == s.st.dev[0][0] ? 0 : 1;
     expect_eq(k, p % 2);
-    expect(d_tg == s.targets[k]);
+    expect((void *)d_tg == s.st.dev[k][1]);
     /* put itself never blocks the host */
     expect_eq(rec_event_syncs, syncs0);
     /* the copy's event is recorded on the copy stream after both copies,
      * and the compute stream waits for exactly that record */
-    const int ready = rec_ei(s.ready[k]);
-    expect_eq(rec_ev_stream[ready], rec_si(s.copy));
+    const int ready = rec_ei(s.st.ready[k]);
+    expect_eq(rec_ev_stream[ready], rec_si(s.st.copy));
     expect(rec_ev_at[ready] > rec_last_copy[k]);
     expect_eq(rec_waited[0][ready], rec_ev_at[ready]);
     /* the model's forward/backward would read slot k here, on the compute
@@ -355,6 +401,7 @@ static Suite *stager_suite(void) {
   tcase_add_test(tc, test_stager_inputs_only);
   tcase_add_test(tc, test_stager_rejects_bad_sizes_and_keeps_its_slot);
   tcase_add_test(tc, test_stager_row_lengths_follow_their_slot);
+  tcase_add_test(tc, test_slot_stager_arrays_and_refusals);
   tcase_add_test(tc, test_stager_and_host_batch_free_everything);
   tcase_add_test(tc, test_stager_orders_copies_by_events_without_host_waits);
   suite_add_tcase(s, tc);

@@ -1,34 +1,23 @@
-/* Token staging for the model's forward (internal): micro-batch tokens go
- * host -> device on a copy stream of their own, into one of two device
- * slots, and the compute stream waits for them with an event instead of the
- * host waiting for the compute stream.
- *
- * Why: a copy on the compute stream from pageable memory makes the host
- * wait until the stream has drained, so the GPU idles while the host
- * enqueues the next micro-step. Here slot k is refilled only after the
- * compute stream has finished with it (an event recorded when the model is
- * done with its tokens, two micro-steps back), so the copy of micro-step
- * i+1 runs while micro-step i computes. The host waits only for the copy
- * itself to have read the host buffer (ddp_token_stager_wait_copied), which
- * with pinned loader buffers finishes long before the host has enqueued the
- * forward that follows it. */
+/* Token staging for the model's forward (internal): micro-batch tokens,
+ * targets and per-row lengths go to the device through a slot stager
+ * (model/slot_stager.h: two device slots filled on a copy stream, the
+ * compute stream waiting on an event, the host only for the copy to have
+ * read its buffers). The row lengths go through pinned host copies of
+ * their own, so that callers may pass a pageable array. */
 #ifndef DDPTRAIN_GPT_INPUT_H
 #define DDPTRAIN_GPT_INPUT_H
 
 #include <stdint.h>
 
 #include "ddptrain/backend.h"
+#include "model/slot_stager.h"
 
 typedef struct ddp_token_stager {
-  ddp_backend_t *be;
-  ddp_stream_t copy;
-  ddp_event_t ready[2], freed[2];
-  int32_t *inputs[2], *targets[2];
-  /* per-row sequence lengths: pinned host copies (filled by put) and
-   * device slots, `capacity` rows each (a row holds at least one token) */
-  int32_t *lens_host[2], *lens[2];
+  ddp_slot_stager_t st; /* arrays: 0 inputs, 1 targets, 2 row lengths (int32) */
+  /* per-row sequence lengths: pinned host copies (filled by put), one per
+   * slot, `capacity` rows each (a row holds at least one token) */
+  int32_t *lens_host[2];
   int64_t capacity;
-  int slot; /* the slot of the last put */
 } ddp_token_stager_t;
 
 /* Device slots for up to `capacity` tokens (inputs and targets each). */

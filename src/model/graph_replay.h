@@ -3,7 +3,7 @@
  *
  * A model's forward-backward issues the same kernels, with the same
  * arguments and pointers, whenever the host-side values it depends on are
- * the same: the batch's buffers and size, dloss, accumulate, notify. The
+ * the same: the batch's size and device slot, dloss, accumulate, notify. The
  * model passes those bytes as a key, and its device work as a body. The
  * first pass of a key runs eagerly (it settles whatever a first pass sets
  * up: cuDNN's algorithm search, lazily built plans); the second is

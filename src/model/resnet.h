@@ -21,6 +21,7 @@
 
 #include "ddptrain/conv.h"
 #include "ddptrain/model.h"
+#include "model/slot_stager.h"
 
 #define RESNET_STAGES 4
 
@@ -89,7 +90,10 @@ typedef struct resnet {
   ddp_dtype_t dt;
   int64_t max_batch;
   void *arena; /* every activation, one allocation: made by the first forward */
-  void *x0;    /* the uploaded input (N,H,W,C), fp32 as the loader gives it */
+  /* the batch's pixels (N,H,W,C, fp32 as the loader gives them) and
+   * labels, in one of two device slots filled on a copy stream */
+  ddp_slot_stager_t in;
+  void *x0;    /* the pixels' slot of the last upload */
   void *x_in;  /* what the stem reads: x0 itself in fp32, its dt copy otherwise */
   void *pool;  /* the stem's max-pool output */
   void *pool_ws;
@@ -100,8 +104,7 @@ typedef struct resnet {
   int nn_reserved; /* holds on the nn table's workspace (create, set_precision) */
   float *stats_mem;
   float *losses, *loss_sum, *ones; /* ones: n_units floats (counters, scaling) */
-  int32_t *labels;
-  ddp_event_t uploaded; /* after the batch's copies: the host's batch is free once it passes */
+  int32_t *labels;      /* the labels' slot of the last upload */
   int world;            /* ranks of the job (setup->world), for --sync-bn's positions */
   int last_n;           /* rows of the last forward's logits */
 } resnet_t;
@@ -134,10 +137,11 @@ ddp_status_t resnet_materialise(resnet_t *r);
  * r->logits. */
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
                             float dloss);
-/* Its two halves: the batch to the device (r->x_in, r->labels; r->uploaded
- * recorded after the copies, when the host buffers are free again), and the
- * forward of those N images, which reads nothing on the host and so can be
- * recorded as a graph (model/graph_replay.h). */
+/* Its two halves: the batch to the device (into the stager's next slot on
+ * its copy stream: r->x0, r->labels, and r->x_in, the stem's input), and
+ * the forward of those N images, which reads nothing on the host and so
+ * can be recorded as a graph (model/graph_replay.h). After a pass the
+ * model releases the slot and waits for the copies (resnet_model.c). */
 ddp_status_t resnet_upload(ddp_model_t *m, const ddp_record_batch_t *batch);
 ddp_status_t resnet_forward_device(ddp_model_t *m, int N, int training, float dloss);
 

@@ -139,15 +139,20 @@ ddp_status_t resnet_upload(ddp_model_t *m, const ddp_record_batch_t *batch) {
     DDP_FAIL(DDP_ERR_INVALID_ARG, "resnet: records of %lld floats, the model takes %dx%dx%d images",
              (long long)batch->floats, c->H, c->W, c->C);
   DDP_CHECK(resnet_materialise(r));
-  /* fp32 pixels from the loader; a half run converts them on the device */
+  /* fp32 pixels from the loader, on the stager's copy stream while the
+   * previous pass computes; a half run converts them on the device */
   const size_t pixels = (size_t)N * (size_t)batch->floats;
-  DDP_CHECK(ddp_backend_copy(r->be, r->x0, batch->inputs, pixels * sizeof(float),
-                             DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
-  if (r->dt != DDP_DTYPE_F32)
-    DDP_CHECK(r->be->ops->convert(r->be, r->x_in, r->dt, r->x0, DDP_DTYPE_F32, pixels, NULL));
-  DDP_CHECK(ddp_backend_copy(r->be, r->labels, batch->labels, (size_t)N * sizeof(int32_t),
-                             DDP_COPY_KIND_HOST_TO_DEVICE, NULL));
-  return r->be->ops->event_record(r->be, r->uploaded, NULL);
+  const void *const src[2] = {batch->inputs, batch->labels};
+  const size_t bytes[2] = {pixels * sizeof(float), (size_t)N * sizeof(int32_t)};
+  void *dev[2];
+  DDP_CHECK(ddp_slot_stager_put(&r->in, "resnet: the batch", src, bytes, dev));
+  r->x0 = dev[0];
+  r->labels = dev[1];
+  if (r->dt == DDP_DTYPE_F32) {
+    r->x_in = r->x0;
+    return DDP_OK;
+  }
+  return r->be->ops->convert(r->be, r->x_in, r->dt, r->x0, DDP_DTYPE_F32, pixels, NULL);
 }
 
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,

@@ -77,11 +77,11 @@ static void resnet_destroy(ddp_model_t *m) {
   resnet_t *r = m->impl;
   if (!r) return;
   ddp_backend_t *be = m->be;
-  void *mem[] = {m->params, m->grads,    m->buffers, r->arena,  r->pool_ws,       r->stats_mem,
-                 r->losses, r->loss_sum, r->ones,    r->labels, m->compute_params};
+  ddp_slot_stager_destroy(&r->in); /* first: it waits for its copies */
+  void *mem[] = {m->params, m->grads,    m->buffers, r->arena, r->pool_ws, r->stats_mem,
+                 r->losses, r->loss_sum, r->ones,    m->compute_params};
   for (size_t i = 0; i < sizeof mem / sizeof mem[0]; ++i)
     if (mem[i]) ddp_backend_free(be, mem[i]);
-  if (r->uploaded) be->ops->event_destroy(be, r->uploaded);
   for (; r->nn_reserved > 0; --r->nn_reserved) be->ops->nn->release(be);
   resnet_layout_free(r);
   free(r);
@@ -102,7 +102,6 @@ static size_t place(resnet_t *r, char *base) {
     if (base) (ptr) = base + off;                                         \
     off += ((size_t)(elems) * (size) + 255) & ~(size_t)255; /* aligned */ \
   } while (0)
-  TAKE(r->x0, N * (size_t)r->cfg.H * r->cfg.W * r->cfg.C, sizeof(float));
   for (int i = 0; i < r->n_units; ++i) {
     resnet_unit_t *u = &r->units[i];
     TAKE(u->c, N * (size_t)u->out_elems, es);
@@ -114,7 +113,7 @@ static size_t place(resnet_t *r, char *base) {
   for (int i = 0; i < 4; ++i) TAKE(r->grad[i], N * (size_t)r->max_act_elems, es);
   TAKE(r->pooled, N * (size_t)r->features, es);
   TAKE(r->logits, N * (size_t)r->cfg.classes, sizeof(float));
-  if (base) r->x_in = r->x0, r->logits_dt = r->logits;
+  if (base) r->logits_dt = r->logits; /* x_in: the pixels' slot in fp32 (resnet_upload) */
   if (r->dt != DDP_DTYPE_F32) { /* the half copies of the fp32 ends */
     TAKE(r->x_in, N * (size_t)r->cfg.H * r->cfg.W * r->cfg.C, es);
     TAKE(r->logits_dt, N * (size_t)r->cfg.classes, es);
@@ -230,8 +229,8 @@ static ddp_status_t resnet_create(ddp_model_t *m, const ddp_model_setup_t *s) {
   DDP_CHECK(alloc(be, N * sizeof(float), (void **)&r->losses));
   DDP_CHECK(alloc(be, sizeof(float), (void **)&r->loss_sum));
   DDP_CHECK(alloc(be, (size_t)r->n_units * sizeof(float), (void **)&r->ones));
-  DDP_CHECK(alloc(be, N * sizeof(int32_t), (void **)&r->labels));
-  DDP_CHECK(be->ops->event_create(be, &r->uploaded));
+  const size_t in_caps[2] = {N * (size_t)c.H * c.W * c.C * sizeof(float), N * sizeof(int32_t)};
+  DDP_CHECK(ddp_slot_stager_init(&r->in, be, 2, in_caps));
   /* the classifier's linear (its bias gradient's column sums, on a GPU)
    * and the loss take the nn table's scratch, sized here for fp32 and
    * again by set_precision for a half type */
@@ -304,7 +303,8 @@ static ddp_status_t resnet_set_precision(ddp_model_t *m, ddp_dtype_t dtype) {
  * are long done by the time the whole pass is queued). */
 static ddp_status_t batch_released(ddp_model_t *m) {
   resnet_t *r = m->impl;
-  return m->be->ops->event_synchronize(m->be, r->uploaded);
+  DDP_CHECK(ddp_slot_stager_release(&r->in)); /* after the pass's last read of the slot */
+  return ddp_slot_stager_wait_copied(&r->in);
 }
 
 /* What a training pass on the device depends on, besides device memory:
@@ -313,6 +313,7 @@ typedef struct pass {
   int32_t N;
   float dloss;
   int32_t accumulate, notify;
+  int32_t slot; /* the input slot: the loss reads its labels (and the stem its pixels in fp32) */
 } pass_t;
 
 static ddp_status_t pass_on_device(ddp_model_t *m, void *ctx) {
@@ -326,7 +327,11 @@ static ddp_status_t resnet_forward_backward(ddp_model_t *m, const void *batch, f
   const ddp_record_batch_t *b = batch;
   const resnet_t *r = m->impl;
   DDP_CHECK(resnet_upload(m, b));
-  const pass_t p = {.N = b->B, .dloss = dloss, .accumulate = accumulate != 0, .notify = notify != 0};
+  const pass_t p = {.N = b->B,
+                    .dloss = dloss,
+                    .accumulate = accumulate != 0,
+                    .notify = notify != 0,
+                    .slot = r->in.slot};
   /* Recorded and replayed where the runtime allows it, except when the
    * pass talks to the host: a synchronised BN sums its statistics over the
    * ranks inside it, and a watcher reads every activation. */

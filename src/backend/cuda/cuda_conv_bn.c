@@ -60,9 +60,9 @@ typedef struct own_ws {
 
 static ddp_status_t own_workspace(ddp_backend_t *be, const ddp_bn_shape_t *sh, own_ws_t *w) {
   void *ws = NULL;
-  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(sh->C), &w->counters));
-  DDP_CHECK(ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws));
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(M, sh->C), &w->counters));
+  DDP_CHECK(ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws));
   w->partials = ws;
   w->sums = w->partials + ddp_cuda_bn_scratch_floats(M, sh->C);
   w->var = w->sums + 2 * (size_t)sh->C;
@@ -249,6 +249,7 @@ ddp_status_t ddp_cuda_bn_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_bn
   DDP_CHECK(ddp_bn_check_shape("batch_norm_prepare", sh, 0));
   void *ws = NULL;
   unsigned *counters = NULL;
-  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(sh->C), &counters));
+  const int64_t M = (int64_t)sh->N * sh->H * sh->W;
+  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(M, sh->C), &counters));
   return ddp_cuda_conv_workspace(be, own_floats(sh) * sizeof(float), &ws);
 }

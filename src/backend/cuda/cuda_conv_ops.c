@@ -136,7 +136,7 @@ static ddp_status_t part_scratch(ddp_backend_t *be, const ddp_bn_shape_t *sh, fl
                                  unsigned **counters) {
   const int64_t M = (int64_t)sh->N * sh->H * sh->W;
   void *ws = NULL;
-  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(sh->C), counters));
+  DDP_CHECK(ddp_cuda_conv_bn_counters(be, ddp_cuda_bn_counters_needed(M, sh->C), counters));
   DDP_CHECK(ddp_cuda_conv_workspace(be, ddp_cuda_bn_scratch_floats(M, sh->C) * sizeof(float), &ws));
   *scratch = ws;
   return DDP_OK;
