@@ -380,6 +380,37 @@ __device__ __forceinline__ void bn_stats_of(const BnTail &t, const void *x, int 
   }
 }
 
+/* Whether this block is the last of n to arrive at *counter, after every
+ * thread's writes were made visible to the other blocks; the count wraps
+ * back to 0 for the next reduction. flag: a __shared__ word. */
+__device__ __forceinline__ bool last_to_arrive(unsigned *counter, unsigned n, unsigned &flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) flag = atomicInc(counter, n - 1u) == n - 1u;
+  __syncthreads();
+  const bool last = flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+/* For sum k < KS and each channel c of the column at cbase (W wide):
+ * out[(k*out_rows + out_row)*C + c] = the sum over q < n, in q's order, of
+ * in[(k*in_rows + first + q)*C + c]. A thread per sum and channel, so a
+ * warp reads 32 neighbouring floats of a row (from L2: other blocks wrote
+ * them). */
+template <int KS, int W>
+__device__ __forceinline__ void add_partials(float *out, int out_rows, int out_row, const float *in,
+                                             int in_rows, int first, int n, int C, int cbase) {
+  const int tid = threadIdx.y * kBnChans + threadIdx.x;
+  for (int j = tid; j < KS * W; j += kBnChans * kBnLanes) {
+    const int k = j / W, c = cbase + j % W;
+    if (c >= C) continue;
+    float acc = 0.0f;
+    for (int q = 0; q < n; ++q) acc += __ldcg(&in[(size_t)(k * in_rows + first + q) * C + c]);
+    out[(size_t)(k * out_rows + out_row) * C + c] = acc;
+  }
+}
+
 /* Block (32, 8), grid (ceil(C / (32 CPT)), slices); each thread sums CPT
  * neighbouring channels (CPT 2: C even and the buffers aligned to two
  * elements, so a warp reads 128 contiguous bytes of a bf16 row instead of
@@ -498,36 +529,13 @@ __global__ void bn_partial_kernel(float *scratch, const void *x, const void *dy,
   const int g_lo = g * G, g_n = P - g_lo < G ? P - g_lo : G;
   unsigned *col = tail.counters + (size_t)blockIdx.x * (size_t)(ng + 1);
   float *gsum = scratch + (size_t)kSums * P * C; /* [(k*ng + g)*C + c] */
-  const int cbase = blockIdx.x * W, tid = ty * kBnChans + tx;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicInc(&col[g], (unsigned)g_n - 1u) == (unsigned)g_n - 1u;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  /* the group's partials, in slice order; thread j takes sum j / W of
-   * channel cbase + j % W, so a warp reads 32 neighbouring floats of a row */
-  for (int j = tid; j < kSums * W; j += kBnChans * kBnLanes) {
-    const int k = j / W, c = cbase + j % W;
-    if (c >= C) continue;
-    float acc = 0.0f;
-    for (int q = 0; q < g_n; ++q) acc += __ldcg(&scratch[(size_t)(k * P + g_lo + q) * C + c]);
-    gsum[(size_t)(k * ng + g) * C + c] = acc;
-  }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) last = atomicInc(&col[ng], (unsigned)ng - 1u) == (unsigned)ng - 1u;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  const int cbase = blockIdx.x * W;
+  if (!last_to_arrive(&col[g], (unsigned)g_n, last)) return;
+  /* the group's partials, in slice order */
+  add_partials<kSums, W>(gsum, ng, g, scratch, P, g_lo, g_n, C, cbase);
+  if (!last_to_arrive(&col[ng], (unsigned)ng, last)) return;
   /* the last group of the column: the groups' sums, in group order */
-  for (int j = tid; j < kSums * W; j += kBnChans * kBnLanes) {
-    const int k = j / W, c = cbase + j % W;
-    if (c >= C) continue;
-    float acc = 0.0f;
-    for (int q = 0; q < ng; ++q) acc += __ldcg(&gsum[(size_t)(k * ng + q) * C + c]);
-    tail.sums[(size_t)k * C + c] = acc;
-  }
+  add_partials<kSums, W>(tail.sums, 1, 0, gsum, ng, 0, ng, C, cbase);
   if constexpr (FIN != kFinSums) {
     __syncthreads(); /* the sums, written by several warps */
     for (int j = ty * 32 + tx; j < W; j += 32 * kBnLanes) {

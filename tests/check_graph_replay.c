@@ -105,6 +105,12 @@ static ddp_model_t make_model(ddp_backend_t *be) {
                        .grad_ready_fn = logging_hook};
 }
 
+static ddp_graph_replay_t *new_replay(ddp_backend_t *be) {
+  ddp_graph_replay_t *rp = NULL;
+  ck_assert_int_eq(ddp_graph_replay_create(be, &rp), DDP_OK);
+  return rp;
+}
+
 /* The pass: three kernels, a gradient, two kernels, a gradient, one
  * kernel; the key's first byte shifts the kernels so keys differ in work. */
 static ddp_status_t body(ddp_model_t *m, void *ctx) {
@@ -133,8 +139,7 @@ static void expect_passes(int at, int passes, unsigned char k) {
 START_TEST(test_eager_then_recorded_then_replayed) {
   ddp_backend_t *be = fake_backend();
   ddp_model_t m = make_model(be);
-  ddp_graph_replay_t *rp = NULL;
-  ck_assert_int_eq(ddp_graph_replay_create(be, &rp), DDP_OK);
+  ddp_graph_replay_t *rp = new_replay(be);
   unsigned char key[16] = {1};
   for (int pass = 0; pass < 5; ++pass) {
     ck_assert_int_eq(ddp_graph_replay_run(rp, &m, key, sizeof key, body, key), DDP_OK);
@@ -168,8 +173,7 @@ static int cut_at_10(void *ctx, size_t offset, size_t count) {
 START_TEST(test_a_cut_filter_merges_segments) {
   ddp_backend_t *be = fake_backend();
   ddp_model_t m = make_model(be);
-  ddp_graph_replay_t *rp = NULL;
-  ck_assert_int_eq(ddp_graph_replay_create(be, &rp), DDP_OK);
+  ddp_graph_replay_t *rp = new_replay(be);
   cut_calls = 0;
   ddp_graph_replay_set_cuts(rp, cut_at_10, &cut_calls);
   unsigned char key[4] = {1};
@@ -195,8 +199,7 @@ END_TEST
 START_TEST(test_keys_are_kept_apart_and_the_cache_is_bounded) {
   ddp_backend_t *be = fake_backend();
   ddp_model_t m = make_model(be);
-  ddp_graph_replay_t *rp = NULL;
-  ck_assert_int_eq(ddp_graph_replay_create(be, &rp), DDP_OK);
+  ddp_graph_replay_t *rp = new_replay(be);
   unsigned char a[4] = {1}, b[4] = {2};
   for (int i = 0; i < 3; ++i) {
     int at = n_run;
@@ -237,8 +240,7 @@ END_TEST
  * and replay off with why. */
 static ddp_graph_replay_t *after_first_pass(ddp_backend_t *be, ddp_model_t *m,
                                             unsigned char *key) {
-  ddp_graph_replay_t *rp = NULL;
-  ck_assert_int_eq(ddp_graph_replay_create(be, &rp), DDP_OK);
+  ddp_graph_replay_t *rp = new_replay(be);
   ck_assert_int_eq(ddp_graph_replay_run(rp, m, key, 4, body, key), DDP_OK);
   expect_passes(0, 1, 1);
   return rp;
@@ -306,8 +308,7 @@ END_TEST
 START_TEST(test_errors_are_returned) {
   ddp_backend_t *be = fake_backend();
   ddp_model_t m = make_model(be);
-  ddp_graph_replay_t *rp = NULL;
-  ck_assert_int_eq(ddp_graph_replay_create(be, &rp), DDP_OK);
+  ddp_graph_replay_t *rp = new_replay(be);
   unsigned char key[80] = {1};
   /* a key longer than the cache keeps */
   ck_assert_int_eq(ddp_graph_replay_run(rp, &m, key, DDP_GRAPH_REPLAY_KEY_BYTES + 1, body, key),
