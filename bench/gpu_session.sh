@@ -247,7 +247,7 @@ if has hprofile && [ "$(left)" -gt 60 ]; then
     wait $run
     grep -E '\] step +[0-9]+/' "$W/logs/hprof-run.log" | tail -n 4 | tee -a "$S"
     say "  per thread and library (self time):"
-    perf_ report -i "$W/logs/hprof.perf" --no-children --sort tid,dso -g none 2> /dev/null |
+    perf_ report -i "$W/logs/hprof.perf" --no-children --sort pid,dso -g none 2> /dev/null |
       grep -v '^#' | grep '%' | head -16 | tee -a "$S"
     say "  per function (self time):"
     perf_ report -i "$W/logs/hprof.perf" --no-children --sort dso,symbol -g none 2> /dev/null |
