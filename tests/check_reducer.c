@@ -227,6 +227,32 @@ START_TEST(test_reducer_tensor_larger_than_the_cap_is_its_own_bucket) {
 }
 END_TEST
 
+/* Where a recorded backward is cut (model/graph_replay.h): at the last
+ * tensor of each bucket, in table order, and for an offset that is not a
+ * tensor's (mark_ready will refuse it); marking in table order launches a
+ * collective exactly at those tensors. */
+START_TEST(test_reducer_says_which_tensors_complete_a_bucket) {
+  ddp_reducer_t *r = make(600, 5200); /* buckets {0, 1}, {2, 3}, {4, 5} */
+  const int want[N_TENSORS] = {0, 1, 0, 1, 0, 1};
+  ddp_comm_reset_stats(comm);
+  for (int i = 0; i < N_TENSORS; ++i) {
+    ck_assert_int_eq(ddp_reducer_completes_bucket(r, k_tensors[i].offset), want[i]);
+    const int64_t before = allreduces();
+    ck_assert_int_eq(ddp_reducer_mark_ready(r, k_tensors[i].offset, k_tensors[i].count), DDP_OK);
+    ck_assert_int_eq(allreduces() - before, want[i]);
+  }
+  ck_assert_int_eq(ddp_reducer_finish(r, NULL), DDP_OK);
+  ck_assert_int_eq(ddp_reducer_completes_bucket(r, 7), 1);
+  ck_assert_int_eq(ddp_reducer_completes_bucket(NULL, 0), 1);
+  ddp_reducer_destroy(r);
+  /* one bucket per tensor: every tensor completes one */
+  r = make(1, 1);
+  for (int i = 0; i < N_TENSORS; ++i)
+    ck_assert_int_eq(ddp_reducer_completes_bucket(r, k_tensors[i].offset), 1);
+  ddp_reducer_destroy(r);
+}
+END_TEST
+
 START_TEST(test_reducer_launches_complete_buckets_in_order_only) {
   ddp_reducer_t *r = make(600, 5200);
   ddp_comm_reset_stats(comm);
@@ -649,6 +675,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_zero_layout_owns_every_element_once);
   tcase_add_test(tc, test_reducer_tensor_larger_than_the_cap_is_its_own_bucket);
   tcase_add_test(tc, test_reducer_launches_complete_buckets_in_order_only);
+  tcase_add_test(tc, test_reducer_says_which_tensors_complete_a_bucket);
   tcase_add_test(tc, test_reducer_finish_names_a_tensor_never_marked);
   tcase_add_test(tc, test_reducer_rejects_wrong_or_repeated_marks);
   tcase_add_test(tc, test_reducer_rejects_tensors_that_do_not_tile);
