@@ -25,7 +25,7 @@ typedef struct entry {
   unsigned char key[DDP_GRAPH_REPLAY_KEY_BYTES];
   size_t key_len;
   int used;
-  int eager_runs;
+  int seen; /* its first pass ran eagerly */
   segment_t *segs;
   int n_segs, cap_segs;
   hook_call_t *hooks;
@@ -209,8 +209,8 @@ ddp_status_t ddp_graph_replay_run(ddp_graph_replay_t *rp, ddp_model_t *m, const 
              DDP_GRAPH_REPLAY_KEY_BYTES);
   entry_t *e = find(rp, key, key_len);
   if (e && e->n_segs > 0) return replay(rp, m, e);
-  if (!e || e->eager_runs < 1) {
-    if (e) e->eager_runs++;
+  if (!e || !e->seen) {
+    if (e) e->seen = 1;
     rp->stats.eager++;
     return body(m, ctx);
   }

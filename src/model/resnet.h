@@ -93,8 +93,7 @@ typedef struct resnet {
   /* the batch's pixels (N,H,W,C, fp32 as the loader gives them) and
    * labels, in one of two device slots filled on a copy stream */
   ddp_slot_stager_t in;
-  void *x0;    /* the pixels' slot of the last upload */
-  void *x_in;  /* what the stem reads: x0 itself in fp32, its dt copy otherwise */
+  void *x_in;  /* what the stem reads: the pixels' slot in fp32, its dt copy otherwise */
   void *pool;  /* the stem's max-pool output */
   void *pool_ws;
   void *grad[4];   /* activation-gradient scratch, max_act_elems per image each */
@@ -138,7 +137,7 @@ ddp_status_t resnet_materialise(resnet_t *r);
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,
                             float dloss);
 /* Its two halves: the batch to the device (into the stager's next slot on
- * its copy stream: r->x0, r->labels, and r->x_in, the stem's input), and
+ * its copy stream: r->labels, and r->x_in, the stem's input), and
  * the forward of those N images, which reads nothing on the host and so
  * can be recorded as a graph (model/graph_replay.h). After a pass the
  * model releases the slot and waits for the copies (resnet_model.c). */

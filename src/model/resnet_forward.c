@@ -146,13 +146,12 @@ ddp_status_t resnet_upload(ddp_model_t *m, const ddp_record_batch_t *batch) {
   const size_t bytes[2] = {pixels * sizeof(float), (size_t)N * sizeof(int32_t)};
   void *dev[2];
   DDP_CHECK(ddp_slot_stager_put(&r->in, "resnet: the batch", src, bytes, dev));
-  r->x0 = dev[0];
   r->labels = dev[1];
   if (r->dt == DDP_DTYPE_F32) {
-    r->x_in = r->x0;
+    r->x_in = dev[0];
     return DDP_OK;
   }
-  return r->be->ops->convert(r->be, r->x_in, r->dt, r->x0, DDP_DTYPE_F32, pixels, NULL);
+  return r->be->ops->convert(r->be, r->x_in, r->dt, dev[0], DDP_DTYPE_F32, pixels, NULL);
 }
 
 ddp_status_t resnet_forward(ddp_model_t *m, const ddp_record_batch_t *batch, int training,

@@ -332,10 +332,10 @@ static ddp_status_t resnet_forward_backward(ddp_model_t *m, const void *batch, f
                     .accumulate = accumulate != 0,
                     .notify = notify != 0,
                     .slot = r->in.slot};
-  /* Recorded and replayed where the runtime allows it, except when the
-   * pass talks to the host: a synchronised BN sums its statistics over the
-   * ranks inside it, and a watcher reads every activation. */
-  ddp_graph_replay_t *rp = (r->cfg.sync_bn && m->allreduce_fn) || m->watch_fn ? NULL : m->replay;
+  /* Recorded and replayed where the runtime allows it (m->replay; never
+   * with a watcher), except when the pass talks to the host itself: a
+   * synchronised BN sums its statistics over the ranks inside it. */
+  ddp_graph_replay_t *rp = r->cfg.sync_bn && m->allreduce_fn ? NULL : m->replay;
   DDP_CHECK(ddp_graph_replay_run(rp, m, &p, sizeof p, pass_on_device, (void *)&p));
   return batch_released(m);
 }
