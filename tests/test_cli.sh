@@ -65,6 +65,8 @@ check "--cuda-graphs on with --nvtx on" 2 "option --cuda-graphs on cannot go wit
   "$DDPTRAIN" --cuda-graphs on --nvtx on
 check "--cuda-graphs on with --detect-anomaly" 2 "cannot go with --detect-anomaly" \
   "$DDPTRAIN" --cuda-graphs on --detect-anomaly
+check "--cuda-graphs on with --trace" 2 "option --cuda-graphs on cannot go with --trace" \
+  "$DDPTRAIN" --cuda-graphs on --trace "$out.trace.json"
 if ! "$DDPTRAIN" --build-info | grep -q "^  CUDA  *yes" || ! nvidia-smi -L 2> /dev/null | grep -q GPU; then
   # --device auto lands on the CPU: the trainer says so once the backend is known
   # shellcheck disable=SC2086
