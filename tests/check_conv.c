@@ -201,8 +201,12 @@ static const ddp_conv_shape_t k_cases[] = {
      * wrote past its weight buffer) */
     {.N = 4, .H = 8, .W = 8, .C = 4, .K = 8, .R = 1, .S = 1, .stride = 2, .pad = 0},
     /* channels in whole blocks of 8: oneDNN's blocked kernels, with the
-     * activations reordered to and from NHWC */
+     * activations reordered to and from NHWC (and its Winograd ones on
+     * AVX-512, 3x3 stride 1) */
     {.N = 2, .H = 6, .W = 6, .C = 16, .K = 16, .R = 3, .S = 3, .stride = 1, .pad = 1},
+    /* Winograd's 4x4 output tiles, the last ones partial (9 = 4 + 4 + 1),
+     * without padding */
+    {.N = 2, .H = 11, .W = 11, .C = 16, .K = 32, .R = 3, .S = 3, .stride = 1, .pad = 0},
 };
 enum { N_CASES = sizeof k_cases / sizeof *k_cases };
 
@@ -260,12 +264,37 @@ static conv_ctx_t conv_setup(const ddp_conv_shape_t *sh) {
   return c;
 }
 
+/* The implementations the checks below run, by loop index: 0 the
+ * default; 1 the autotuned ones (--deterministic off); 2 the blocked
+ * layout first (on an AVX-512 machine the default takes NHWC); 3 direct
+ * kernels only (--winograd off; the default takes Winograd for 3x3
+ * stride 1 on AVX-512). Other oneDNN implementations, which must compute
+ * the same thing. */
+static int g_variant;
+
+static void use_variant(int i) {
+  g_variant = i;
+  ddp_cpu_conv_set_autotune(i == 1);
+  ddp_cpu_conv_set_prefer_blocked(i == 2);
+  ddp_cpu_conv_set_winograd(i != 3);
+}
+
+/* The forward the finite differences of the backward checks difference:
+ * the direct kernels, whatever the variant under test. Winograd's
+ * forward rounds each output of a tile with an error about ten times the
+ * direct kernels' (its transforms), and perturbing one input re-rounds
+ * every output of the tiles it is in: on a 16 -> 32 channel layer that
+ * noise reached 8% of a small gradient's difference quotient. The
+ * forward's own accuracy is checked against the oracle above. */
+static void conv_forward_direct(void *p) {
+  const int variant = g_variant;
+  use_variant(3);
+  conv_forward(p);
+  use_variant(variant);
+}
+
 START_TEST(test_conv_fwd_matches_direct_convolution) {
-  /* _i = 1: the autotuned primitives (--deterministic off), _i = 2: the
-   * blocked layout first (on an AVX-512 machine the default takes NHWC):
-   * other oneDNN implementations, which must compute the same thing */
-  ddp_cpu_conv_set_autotune(_i == 1);
-  ddp_cpu_conv_set_prefer_blocked(_i == 2);
+  use_variant(_i);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -277,17 +306,12 @@ START_TEST(test_conv_fwd_matches_direct_convolution) {
     /* Sums of up to 72 products of O(1) values: fp32 rounding ~1e-6. */
     expect_close(what, c.out, want, out_elems(sh), 1e-5, 1e-5);
   }
-  ddp_cpu_conv_set_autotune(0);
-  ddp_cpu_conv_set_prefer_blocked(0);
+  use_variant(0);
 }
 END_TEST
 
 START_TEST(test_conv_bwd_data_finite_differences) {
-  /* _i = 1: the autotuned primitives (--deterministic off), _i = 2: the
-   * blocked layout first (on an AVX-512 machine the default takes NHWC):
-   * other oneDNN implementations, which must compute the same thing */
-  ddp_cpu_conv_set_autotune(_i == 1);
-  ddp_cpu_conv_set_prefer_blocked(_i == 2);
+  use_variant(_i);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -297,19 +321,14 @@ START_TEST(test_conv_bwd_data_finite_differences) {
     expect_ok(ddp_cpu_conv_bwd_data(g_be, DDP_DTYPE_F32, dinp, R, c.w, sh, NULL), "conv_bwd_data");
     char what[96];
     describe(what, sizeof what, "conv dinp", sh);
-    fd_check(what, conv_forward, &c, c.out, R, out_elems(sh), c.inp, dinp, in_elems(sh));
+    fd_check(what, conv_forward_direct, &c, c.out, R, out_elems(sh), c.inp, dinp, in_elems(sh));
   }
-  ddp_cpu_conv_set_autotune(0);
-  ddp_cpu_conv_set_prefer_blocked(0);
+  use_variant(0);
 }
 END_TEST
 
 START_TEST(test_conv_bwd_weights_finite_differences) {
-  /* _i = 1: the autotuned primitives (--deterministic off), _i = 2: the
-   * blocked layout first (on an AVX-512 machine the default takes NHWC):
-   * other oneDNN implementations, which must compute the same thing */
-  ddp_cpu_conv_set_autotune(_i == 1);
-  ddp_cpu_conv_set_prefer_blocked(_i == 2);
+  use_variant(_i);
   for (int i = 0; i < N_CASES; ++i) {
     const ddp_conv_shape_t *sh = &k_cases[i];
     conv_ctx_t c = conv_setup(sh);
@@ -320,10 +339,38 @@ START_TEST(test_conv_bwd_weights_finite_differences) {
               "conv_bwd_weights");
     char what[96];
     describe(what, sizeof what, "conv dw", sh);
-    fd_check(what, conv_forward, &c, c.out, R, out_elems(sh), c.w, dw, w_elems(sh));
+    fd_check(what, conv_forward_direct, &c, c.out, R, out_elems(sh), c.w, dw, w_elems(sh));
   }
-  ddp_cpu_conv_set_autotune(0);
-  ddp_cpu_conv_set_prefer_blocked(0);
+  use_variant(0);
+}
+END_TEST
+
+/* Winograd where oneDNN has it: the 3x3 stride-1 cases take it for all
+ * three ops on AVX-512, its only ISA for them (channels that are not
+ * whole blocks of 16 too: it pads them); nothing else does: not with
+ * --winograd off, not a stride-2 or 1x1 shape, nothing on a machine
+ * without AVX-512. */
+START_TEST(test_conv_winograd_where_onednn_has_it) {
+  const int avx512 = ddp_cpu_dnnl_avx512();
+  int taken = 0;
+  for (int off = 0; off < 2; ++off) {
+    ddp_cpu_conv_set_winograd(!off);
+    for (int i = 0; i < N_CASES; ++i) {
+      const ddp_conv_shape_t *sh = &k_cases[i];
+      const int fits = sh->R == 3 && sh->S == 3 && sh->stride == 1;
+      for (int op = 0; op < 3; ++op) {
+        char name[96], what[96];
+        expect_ok(ddp_cpu_conv_describe(g_be, op, sh, name, sizeof name), "conv_describe");
+        describe(what, sizeof what, "conv", sh);
+        const int wino = strstr(name, "wino") != NULL;
+        ck_assert_msg(wino == (avx512 && fits && !off), "%s op %d, winograd %s: took %s", what, op,
+                      off ? "off" : "on", name);
+        taken += wino;
+      }
+    }
+  }
+  ddp_cpu_conv_set_winograd(1);
+  if (avx512) ck_assert_int_eq(taken, 12); /* four cases, three ops */
 }
 END_TEST
 
@@ -820,9 +867,10 @@ int main(void) {
     fprintf(stderr, "SKIP: this build has no oneDNN (configure --with-dnnl)\n");
     return 77;
   }
-  tcase_add_loop_test(tc, test_conv_fwd_matches_direct_convolution, 0, 3);
-  tcase_add_loop_test(tc, test_conv_bwd_data_finite_differences, 0, 3);
-  tcase_add_loop_test(tc, test_conv_bwd_weights_finite_differences, 0, 3);
+  tcase_add_loop_test(tc, test_conv_fwd_matches_direct_convolution, 0, 4);
+  tcase_add_loop_test(tc, test_conv_bwd_data_finite_differences, 0, 4);
+  tcase_add_loop_test(tc, test_conv_bwd_weights_finite_differences, 0, 4);
+  tcase_add_test(tc, test_conv_winograd_where_onednn_has_it);
   tcase_add_test(tc, test_conv_bwd_weights_accumulates);
   tcase_add_test(tc, test_conv_fd_check_detects_wrong_gradient);
   tcase_add_test(tc, test_bn_fwd_training_matches_formula);

@@ -55,6 +55,22 @@ START_TEST(test_options_deterministic_on_off) {
 }
 END_TEST
 
+START_TEST(test_options_winograd_on_off) {
+  ddp_options_t o;
+  char *log;
+  ck_assert_int_eq(parse(&o, NULL, NULL), DDP_OK);
+  ck_assert_str_eq(o.winograd, "on"); /* the CPU's fast 3x3 kernels by default */
+  const char *bad[] = {"yes", "0", "", "direct", "auto"};
+  for (int i = 0; i < 5; ++i) {
+    ck_assert_int_eq(parse(&o, &log, "--winograd", bad[i], NULL), DDP_ERR_INVALID_ARG);
+    ddp_assert_contains(log, "option --winograd:");
+    free(log);
+  }
+  ck_assert_int_eq(parse(&o, NULL, "--winograd", "off", NULL), DDP_OK);
+  ck_assert_str_eq(o.winograd, "off");
+}
+END_TEST
+
 START_TEST(test_options_both_value_syntaxes) {
   ddp_options_t o;
   ck_assert_int_eq(parse(&o, NULL, "--seed", "7", "--threads=3", "--device=cuda:1", "--peak-gflops",
@@ -280,7 +296,7 @@ START_TEST(test_options_rank_rules) {
   ck_assert_int_eq(parse(&o, NULL, "--device", "cuda:3", "--save", "ck", "--threads", "3", NULL),
                    DDP_OK);
   char value[1100];
-  int device = -1, save = -1, threads = -1, lr = -1, tf32 = -1, deterministic = -1;
+  int device = -1, save = -1, threads = -1, lr = -1, tf32 = -1, deterministic = -1, winograd = -1;
   for (int i = 0; i < ddp_options_count(); ++i) {
     const char *name = ddp_options_name(i);
     if (strcmp(name, "device") == 0) device = i;
@@ -289,6 +305,7 @@ START_TEST(test_options_rank_rules) {
     if (strcmp(name, "lr") == 0) lr = i;
     if (strcmp(name, "tf32") == 0) tf32 = i;
     if (strcmp(name, "deterministic") == 0) deterministic = i;
+    if (strcmp(name, "winograd") == 0) winograd = i;
   }
   /* the kind of device must agree, not its number */
   ck_assert_int_eq(ddp_options_rank_value(&o, device, value, sizeof value), 0);
@@ -303,6 +320,7 @@ START_TEST(test_options_rank_rules) {
   ck_assert_int_eq(ddp_options_must_agree(lr), 1);
   ck_assert_int_eq(ddp_options_must_agree(tf32), 1);
   ck_assert_int_eq(ddp_options_must_agree(deterministic), 1);
+  ck_assert_int_eq(ddp_options_must_agree(winograd), 1); /* the ranks' rounding */
   /* a rank's own cores */
   ck_assert_int_eq(ddp_options_rank_value(&o, threads, value, sizeof value), 1);
   ck_assert_int_eq(ddp_options_must_agree(threads), 0);
@@ -382,6 +400,7 @@ static Suite *options_suite(void) {
   tcase_add_test(tc, test_options_bad_device);
   tcase_add_test(tc, test_options_tf32_on_off);
   tcase_add_test(tc, test_options_deterministic_on_off);
+  tcase_add_test(tc, test_options_winograd_on_off);
   tcase_add_test(tc, test_options_help_lists_every_flag);
   tcase_add_test(tc, test_options_format_round_trips);
   tcase_add_test(tc, test_options_validate_refuses_combinations);

@@ -107,9 +107,17 @@ else
   echo "FAIL: the per-rank BN runs failed"; show np2; show acc2; fail=1
 fi
 
-# 2. --sync-bn: 2 ranks x B = 1 rank x 2B, buffers included
-if run sync2 2 --steps 6 --batch-size 8 --sync-bn 1 --sampler random --export "$dir/sync2.st" &&
-   run big1 1 --steps 6 --batch-size 16 --sampler random --sync-bn 1 --export "$dir/big1.st"; then
+# 2. --sync-bn: 2 ranks x B = 1 rank x 2B, buffers included. On the direct
+# convolution kernels: the two runs' statistics differ in their last bits
+# (each rank rounds its own sums), and oneDNN's Winograd kernels (the
+# default on AVX-512) pass such differences on about three times larger,
+# enough that now and then a ReLU input next to zero takes the other side
+# in one run, and 6 steps later the weights differ by 1e-3 to 1e-2 (seen
+# on 3 of 4 seeds); the direct kernels stayed under 2e-6 on all four.
+if run sync2 2 --steps 6 --batch-size 8 --sync-bn 1 --sampler random --winograd off \
+     --export "$dir/sync2.st" &&
+   run big1 1 --steps 6 --batch-size 16 --sampler random --sync-bn 1 --winograd off \
+     --export "$dir/big1.st"; then
   if res=$(compare "$dir/sync2.st" "$dir/big1.st" all 1e-5); then
     echo "ok: --sync-bn, 2 ranks x 8 equal 1 rank x 16 (weights, running statistics, counters): $res"
   else

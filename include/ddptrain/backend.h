@@ -120,6 +120,9 @@ typedef struct ddp_backend_config {
                                 deterministic ones only; --deterministic off) */
   int allow_tf32;            /* GPUs: fp32 GEMMs may use TF32 tensor cores (0, the
                                 zeroed default: exact fp32; the CLI's --tf32 is on) */
+  int conv_no_winograd;      /* CPU: direct convolution kernels only (0, the zeroed
+                                default: oneDNN's Winograd for 3x3 stride 1 where it
+                                has it; --winograd off) */
 } ddp_backend_config_t;
 
 typedef struct ddp_backend_ops {

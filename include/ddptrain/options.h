@@ -107,6 +107,8 @@ typedef struct ddp_options {
   char cuda_graphs[8];
   /* "on" | "off": GPU convolutions by deterministic algorithms only */
   char deterministic[8];
+  /* "on" | "off": CPU 3x3 stride-1 convolutions by Winograd where oneDNN has it */
+  char winograd[8];
   /* --conv-algos FILE|auto|none: the convolution algorithm record
    * (train/train_conv_algos.h) */
   char conv_algos[1024];

@@ -289,7 +289,8 @@ int ddp_main(int argc, char **argv, const ddp_main_config_t *cfg) {
                              .local_size = dist.local_size,
                              .need_model_ops = !opts.self_test && model->uses_nn_ops,
                              .allow_tf32 = ddp_ascii_ieq(opts.tf32, "on"),
-                             .conv_nondeterministic = ddp_ascii_ieq(opts.deterministic, "off")};
+                             .conv_nondeterministic = ddp_ascii_ieq(opts.deterministic, "off"),
+                             .conv_no_winograd = ddp_ascii_ieq(opts.winograd, "off")};
   ddp_backend_t *be = NULL;
   /* "auto" means a GPU where training on it works: several ranks train on
    * GPUs when every rank has its own and NCCL (or a CUDA-aware MPI) reduces

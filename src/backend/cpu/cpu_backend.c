@@ -64,6 +64,7 @@ static ddp_status_t cpu_init(ddp_backend_t *be, const ddp_backend_config_t *cfg,
   openblas_set_num_threads(be->threads);
 #endif
   ddp_cpu_conv_set_autotune(cfg->conv_nondeterministic);
+  ddp_cpu_conv_set_winograd(!cfg->conv_no_winograd);
   snprintf(be->description, sizeof be->description, "cpu (OpenBLAS, %d thread%s)", be->threads,
            be->threads == 1 ? "" : "s");
   return DDP_OK;

@@ -39,13 +39,15 @@ int ddp_conv_out_w(const ddp_conv_shape_t *sh) {
 enum conv_op { CONV_FWD = 1, CONV_BWD_DATA = 2, CONV_BWD_WEIGHTS = 3 };
 static int g_autotune;       /* see ddp_cpu_conv_set_autotune */
 static int g_prefer_blocked; /* see ddp_cpu_conv_set_prefer_blocked */
+static int g_winograd = 1;   /* see ddp_cpu_conv_set_winograd */
 
 /* v[9]: whether the entry was autotuned, v[10]: whether the blocked layout
- * was tried first (entries made either way differ) */
+ * was tried first, v[11]: whether Winograd was allowed (entries made
+ * either way differ) */
 static ddp_dnnl_key_t conv_key(enum conv_op op, const ddp_conv_shape_t *sh) {
   return (ddp_dnnl_key_t){.op = op,
                           .v = {sh->N, sh->H, sh->W, sh->C, sh->K, sh->R, sh->S, sh->stride,
-                                sh->pad, g_autotune, g_prefer_blocked}};
+                                sh->pad, g_autotune, g_prefer_blocked, g_winograd}};
 }
 
 static ddp_conv_shape_t key_shape(const ddp_dnnl_key_t *k) {
@@ -119,24 +121,52 @@ void ddp_cpu_conv_set_prefer_blocked(int on) {
   g_prefer_blocked = on != 0;
 }
 
-/* The activation layouts a convolution may run in: the one oneDNN picks
- * (`any`: its channel-blocked nChw8c on AVX2, nChw16c on AVX-512), which
- * the op reorders to and from the caller's NHWC, and NHWC as it is. */
-static const dnnl_format_tag_t k_act_layouts[] = {dnnl_format_tag_any, dnnl_nhwc};
-enum { ACT_LAYOUTS = sizeof k_act_layouts / sizeof k_act_layouts[0] };
-enum { LAYOUT_BLOCKED = 0, LAYOUT_NHWC = 1 };
+void ddp_cpu_conv_set_winograd(int on) {
+  g_winograd = on != 0;
+}
 
-/* The order the untuned choice tries them in. NHWC first: where oneDNN
- * has an AVX-512 kernel for it, that is taken, since it needs no reorders
- * (a ResNet-18 step on an AVX-512 EPYC: NHWC convolutions 461 ms against
- * blocked 453, but reorders 13 ms against 62: 7.7% less in all). Else the
- * blocked layout: on AVX2 oneDNN's NHWC kernels lose 10-30% on a ResNet's
- * 3x3 layers, far more than the reorders cost (bench/RESULTS.md); NHWC's
- * first choice is kept in reserve for shapes with no blocked kernel (the
- * stem's 1 or 3 input channels). A rule of the machine's kernels, not a
- * timing: the choice, and the bits, repeat from run to run. */
-static const int k_nhwc_first[ACT_LAYOUTS] = {LAYOUT_NHWC, LAYOUT_BLOCKED};
-static const int k_blocked_first[ACT_LAYOUTS] = {LAYOUT_BLOCKED, LAYOUT_NHWC};
+/* The ways a convolution may run: an activation layout and one of oneDNN's
+ * algorithms. The layouts are the one oneDNN picks (`any`: its
+ * channel-blocked nChw8c on AVX2, nChw16c on AVX-512), which the op
+ * reorders to and from the caller's NHWC, and NHWC as it is. */
+typedef struct conv_plan {
+  dnnl_format_tag_t act;
+  dnnl_alg_kind_t alg;
+} conv_plan_t;
+enum { PLAN_WINOGRAD = 0, PLAN_BLOCKED = 1, PLAN_NHWC = 2, PLANS = 3 };
+static const conv_plan_t k_plans[PLANS] = {
+    [PLAN_WINOGRAD] = {dnnl_format_tag_any, dnnl_convolution_winograd},
+    [PLAN_BLOCKED] = {dnnl_format_tag_any, dnnl_convolution_direct},
+    [PLAN_NHWC] = {dnnl_nhwc, dnnl_convolution_direct},
+};
+
+/* The order the untuned choice tries them in.
+ *
+ * Winograd first, for the 3x3 stride-1 shapes it exists for. oneDNN has
+ * it only on AVX-512 (F(4x4, 3x3) tiles, channel-blocked activations);
+ * there it does a ResNet's 3x3 layers in about half the direct kernels'
+ * time, for all three ops (bench/RESULTS.md), far more than the
+ * activations' reorders cost. Its rounding differs from the direct
+ * kernels' (the tiles' transforms add a few ulps), but the same inputs
+ * give the same bits every run.
+ *
+ * Then NHWC: where oneDNN has an AVX-512 kernel for it, that is taken,
+ * since it needs no reorders (a ResNet-18 step on an AVX-512 EPYC: NHWC
+ * convolutions 461 ms against blocked 453, but reorders 13 ms against
+ * 62: 7.7% less in all). Else the blocked layout: on AVX2 oneDNN's NHWC
+ * kernels lose 10-30% on a ResNet's 3x3 layers, far more than the
+ * reorders cost; NHWC's first choice is kept in reserve for shapes with
+ * no blocked kernel (the stem's 1 or 3 input channels). A rule of the
+ * machine's kernels, not a timing: the choice, and the bits, repeat from
+ * run to run. */
+static const int k_nhwc_first[PLANS] = {PLAN_WINOGRAD, PLAN_NHWC, PLAN_BLOCKED};
+static const int k_blocked_first[PLANS] = {PLAN_WINOGRAD, PLAN_BLOCKED, PLAN_NHWC};
+
+/* Whether oneDNN's Winograd may be tried for sh: a 3x3 stride-1 shape,
+ * unless turned off (ddp_cpu_conv_set_winograd). */
+static int winograd_candidate(const ddp_conv_shape_t *sh, int allowed) {
+  return allowed && sh->R == 3 && sh->S == 3 && sh->stride == 1;
+}
 
 /* The operation descriptors of one layout: the forward (also the hint the
  * backward ones need) and op's own. */
@@ -147,7 +177,7 @@ typedef struct conv_descs {
 } conv_descs_t;
 
 static ddp_status_t descs_init(conv_descs_t *d, const ddp_conv_shape_t *sh, enum conv_op op,
-                               dnnl_format_tag_t act) {
+                               dnnl_format_tag_t act, dnnl_alg_kind_t alg) {
   *d = (conv_descs_t){0};
   const dnnl_dims_t src_dims = {sh->N, sh->C, sh->H, sh->W};
   const dnnl_dims_t dst_dims = {sh->N, sh->K, ddp_conv_out_h(sh), ddp_conv_out_w(sh)};
@@ -171,23 +201,20 @@ static ddp_status_t descs_init(conv_descs_t *d, const ddp_conv_shape_t *sh, enum
   /* The weights' layout is always oneDNN's choice: its fast kernels want
    * blocked weights, which the staging reorder provides. */
   DDP_DNNL_CHECK(dnnl_memory_desc_init_by_tag(&w_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any));
-  /* Direct convolution: Winograd would be faster for some 3x3 shapes but
-   * rounds differently from cuDNN's default algorithms and from the test's
-   * oracle. */
   DDP_DNNL_CHECK(dnnl_convolution_forward_desc_init(&d->fwd, dnnl_forward_training,
-                                                    dnnl_convolution_direct, &src_md, &w_md, NULL,
+                                                    alg, &src_md, &w_md, NULL,
                                                     &dst_md, strides, pads, pads_r));
   if (op == CONV_FWD) return DDP_OK;
   DDP_DNNL_CHECK(dnnl_primitive_desc_create(&d->fwd_pd, &d->fwd, NULL, ddp_dnnl_engine(), NULL));
   ddp_status_t st = DDP_OK;
   if (op == CONV_BWD_DATA)
     DDP_DNNL_CHECK_GOTO(
-        dnnl_convolution_backward_data_desc_init(&d->bwd, dnnl_convolution_direct, &src_md, &w_md,
+        dnnl_convolution_backward_data_desc_init(&d->bwd, alg, &src_md, &w_md,
                                                  &dst_md, strides, pads, pads_r),
         st, fail);
   else
     DDP_DNNL_CHECK_GOTO(
-        dnnl_convolution_backward_weights_desc_init(&d->bwd, dnnl_convolution_direct, &src_md,
+        dnnl_convolution_backward_weights_desc_init(&d->bwd, alg, &src_md,
                                                     &w_md, NULL, &dst_md, strides, pads, pads_r),
         st, fail);
   return DDP_OK;
@@ -309,28 +336,30 @@ static double time_impl(conv_impl_t *c, enum conv_op op, const tune_buffers_t *t
   return best;
 }
 
-/* The entry for key: untuned, oneDNN's first choice in NHWC where that is
- * an AVX-512 kernel, else its first in the blocked layout, else NHWC's
+/* The entry for key: untuned, oneDNN's Winograd kernel where it has one
+ * (3x3 stride 1, AVX-512), else its first choice in NHWC where that is an
+ * AVX-512 kernel, else its first in the blocked layout, else NHWC's
  * (k_nhwc_first); with autotuning the fastest of every non-reference
- * implementation in every layout; a reference one only when nothing else
+ * implementation of every plan; a reference one only when nothing else
  * exists; never a broken 1x1 kernel (above). */
 static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
   const ddp_conv_shape_t sh = key_shape(key);
   const enum conv_op op = (enum conv_op)key->op;
-  const int tune = (int)key->v[9], blocked_first = (int)key->v[10];
+  const int tune = (int)key->v[9], blocked_first = (int)key->v[10], winograd = (int)key->v[11];
   ddp_status_t st = DDP_OK;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t fallback = NULL; /* the first reference implementation */
   const conv_descs_t *fallback_descs = NULL;
-  conv_descs_t d[ACT_LAYOUTS] = {0}; /* kept to the end: a backward pd refers to its hint */
+  conv_descs_t d[PLANS] = {0}; /* kept to the end: a backward pd refers to its hint */
   conv_impl_t *best = NULL;
   double best_ms = INFINITY;
   tune_buffers_t tb = {0};
   DDP_CHECK(ddp_dnnl_user_scratchpad_attr(&attr));
   conv_impl_t *spare = NULL; /* untuned: NHWC's first choice, not an AVX-512 kernel */
-  for (int k = 0; k < ACT_LAYOUTS && (tune || !best); ++k) {
+  for (int k = 0; k < PLANS && (tune || !best); ++k) {
     const int l = (tune || blocked_first ? k_blocked_first : k_nhwc_first)[k];
-    DDP_CHECK_GOTO(descs_init(&d[l], &sh, op, k_act_layouts[l]), st, done);
+    if (l == PLAN_WINOGRAD && !winograd_candidate(&sh, winograd)) continue;
+    DDP_CHECK_GOTO(descs_init(&d[l], &sh, op, k_plans[l].act, k_plans[l].alg), st, done);
     if (tune && !tb.a) DDP_CHECK_GOTO(tune_buffers_alloc(&tb, &d[l], op), st, done);
     dnnl_primitive_desc_iterator_t it = NULL;
     if (dnnl_primitive_desc_iterator_create(
@@ -352,7 +381,7 @@ static ddp_status_t conv_create(const ddp_dnnl_key_t *key, void **impl) {
       }
       conv_impl_t *c = NULL;
       if ((st = impl_from_pd(&c, cand, &d[l], &sh, op)) != DDP_OK) break;
-      if (!tune && l == LAYOUT_NHWC && !spare && !best && !strstr(name, "avx512")) {
+      if (!tune && l == PLAN_NHWC && !spare && !best && !strstr(name, "avx512")) {
         spare = c; /* the blocked layout may do better */
         break;
       }
@@ -388,7 +417,7 @@ done:
   if (fallback) dnnl_primitive_desc_destroy(fallback);
   conv_destroy(spare);
   conv_destroy(best);
-  for (int l = 0; l < ACT_LAYOUTS; ++l)
+  for (int l = 0; l < PLANS; ++l)
     if (d[l].fwd_pd) dnnl_primitive_desc_destroy(d[l].fwd_pd);
   tune_buffers_free(&tb);
   dnnl_primitive_attr_destroy(attr);
@@ -459,6 +488,19 @@ ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_c
   return st;
 }
 
+ddp_status_t ddp_cpu_conv_describe(ddp_backend_t *be, int op, const ddp_conv_shape_t *sh,
+                                   char *buf, size_t len) {
+  DDP_CHECK(ddp_cpu_dnnl_admit(be, DDP_DTYPE_F32, "conv_describe"));
+  DDP_CHECK(ddp_conv_check_shape("conv_describe", sh));
+  if (op < 0 || op > 2 || !buf || len == 0)
+    DDP_FAIL(DDP_ERR_INVALID_ARG, "conv_describe: op must be 0, 1 or 2, with a buffer");
+  conv_impl_t *c = NULL;
+  const ddp_status_t st = acquire(be, (enum conv_op)(CONV_FWD + op), sh, &c);
+  if (st == DDP_OK) snprintf(buf, len, "%s", c->name);
+  ddp_dnnl_release();
+  return st;
+}
+
 #else /* !DDP_HAVE_DNNL: every op says that this build has no oneDNN */
 
 void ddp_cpu_conv_set_autotune(int on) {
@@ -466,6 +508,10 @@ void ddp_cpu_conv_set_autotune(int on) {
 }
 
 void ddp_cpu_conv_set_prefer_blocked(int on) {
+  (void)on;
+}
+
+void ddp_cpu_conv_set_winograd(int on) {
   (void)on;
 }
 
@@ -487,6 +533,11 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
 
 ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh) {
   return ddp_cpu_dnnl_admit(be, dt, "conv_prepare");
+}
+
+ddp_status_t ddp_cpu_conv_describe(ddp_backend_t *be, int op, const ddp_conv_shape_t *sh,
+                                   char *buf, size_t len) {
+  return ddp_cpu_dnnl_admit(be, DDP_DTYPE_F32, "conv_describe");
 }
 
 #endif

@@ -49,19 +49,31 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
                                       const void *dout, const void *inp, const ddp_conv_shape_t *sh,
                                       int accumulate, ddp_stream_t s);
 /* With on != 0 (--deterministic off), a shape's convolution primitives are
- * the fastest of oneDNN's implementations in either activation layout,
- * reorders included, measured when the shape is first prepared; otherwise
- * oneDNN's first choice: in NHWC where that is an AVX-512 kernel, else in
- * its blocked layout (cpu_conv.c says why). Process-wide, set by the CPU
+ * the fastest of oneDNN's implementations, Winograd or direct, in either
+ * activation layout, reorders included, measured when the shape is first
+ * prepared; otherwise a fixed rule: Winograd where oneDNN has it, else its
+ * first choice in NHWC where that is an AVX-512 kernel, else in its
+ * blocked layout (cpu_conv.c says why). Process-wide, set by the CPU
  * backend's init. */
 void ddp_cpu_conv_set_autotune(int on);
 /* Tests: with on != 0 the untuned choice tries the blocked layout first on
  * any machine, so the reorders and the shared staging buffers run where
  * oneDNN's AVX-512 NHWC kernels would otherwise be taken. Cached apart. */
 void ddp_cpu_conv_set_prefer_blocked(int on);
+/* With on != 0 (the default), 3x3 stride-1 convolutions take oneDNN's
+ * Winograd kernels where it has them (AVX-512), before any direct one;
+ * --winograd off turns it off, for the direct kernels' rounding.
+ * Process-wide, set by the CPU backend's init; cached apart. */
+void ddp_cpu_conv_set_winograd(int on);
 
 /* Builds the three primitives for sh (outside the step loop). */
 ddp_status_t ddp_cpu_conv_prepare(ddp_backend_t *be, ddp_dtype_t dt, const ddp_conv_shape_t *sh);
+/* The implementation the current settings give op (0 forward, 1
+ * backward-data, 2 backward-weights) on sh, as oneDNN names it plus the
+ * activations' layout, e.g. "jit_wino_4x3:avx512_core (activations
+ * reordered)"; built and cached if it was not (tests, diagnostics). */
+ddp_status_t ddp_cpu_conv_describe(ddp_backend_t *be, int op, const ddp_conv_shape_t *sh,
+                                   char *buf, size_t len);
 
 /* Batch normalization over the M = N*H*W positions of each of C channels,
  * x (N,H,W,C), y = (x - mean) / sqrt(var + eps) * gamma + beta.

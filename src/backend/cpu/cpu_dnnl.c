@@ -94,6 +94,11 @@ const char *ddp_cpu_dnnl_version(void) {
   return buf;
 }
 
+int ddp_cpu_dnnl_avx512(void) {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 uint64_t ddp_cpu_dnnl_primitives_created(void) {
   pthread_mutex_lock(&g_lock);
   const uint64_t n = g_primitives;
@@ -343,6 +348,10 @@ ddp_status_t ddp_cpu_dnnl_sgemm_gflops(int64_t n, double seconds, int threads, d
 
 const char *ddp_cpu_dnnl_version(void) {
   return "";
+}
+
+int ddp_cpu_dnnl_avx512(void) {
+  return 0;
 }
 
 uint64_t ddp_cpu_dnnl_primitives_created(void) {

@@ -35,6 +35,9 @@ int ddp_cpu_dnnl_available(void);
 /* oneDNN's version as loaded ("2.6.3", with its commit where the build
  * recorded one); "" without oneDNN. */
 const char *ddp_cpu_dnnl_version(void);
+/* 1 when oneDNN runs its AVX-512 kernels on this machine (the ISA it
+ * detected, capped by ONEDNN_MAX_CPU_ISA); 0 without oneDNN. */
+int ddp_cpu_dnnl_avx512(void);
 /* Primitives created since the process started (reorders included): a
  * counter that stays constant while calls hit the cache. */
 uint64_t ddp_cpu_dnnl_primitives_created(void);
