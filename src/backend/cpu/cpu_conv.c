@@ -142,8 +142,9 @@ static const conv_plan_t k_plans[PLANS] = {
 
 /* The order the untuned choice tries them in.
  *
- * Winograd first, for the 3x3 stride-1 shapes it exists for. oneDNN has
- * it only on AVX-512 (F(4x4, 3x3) tiles, channel-blocked activations);
+ * Winograd first, for the 3x3 stride-1 shapes it exists for
+ * (winograd_candidate). oneDNN has it only on AVX-512 (F(4x4, 3x3) tiles,
+ * channel-blocked activations);
  * there it does a ResNet's 3x3 layers in about half the direct kernels'
  * time, for all three ops (bench/RESULTS.md), far more than the
  * activations' reorders cost. Its rounding differs from the direct
@@ -162,10 +163,15 @@ static const conv_plan_t k_plans[PLANS] = {
 static const int k_nhwc_first[PLANS] = {PLAN_WINOGRAD, PLAN_NHWC, PLAN_BLOCKED};
 static const int k_blocked_first[PLANS] = {PLAN_WINOGRAD, PLAN_BLOCKED, PLAN_NHWC};
 
-/* Whether oneDNN's Winograd may be tried for sh: a 3x3 stride-1 shape,
- * unless turned off (ddp_cpu_conv_set_winograd). */
+/* Whether oneDNN's Winograd may be tried for sh: a 3x3 stride-1 shape
+ * whose channels fill whole blocks of 16 (its AVX-512 kernel's block),
+ * unless turned off (ddp_cpu_conv_set_winograd). oneDNN also takes other
+ * channel counts, padded to the block, but pays for the padding: a
+ * ResNet-18 stem's 1 -> 64 channels ran its forward and backward-weights
+ * in 3.2 and 2.8 ms against the direct kernels' 0.5. */
 static int winograd_candidate(const ddp_conv_shape_t *sh, int allowed) {
-  return allowed && sh->R == 3 && sh->S == 3 && sh->stride == 1;
+  return allowed && sh->R == 3 && sh->S == 3 && sh->stride == 1 && sh->C % 16 == 0 &&
+         sh->K % 16 == 0;
 }
 
 /* The operation descriptors of one layout: the forward (also the hint the
