@@ -95,9 +95,11 @@ train() { # train NAME ARGS...: one run with --metrics and --export; 1 when it f
 }
 
 # ---- 1. fp32 on the GPU against the CPU ------------------------------------
+# The CPU on its direct convolution kernels, the closest to exact: oneDNN's
+# Winograd ones (its default on AVX-512 hosts) round about ten times more.
 # shellcheck disable=SC2086
-if train w0 --device cpu --threads 1 $SHORT --lr 0 --min-lr 0 &&
-   train cpu --device cpu --threads 1 $SHORT &&
+if train w0 --device cpu --threads 1 $SHORT --lr 0 --min-lr 0 --winograd off &&
+   train cpu --device cpu --threads 1 $SHORT --winograd off &&
    train gpu --device cuda --tf32 off $SHORT --conv-algos "$dir/algos32.txt"; then
   u=$(python3 "$dir/diff.py" "$dir/gpu.st" "$dir/cpu.st" "$dir/w0.st" update)
   b=$(python3 "$dir/diff.py" "$dir/gpu.st" "$dir/cpu.st" "$dir/w0.st" buffers)
