@@ -791,6 +791,40 @@ START_TEST(test_conv_rejects_bad_shapes) {
 }
 END_TEST
 
+/* ddp_cpu_conv_describe: an op that is not 0, 1 or 2, no buffer or an empty
+ * one, or a bad shape: refused with a message, the buffer untouched, no
+ * primitive built. */
+START_TEST(test_conv_describe_rejects_bad_arguments) {
+  const ddp_conv_shape_t ok = k_cases[1];
+  ddp_conv_shape_t bad = ok;
+  bad.stride = 0;
+  struct {
+    int op;
+    size_t len;
+    int with_buf;
+    const ddp_conv_shape_t *sh;
+    const char *needle;
+  } cases[] = {
+      {3, 64, 1, &ok, "op must be 0, 1 or 2"},   {-1, 64, 1, &ok, "op must be 0, 1 or 2"},
+      {0, 64, 0, &ok, "with a buffer"},          {0, 0, 1, &ok, "with a buffer"},
+      {0, 64, 1, &bad, "stride 0 must be at least 1"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
+    char buf[64] = "untouched";
+    ddp_test_log_start();
+    const ddp_status_t st = ddp_cpu_conv_describe(g_be, cases[i].op, cases[i].sh,
+                                                  cases[i].with_buf ? buf : NULL, cases[i].len);
+    char *log = ddp_test_log_stop();
+    ck_assert_int_eq(st, DDP_ERR_INVALID_ARG);
+    ddp_assert_contains(log, "conv_describe");
+    ddp_assert_contains(log, cases[i].needle);
+    ck_assert_str_eq(buf, "untouched");
+    free(log);
+  }
+  ck_assert_uint_eq(ddp_cpu_dnnl_cache_entries(), 0);
+}
+END_TEST
+
 static void expect_bn_refused(ddp_bn_shape_t sh, int training, int with_save, const char *needle) {
   enum { BIG = 512 };
   float *out = fill(fbuf(BIG), BIG, 7.0f), *inp = funi(BIG, -1, 1);
@@ -884,6 +918,7 @@ int main(void) {
   tcase_add_test(tc, test_conv_primitive_cache_reused);
   tcase_add_test(tc, test_conv_staging_survives_growth);
   tcase_add_test(tc, test_conv_rejects_bad_shapes);
+  tcase_add_test(tc, test_conv_describe_rejects_bad_arguments);
   tcase_add_test(tc, test_bn_rejects_bad_arguments);
   suite_add_tcase(s, tc);
   return ddp_test_run_suite(s);
