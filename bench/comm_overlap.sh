@@ -7,9 +7,8 @@
 set -eu
 build=$(cd "${1:-.}" && pwd)
 np=${2:-2}
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 cores=$(nproc) # before OMP_NUM_THREADS, which nproc obeys
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
@@ -18,9 +17,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Linked like the test programs: statically against the convenience library,
 # whose .la names the dependencies.
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" -I"$src/src" \
-  "$src/bench/comm_overlap.c" -o "$work/comm_overlap" "$build/libddpcore.la"
+c_bench_link comm_overlap "$work"
 echo "$cores cores, load $(cut -d" " -f1 /proc/loadavg), $(mpirun --version 2>&1 | head -n 1), $(date -u +%Y-%m-%d)"
 # grad MB, buckets, chunks, ms per chunk, passes
 for layout in "20 20 20 5 30" "24 6 20 5 30" "4 4 20 5 30"; do

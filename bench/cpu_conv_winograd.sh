@@ -11,15 +11,12 @@ set -eu
 build=$(cd "${1:-.}" && pwd)
 images=${2:-32}
 passes=${3:-7}
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$build" -I"$src/include" \
-  -I"$src/src" "$src/bench/cpu_conv_winograd.c" -o "$work/cpu_conv_winograd" "$build/libddpcore.la" -lm
-echo "$(nproc) cores, load $(cut -d" " -f1 /proc/loadavg), $(date -u +%Y-%m-%d), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+c_bench_link cpu_conv_winograd "$work" -lm
+c_bench_machine
 echo
 echo "| layer | channels, size | layers a step | op | direct ms | Winograd ms | speedup | max rel diff | Winograd run |"
 echo "|---|---|---|---|---|---|---|---|---|"

@@ -7,14 +7,11 @@
 # code. Usage: bench/gpt_memory_plan.sh [build dir, default .]
 set -eu
 build=$(cd "${1:-.}" && pwd)
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" \
-  "$src/bench/gpt_memory_plan.c" -o "$work/gpt_memory_plan" "$build/libddpcore.la"
+c_bench_link gpt_memory_plan "$work"
 echo "$(date -u +%Y-%m-%d), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 for tokens in 8192 16384; do
   echo

@@ -21,15 +21,12 @@ build=$(cd "${1:-.}" && pwd)
 batch=${2:-128}
 threads=${3:-$(nproc)}
 passes=${4:-5}
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" -I"$src/src" \
-  "$src/bench/image_loader.c" -o "$work/image_loader" "$build/libddpcore.la" -lpthread
-echo "$(nproc) cores, load $(cut -d" " -f1 /proc/loadavg), $(date -u +%Y-%m-%d), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+c_bench_link image_loader "$work" -lpthread
+c_bench_machine
 echo
 echo "| data | image | batch | threads | images/s | MiB/s written |"
 echo "|---|---|---|---|---|---|"

@@ -10,15 +10,12 @@
 set -eu
 build=$(cd "${1:-.}" && pwd)
 passes=${2:-3}
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" -I"$src/src" \
-  -I"$build" "$src/bench/sample_decode.c" -o "$work/sample_decode" "$build/libddpcore.la"
-echo "$(nproc) cores, load $(cut -d" " -f1 /proc/loadavg), $(date -u +%Y-%m-%d), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+c_bench_link sample_decode "$work"
+c_bench_machine
 echo
 echo "| threads | L | C | T | KV cache s | tok/s | full forward s | tok/s | speedup |"
 echo "|---|---|---|---|---|---|---|---|---|"

@@ -12,16 +12,13 @@ set -eu
 build=$(cd "${1:-.}" && pwd)
 sizes=${2:-256 4096}
 passes=${3:-3}
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 work=${4:-$(mktemp -d)}
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$src/include" -I"$src/src" \
-  "$src/bench/shard_fingerprint.c" -o "$work/shard_fingerprint" "$build/libddpcore.la"
-echo "$(nproc) cores, load $(cut -d" " -f1 /proc/loadavg), $(date -u +%Y-%m-%d), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+c_bench_link shard_fingerprint "$work"
+c_bench_machine
 echo
 echo "| shard | sampled | sampled cold ms | sampled warm ms | shard read cold ms | shard read warm ms | full hash cold ms | full hash warm ms |"
 echo "|---|---|---|---|---|---|---|---|"

@@ -8,17 +8,14 @@ set -eu
 build=$(cd "${1:-.}" && pwd)
 pairs=${2:-3}
 steps=${3:-30}
-cc=$(sed -n 's/^CC = //p' "$build/Makefile")
-src=$(sed -n 's/^abs_top_srcdir = //p' "$build/Makefile")
-[ -f "$build/libddpcore.la" ] || { echo "no $build/libddpcore.la: run make first" >&2; exit 1; }
+# shellcheck source=bench/c_bench.sh
+. "$(dirname "$0")/c_bench.sh"
 . "$build/tests/env.sh"
 [ -n "$MPIRUN" ] || { echo "no mpirun (configure found no MPI)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# shellcheck disable=SC2086
-"$build/libtool" --quiet --tag=CC --mode=link $cc -std=gnu11 -O2 -I"$build" -I"$src/include" \
-  -I"$src/src" "$src/bench/trace_overhead.c" -o "$work/trace_overhead" "$build/libddpcore.la"
-echo "$(nproc) cores, load $(cut -d" " -f1 /proc/loadavg), $(date -u +%Y-%m-%d), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+c_bench_link trace_overhead "$work"
+c_bench_machine
 echo
 echo "| marker pairs | ns per pair, recording | ns per pair, off |"
 echo "|---|---|---|"
