@@ -51,7 +51,7 @@ ddp_status_t ddp_cpu_conv_bwd_weights(ddp_backend_t *be, ddp_dtype_t dt, float *
 /* With on != 0 (--deterministic off), a shape's convolution primitives are
  * the fastest of oneDNN's implementations, Winograd or direct, in either
  * activation layout, reorders included, measured when the shape is first
- * prepared; otherwise a fixed rule: Winograd where oneDNN has it, else its
+ * prepared; otherwise a fixed rule: Winograd where it applies, else its
  * first choice in NHWC where that is an AVX-512 kernel, else in its
  * blocked layout (cpu_conv.c says why). Process-wide, set by the CPU
  * backend's init. */
@@ -60,8 +60,9 @@ void ddp_cpu_conv_set_autotune(int on);
  * any machine, so the reorders and the shared staging buffers run where
  * oneDNN's AVX-512 NHWC kernels would otherwise be taken. Cached apart. */
 void ddp_cpu_conv_set_prefer_blocked(int on);
-/* With on != 0 (the default), 3x3 stride-1 convolutions take oneDNN's
- * Winograd kernels where it has them (AVX-512), before any direct one;
+/* With on != 0 (the default), 3x3 stride-1 convolutions whose channels
+ * fill blocks of 16 take oneDNN's Winograd kernels where it has them
+ * (AVX-512), before any direct one;
  * --winograd off turns it off, for the direct kernels' rounding.
  * Process-wide, set by the CPU backend's init; cached apart. */
 void ddp_cpu_conv_set_winograd(int on);
