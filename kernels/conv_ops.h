@@ -1,7 +1,8 @@
 /* Launchers for the convolutional-network kernels of ours
- * (kernels/conv_ops.cu): ReLU and the residual add + ReLU, global average
- * and max pooling, the four parts of batch normalization over several
- * ranks, and folding a half weight gradient into its fp32 buffer.
+ * (kernels/conv_ops.cu, and kernels/bn_reduce.cu for the batch-norm
+ * reductions): ReLU and the residual add + ReLU, global average and max
+ * pooling, the four parts of batch normalization over several ranks, and
+ * folding a half weight gradient into its fp32 buffer.
  *
  * A C header like kernels/kernels.h: extern "C", outputs first, the stream
  * last, a ddp_status_t, enqueue only. The caller
@@ -126,10 +127,10 @@ typedef struct ddp_cuda_bn_grads {
  *   mean[c]), then the parameter gradients where grads is given.
  * scratch: ddp_cuda_bn_scratch_floats(M, C) floats, overwritten; counters:
  * ddp_cuda_bn_counters_needed(M, C), zero (and left zero). Each slice sums
- * its rows eight lanes at a time and adds the lanes in a fixed tree; the
- * last block of each group of DDP_CUDA_BN_GROUP slices to finish adds the
- * group's partials in slice order, and the last group of the column adds
- * the groups' sums in group order, in the same launch. */
+ * its rows in 32 lanes (row r in lane r % 32) and adds the lanes in a
+ * fixed tree; the last block of each group of DDP_CUDA_BN_GROUP slices to
+ * finish adds the group's partials in slice order, and the last group of
+ * the column adds the groups' sums in group order, in the same launch. */
 ddp_status_t ddp_cuda_bn_reduce(ddp_dtype_t dt, float *sums, float *scratch, unsigned *counters,
                                 const void *x, const void *dy, const float *mean,
                                 const ddp_cuda_bn_grads_t *grads, int64_t M, int C,

@@ -1,5 +1,6 @@
 /* GPU suite for the CUDA conv table (cuDNN through src/backend/cuda/
- * cuda_conv.c and cuda_conv_bn.c, our kernels in kernels/conv_ops.cu)
+ * cuda_conv.c and cuda_conv_bn.c, our kernels in kernels/conv_ops.cu and
+ * kernels/bn_reduce.cu)
  * against its CPU twin, the CPU backend's conv table, on the same inputs.
  *
  * The CPU table computes in fp32 only, so every input is drawn on the host,
@@ -319,6 +320,10 @@ static const ddp_bn_shape_t k_bn_shapes[] = {
      * channels (72) and one by one (35, not a multiple of 4) */
     {.N = 4, .H = 128, .W = 128, .C = 72, .eps = 1e-5f, .momentum = 0.1f},
     {.N = 2, .H = 128, .W = 128, .C = 35, .eps = 1e-5f, .momentum = 0.1f},
+    /* the reductions' widest blocks (128 bf16 channels: C >= 128 and a
+     * multiple of 8), a second column of 8 channels, 18 slices in two
+     * groups, the last slice two rows short of a step of 32 */
+    {.N = 2, .H = 47, .W = 49, .C = 136, .eps = 1e-5f, .momentum = 0.1f},
 };
 #define N_BN_SHAPES ((int)(sizeof k_bn_shapes / sizeof k_bn_shapes[0]))
 
@@ -660,8 +665,10 @@ static bn_layout_run_t bn_layout_run(const ddp_bn_shape_t *sh, const void *x_src
 
 START_TEST(test_gpu_bn_alignment_gives_the_same_bits) {
   const ddp_dtype_t dt = DDP_DTYPE_BF16;
-  const size_t offsets[3][2] = {{0, 0}, {1, 0}, {0, 1}};            /* parameters, activations */
-  const ddp_bn_shape_t shapes[] = {k_bn_shapes[0], k_bn_shapes[3]}; /* 24 and 72 channels */
+  const size_t offsets[3][2] = {{0, 0}, {1, 0}, {0, 1}}; /* parameters, activations */
+  /* 24, 72 and 136 channels: the reductions' 16-byte accesses against
+   * one-element ones (activations one element off) */
+  const ddp_bn_shape_t shapes[] = {k_bn_shapes[0], k_bn_shapes[3], k_bn_shapes[5]};
   for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; ++k) {
     const ddp_bn_shape_t *sh = &shapes[k];
     const size_t n = bn_n(sh), C = (size_t)sh->C, es = ddp_dtype_size(dt);

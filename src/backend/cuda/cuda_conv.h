@@ -4,7 +4,7 @@
  * cuda_conv.c holds the per-backend state (a cuDNN handle, the autotuned
  * convolution plans, one workspace) and the convolutions; cuda_conv_bn.c
  * batch normalization through cuDNN; cuda_conv_ops.c the ops on our own
- * kernels (kernels/conv_ops.cu) and the table itself. Built only with
+ * kernels (kernels/conv_ops.cu, bn_reduce.cu) and the table itself. Built only with
  * cuDNN: without it the CUDA backend has no conv table. */
 #ifndef DDPTRAIN_CUDA_CONV_H
 #define DDPTRAIN_CUDA_CONV_H

@@ -1,6 +1,6 @@
 /* Batch normalization on the GPU (the conv table's bn_fwd, bn_relu_fwd,
  * bn_bwd and bn_prepare; contracts in ddptrain/conv.h): cuDNN for fp32 and
- * fp16, the --sync-bn kernels of ours (kernels/conv_ops.cu) for bf16, where
+ * fp16, the --sync-bn kernels of ours (kernels/conv_ops.cu, bn_reduce.cu) for bf16, where
  * bn_relu_fwd's ReLU (and residual add) run in the apply's pass; after
  * cuDNN they are our ReLU kernels.
  *

@@ -1,5 +1,5 @@
 /* The CUDA conv table (ddptrain/conv.h): the ops that run on kernels of
- * ours (kernels/conv_ops.cu) — ReLU, add + ReLU, pooling and the --sync-bn
+ * ours (kernels/conv_ops.cu, bn_reduce.cu) — ReLU, add + ReLU, pooling and the --sync-bn
  * parts of batch normalization — and the table that joins them to the
  * cuDNN ops of cuda_conv.c and cuda_conv_bn.c.
  *
