@@ -7,10 +7,11 @@
  * wrap-around, determinism by seed, and its refusals; and the trainer's data
  * layer (train/train_data.h) for record models: --data/--val-data record
  * files, a model's own load_records, and filled batches holding exactly the
- * records the plan names. */
+ * records the plan names; and its rule for --loader-threads 0. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "ddptrain/data.h"
 #include "ddptrain/model.h"
@@ -930,6 +931,23 @@ START_TEST(test_train_data_uses_the_models_own_records) {
 }
 END_TEST
 
+/* --loader-threads 0: a GPU rank fills with its CPUs less one, 1 to 8; the
+ * CPU backend with 1 (its math threads take the cores). */
+START_TEST(test_loader_threads_auto_rule) {
+  const int cpus[] = {0, 1, 2, 3, 8, 9, 10, 16, 192};
+  const int gpu[] = {1, 1, 1, 2, 7, 8, 8, 8, 8};
+  for (size_t i = 0; i < sizeof cpus / sizeof cpus[0]; ++i) {
+    ck_assert_int_eq(ddp_loader_threads_auto(1, cpus[i]), gpu[i]);
+    ck_assert_int_eq(ddp_loader_threads_auto(0, cpus[i]), 1);
+  }
+  /* the affinity is this process's own: at least one CPU, at most what
+   * the machine has online */
+  const int n = ddp_affinity_cpus();
+  ck_assert_int_ge(n, 1);
+  ck_assert_int_le(n, (int)sysconf(_SC_NPROCESSORS_CONF));
+}
+END_TEST
+
 static Suite *records_suite(void) {
   Suite *s = suite_create("records");
   TCase *tc = tcase_create("records");
@@ -957,6 +975,7 @@ static Suite *records_suite(void) {
   tcase_add_test(tc, test_train_data_rejects_validation_records_of_another_shape);
   tcase_add_test(tc, test_train_data_record_model_needs_data);
   tcase_add_test(tc, test_train_data_uses_the_models_own_records);
+  tcase_add_test(tc, test_loader_threads_auto_rule);
   tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
   return s;

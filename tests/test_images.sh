@@ -53,7 +53,7 @@ if run np2 2 --steps 12 --export "$dir/np2.st" && run acc2 1 --steps 12 --accum 
   fi
   for want in "data: 20000 images 32x32x3, 10 classes (built-in images" "crop-pad 4, hflip 1" \
               "plan: 32 of 20000 records per epoch dropped (the remainder of whole steps of 2 x 1 x 24)" \
-              "data wait"; do
+              "data wait" "normalisation: mean" "; 1 loader thread (auto)"; do
     grep -qF -- "$want" "$dir/np2.log" || { echo "FAIL: the log lacks '$want'"; show np2; fail=1; }
   done
 else
@@ -64,6 +64,8 @@ fi
 # filled on the step loop's thread (DDPTRAIN_LOADER_SYNC=1)
 if DDPTRAIN_LOADER_SYNC=1 run threads 1 --steps 12 --accum 2 --loader-threads 2 --export "$dir/threads.st"; then
   same "--loader-threads 2 and a synchronous loader equal the defaults" "$dir/threads.st" "$dir/acc2.st"
+  grep -qF "; 2 loader threads" "$dir/threads.log" ||
+    { echo "FAIL: the log does not say '2 loader threads'"; show threads; fail=1; }
 else
   echo "FAIL: the --loader-threads run failed"; show threads; fail=1
 fi
@@ -153,6 +155,8 @@ expect "option --val-data needs --data (the built-in image set has its own split
   --val-data "$dir/tiny_train.img"
 expect "option --crop-pad: -2 is out of range" --crop-pad -2
 expect "option --hflip: 2 is out of range" --hflip 2
+expect "option --loader-threads: -1 is out of range [0, 64]" --loader-threads -1
+expect "option --loader-threads: 65 is out of range [0, 64]" --loader-threads 65
 expect "option --normalize" --normalize mean
 expect "option --data $dir/tiny_train.img is an image shard, but model reclin trains on record files" \
   --model reclin --data "$dir/tiny_train.img"

@@ -161,8 +161,10 @@ static const opt_row_t k_rows[] = {
      "image models: per-channel (x/255 - mean) / std with the training split's statistics, or "
      "none (x/255)",
      validate_normalize, 0},
-    {"loader-threads", 0, OPT_INT, OFF(loader_threads), "1", 1, 64, "N", "Data",
-     "image models: threads that fill one micro-batch (the same pixels for any N)", NULL, LOCAL},
+    {"loader-threads", 0, OPT_INT, OFF(loader_threads), "0", 0, 64, "N", "Data",
+     "image models: threads that fill one micro-batch (the same pixels for any N); 0 = auto: "
+     "on a GPU the rank's CPUs less one, at most 8; on the CPU 1",
+     NULL, LOCAL},
     {"model", 0, OPT_STRING, OFF(model), "gpt", 0, 0, "NAME", "Model",
      "the model to train: one of the models below (its own flags are listed under it)",
      validate_model, 0},

@@ -1,7 +1,9 @@
 /* Data sources, samplers and micro-batches of a training run (see
  * train_data.h). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "train/train_data.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +172,10 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
     const ddp_image_source_t *t = &d->train.images;
     const ddp_image_shape_t *sh = &t->shape;
     const int C = sh->channels;
-    char norm[160] = "none (x/255)", canvas[48] = "";
+    char norm[160] = "none (x/255)", canvas[48] = "", threads[64] = "loader threads auto";
+    if (d->fill_threads > 0)
+      snprintf(threads, sizeof threads, "%d loader thread%s%s", d->fill_threads,
+               d->fill_threads == 1 ? "" : "s", o->loader_threads == 0 ? " (auto)" : "");
     if (t->out_h != sh->height || t->out_w != sh->width)
       snprintf(canvas, sizeof canvas, "centred on %dx%d; ", t->out_h, t->out_w);
     if (strcmp(o->normalize, "none") != 0) {
@@ -183,10 +188,10 @@ void ddp_train_data_describe(const ddp_options_t *o, const ddp_train_data_t *d, 
     }
     snprintf(buf, len,
              "%lld images %dx%dx%d, %d classes (%s)%s; %saugmentation: crop-pad %d, hflip %d; "
-             "normalisation: %s",
+             "normalisation: %s; %s",
              (long long)t->n, sh->height, sh->width, C, sh->n_classes, t->source,
              d->have_val ? "" : "; no validation split", canvas, d->aug.crop_pad, d->aug.hflip,
-             norm);
+             norm, threads);
     return;
   }
   const ddp_records_t *r = &d->train.records;
@@ -204,6 +209,19 @@ uint64_t ddp_train_data_fingerprint(const ddp_train_data_t *d, int split) {
   }
   return d->kind == DDP_BATCH_TOKENS ? ddp_corpus_fingerprint(&s->corpus)
                                      : ddp_records_fingerprint(&s->records);
+}
+
+int ddp_loader_threads_auto(int on_gpu, int cpus) {
+  const int spare = cpus - 1;
+  return !on_gpu || spare < 1 ? 1 : spare < 8 ? spare : 8;
+}
+
+int ddp_affinity_cpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
 }
 
 int64_t ddp_train_batch_budget(const ddp_options_t *o, const ddp_train_data_t *d) {

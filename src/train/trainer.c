@@ -420,6 +420,9 @@ static ddp_status_t setup(trainer_t *tr) {
   if (!mops) DDP_FAIL(DDP_ERR_INVALID_ARG, "--model %s is not registered", o->model);
   if (mops->validate) DDP_CHECK(mops->validate(o)); /* before loading: cheap errors first */
   DDP_CHECK(ddp_train_data_load(o, mops, &tr->data));
+  if (tr->data.images && o->loader_threads == 0)
+    tr->data.fill_threads =
+        ddp_loader_threads_auto(tr->be->ops->kind != DDP_DEVICE_KIND_CPU, ddp_affinity_cpus());
   const int tokens = tr->data.kind == DDP_BATCH_TOKENS;
   tr->unit = tokens ? "tok" : mops->image_data ? "img" : "samples";
   tr->rate_key = tokens ? "tok_per_s" : "samples_per_s";
