@@ -130,23 +130,25 @@ struct Pack {
   }
 };
 
-/* One thread's rows of one step of its slice: lanes ty + q R (q < LPT) of
- * the 32, i.e. rows m0 + ty + q R, each CPT channels wide. */
+/* One thread's rows of one step of its slice: lanes ty + q R (q < LPT,
+ * R = 32 / LPT rows read at once) of the 32, i.e. rows m0 + ty + q R, each
+ * CPT channels wide. */
 template <int DT, int MODE, int CPT, int LPT>
 struct BnRows {
-  using P = Pack<DT, CPT>;
-  typename P::Raw x[LPT], dy[LPT], y[LPT];
+  using Io = Pack<DT, CPT>;
+  static constexpr int R = kBnLanes / LPT;
+  typename Io::Raw x[LPT], dy[LPT], y[LPT];
 
-  __device__ void fetch(const void *px, const void *pdy, const void *py, int64_t m0, int ty, int R,
+  __device__ void fetch(const void *px, const void *pdy, const void *py, int64_t m0, int ty,
                         int64_t hi, int C, int c0) {
 #pragma unroll
     for (int q = 0; q < LPT; ++q) {
       const int64_t m = m0 + ty + (int64_t)q * R;
       if (m >= hi) continue;
       const size_t i = (size_t)m * C + c0;
-      x[q] = P::load(px, i);
-      if constexpr (reads_dy<MODE>()) dy[q] = P::load(pdy, i);
-      if constexpr (MODE == kSumBwdMaskOut) y[q] = P::load(py, i);
+      x[q] = Io::load(px, i);
+      if constexpr (reads_dy<MODE>()) dy[q] = Io::load(pdy, i);
+      if constexpr (MODE == kSumBwdMaskOut) y[q] = Io::load(py, i);
     }
   }
 };
@@ -222,7 +224,7 @@ __device__ __forceinline__ void add_partials(float *out, int out_rows, int out_r
 
 /* MODE's terms of one element: channel value xv, output gradient dv (g
  * after any mask), the channel's shift mu. */
-template <int DT, int MODE>
+template <int MODE>
 __device__ __forceinline__ void bn_accumulate(float &a, float &b, float xv, float dv, float mu) {
   if constexpr (reads_dy<MODE>()) {
     a += dv;
@@ -274,6 +276,7 @@ __global__ void __launch_bounds__(kBnThreads)
   static_assert(R * LPT == kBnLanes && LPT >= 1, "T must be 8, 16 or 32");
   constexpr bool kTwo = two_sums<MODE>();
   using Rows = BnRows<DT, MODE, CPT, LPT>;
+  static_assert(Rows::R == R, "a step's rows: the block's and the thread's view agree");
   __shared__ float sa[R][W + 1], sb[kTwo ? R : 1][W + 1];
   __shared__ unsigned last;
   const int tx = threadIdx.x % T, ty = threadIdx.x / T;
@@ -296,24 +299,24 @@ __global__ void __launch_bounds__(kBnThreads)
     const int64_t lo = (int64_t)p * rows_per_slice;
     const int64_t hi = lo + rows_per_slice < M ? lo + rows_per_slice : M;
     Rows cur, nxt;
-    cur.fetch(x, dy, y, lo, ty, R, hi, C, c0);
+    cur.fetch(x, dy, y, lo, ty, hi, C, c0);
     for (int64_t m0 = lo; m0 < hi; m0 += kBnLanes) {
-      if (m0 + kBnLanes < hi) nxt.fetch(x, dy, y, m0 + kBnLanes, ty, R, hi, C, c0);
+      if (m0 + kBnLanes < hi) nxt.fetch(x, dy, y, m0 + kBnLanes, ty, hi, C, c0);
 #pragma unroll
       for (int q = 0; q < LPT; ++q) {
         const int64_t m = m0 + ty + (int64_t)q * R;
         if (m >= hi) continue;
         float xv[CPT], dv[CPT];
-        Rows::P::unpack(cur.x[q], xv);
-        if constexpr (reads_dy<MODE>()) Rows::P::unpack(cur.dy[q], dv);
+        Rows::Io::unpack(cur.x[q], xv);
+        if constexpr (reads_dy<MODE>()) Rows::Io::unpack(cur.dy[q], dv);
         if constexpr (MODE == kSumBwdMaskOut) {
           /* relu_bwd's rule (a NaN output gives 0); the kept values are
            * dy's own, so the store is exact */
           float yv[CPT];
-          Rows::P::unpack(cur.y[q], yv);
+          Rows::Io::unpack(cur.y[q], yv);
 #pragma unroll
           for (int k = 0; k < CPT; ++k) dv[k] = yv[k] > 0.0f ? dv[k] : 0.0f;
-          Rows::P::store(g_out, (size_t)m * C + c0, Rows::P::pack(dv));
+          Rows::Io::store(g_out, (size_t)m * C + c0, Rows::Io::pack(dv));
         }
 #pragma unroll
         for (int k = 0; k < CPT; ++k) {
@@ -322,7 +325,7 @@ __global__ void __launch_bounds__(kBnThreads)
             g = relu_masked<DT>(dv[k], xv[k], mu[k], r_istd[k], r_gamma[k], r_beta[k]);
           else if constexpr (reads_dy<MODE>())
             g = dv[k];
-          bn_accumulate<DT, MODE>(a[q][k], b[q][k], xv[k], g, mu[k]);
+          bn_accumulate<MODE>(a[q][k], b[q][k], xv[k], g, mu[k]);
         }
       }
       cur = nxt;
